@@ -1,0 +1,141 @@
+"""The Python API: ``graphguard.verify(spec, impl, relation)``."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Sequence
+
+from .engine.egraph import Budget, EGraph
+from .engine.infer import Context, compute_out_rel
+from .engine.result import VerifyResult
+from .errors import InputError
+from .frontends import LoadRequest
+from .ir import scalar as S
+from .ir.expr import Leaf, leaves, to_text
+from .ir.graph import Graph
+from .ir.ops import fmt_shape
+from .ir.relation import RelationFile, load_relation, parse_relation_text
+from .ir.semantics import term_shape
+from .plugins import Plugins, load_plugins
+
+PathLike = str | Path
+
+
+def _as_list(x) -> list[str]:
+    if isinstance(x, (str, Path)):
+        return [str(x)]
+    return [str(p) for p in x]
+
+
+def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | None = None,
+                impl_frontend: str | None = None, world_size: int | None = None,
+                plugins: Plugins | None = None) -> tuple[Graph, Graph, RelationFile, Plugins]:
+    plugins = plugins or load_plugins()
+    reg = plugins.registry
+    if isinstance(relation, RelationFile):
+        rel = relation
+    elif isinstance(relation, dict):
+        import yaml
+        rel = parse_relation_text(yaml.safe_dump(relation), "<relation>", reg)
+    else:
+        rel = load_relation(relation, reg)
+    cx = rel.constraints()
+    graphs = []
+    for role, g, fe in (("spec", spec, spec_frontend or frontend), ("impl", impl, impl_frontend or frontend)):
+        if isinstance(g, Graph):
+            graphs.append(g)
+        else:
+            req = LoadRequest(_as_list(g), role, reg, cx, world_size)
+            graphs.append(plugins.frontend(fe).load(req))
+    g_s, g_d = graphs
+    check_relation(g_s, g_d, rel, plugins, cx)
+    return g_s, g_d, rel, plugins
+
+
+def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, cx: S.Constraints) -> None:
+    """Every G_s input is mapped, by expressions over G_d inputs of the same shape."""
+    src = rel.source
+    for name in rel.inputs:
+        if name not in g_s.tensors:
+            raise InputError(f"{src}: '{name}' is not a tensor of the specification {g_s.source}")
+        if name not in g_s.inputs:
+            raise InputError(f"{src}: '{name}' is not an input of the specification (only inputs are related)")
+    for name in g_s.inputs:
+        if name not in rel.inputs:
+            raise InputError(f"{src}: no relation for specification input '{name}'")
+    d_inputs = set(g_d.inputs)
+    for name, exprs in list(rel.inputs.items()) + list(rel.expect.items()):
+        for e in exprs:
+            for leaf in leaves(e):
+                if leaf not in g_d.tensors:
+                    raise InputError(f"{src}: '{leaf}' in the relation for {name} is not a tensor of the "
+                                     f"implementation {g_d.source}")
+                if name in rel.inputs and leaf not in d_inputs:
+                    raise InputError(f"{src}: '{leaf}' in the relation for {name} is not an input of the "
+                                     f"implementation")
+            try:
+                shp = term_shape(e, g_d.shape, plugins.registry, cx)
+            except Exception as err:
+                raise InputError(f"{src}: relation for {name}: {err}") from None
+            want = g_s.shape(name) if name in g_s.tensors else None
+            if want is None:
+                raise InputError(f"{src}: '{name}' is not a tensor of the specification")
+            if len(shp) != len(want) or any(S.norm(a) != S.norm(b) for a, b in zip(shp, want)):
+                raise InputError(f"{src}: relation for {name} has shape {fmt_shape(shp)} but {name} has "
+                                 f"{fmt_shape(want)}")
+
+
+def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | None = None,
+           impl_frontend: str | None = None, world_size: int | None = None, budget: Budget | None = None,
+           replay: bool = False, seed: int = 0, expect=None, plugins: Plugins | None = None) -> VerifyResult:
+    """Check that ``impl`` (G_d) refines ``spec`` (G_s) under the input relation ``relation``.
+
+    ``spec``/``impl`` are paths (or lists of paths) read by the named frontends, or IR graphs;
+    ``relation`` is a relation file path, a :class:`RelationFile` or a dict in the file's shape.
+    Returns a :class:`VerifyResult` with the verdict, R_o, the failure localisation and timings."""
+    t0 = time.monotonic()
+    g_s, g_d, rel, plugins = load_inputs(spec, impl, relation, frontend=frontend, spec_frontend=spec_frontend,
+                                         impl_frontend=impl_frontend, world_size=world_size, plugins=plugins)
+    if expect is not None:
+        exp = load_relation(expect, plugins.registry) if not isinstance(expect, RelationFile) else expect
+        rel.expect.update(exp.expect or exp.inputs)
+    t_load = time.monotonic()
+    cx = rel.constraints()
+    eg = EGraph(plugins.registry, plugins.lemmas, cx, g_d.shape)
+    ctx = Context(g_s, g_d, eg, budget or Budget())
+    result = compute_out_rel(ctx, rel.inputs)
+    t_end = time.monotonic()
+    result.timings = {"load": t_load - t0, "infer": t_end - t_load, "total": t_end - t0,
+                      "n_spec_ops": len(g_s.nodes), "n_impl_ops": len(g_d.nodes)}
+    result.stats = {"lemma_hits": dict(sorted(ctx.stats.get("lemma_hits", {}).items())),
+                    "iterations": ctx.stats.get("iterations", 0), "egglog_commands": eg.commands,
+                    "scalar_queries": cx.queries, "z3_queries": cx.z3_queries,
+                    "lemmas_loaded": len({r.lemma.ref for r in plugins.lemmas})}
+    if rel.expect:
+        result.expect = check_expect(result, rel)
+        if result.expect["missing"] and result.verdict == "refines":
+            from .engine.result import Failure
+            t, exp, got = result.expect["missing"][0]
+            node = g_s.producer.get(t)
+            result.verdict = "does-not-refine"
+            result.failure = Failure(op=node.op if node else "(input)", node=node.name if node else t,
+                                     loc=node.loc if node else None, outputs=[t],
+                                     reason=f"R_o maps {t} to {', '.join(got) or 'nothing'}, not the expected {exp}",
+                                     input_relations={}, explored=[])
+    if replay:
+        from .engine.replay import replay as do_replay
+        do_replay(result, g_s, g_d, rel, plugins.registry, seed=seed)
+    return result
+
+
+def check_expect(result: VerifyResult, rel: RelationFile) -> dict:
+    """Compare R_o with the relations the user expects (e.g. a gradient that must be all-reduced)."""
+    missing = []
+    checked = 0
+    for t, exprs in rel.expect.items():
+        got = [to_text(e) for e in result.r_o.get(t, [])]
+        for e in exprs:
+            checked += 1
+            if to_text(e) not in got:
+                missing.append((t, to_text(e), got))
+    return {"checked": checked, "missing": missing}

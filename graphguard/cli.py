@@ -1,0 +1,202 @@
+"""The ``graphguard`` command.
+
+Exit codes of ``verify``: 0 refines, 1 does not refine, 2 bad input or usage, 3 inconclusive
+(4: an internal error -- please report it).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .errors import GraphGuardError, UnsoundLemmaError
+
+
+class Greedy(click.Option):
+    """An option taking one or more values: ``--impl r0.pt2 r1.pt2``."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("multiple", True)
+        super().__init__(*args, **kwargs)
+
+    def add_to_parser(self, parser, ctx):
+        super().add_to_parser(parser, ctx)
+        opt = parser._long_opt.get(self.opts[0]) or parser._short_opt.get(self.opts[0])
+        orig = opt.process
+
+        def process(value, state):
+            values = [value]
+            while state.rargs and not state.rargs[0].startswith("-"):
+                values.append(state.rargs.pop(0))
+            for v in values:
+                orig(v, state)
+
+        opt.process = process
+
+
+def _plugins(ctx):
+    from .plugins import load_plugins
+    return load_plugins(frozenset(ctx.obj.get("disabled", ())))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-p", "plugin_opts", multiple=True, metavar="no:NAME", help="Disable a plugin by name.")
+@click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
+@click.pass_context
+def cli(ctx, plugin_opts, debug):
+    """graphguard: does a distributed model implementation refine its sequential specification?"""
+    disabled = []
+    for p in plugin_opts:
+        if not p.startswith("no:"):
+            raise click.UsageError(f"-p takes no:NAME to disable a plugin, got {p!r}")
+        disabled.append(p[3:])
+    ctx.obj = {"disabled": disabled, "debug": debug}
+
+
+@cli.command()
+@click.option("--frontend", default="ir", show_default=True, help="Frontend for both graphs.")
+@click.option("--spec-frontend", default=None, help="Frontend for the specification (overrides --frontend).")
+@click.option("--impl-frontend", default=None, help="Frontend for the implementation (overrides --frontend).")
+@click.option("--spec", "spec", cls=Greedy, required=True, help="Sequential graph file(s) G_s.")
+@click.option("--impl", "impl", cls=Greedy, required=True, help="Distributed graph file(s) G_d.")
+@click.option("--relation", required=True, type=click.Path(), help="Input relation (YAML).")
+@click.option("--expect", type=click.Path(), default=None, help="Relations expected in R_o (YAML, 'expect:').")
+@click.option("--world-size", type=int, default=None, help="Number of ranks (frontends that need it).")
+@click.option("--json", "json_out", type=click.Path(), default=None, help="Also write the result as JSON here.")
+@click.option("--replay", is_flag=True, help="Check the verdict numerically with random inputs.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --replay.")
+@click.option("--max-iterations", type=int, default=40, show_default=True, help="Per-operator lemma iterations.")
+@click.option("--max-enodes", type=int, default=20000, show_default=True, help="Per-operator e-graph size.")
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="Per-operator seconds.")
+@click.pass_context
+def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, expect, world_size, json_out,
+           replay, seed, max_iterations, max_enodes, timeout):
+    """Verify that IMPL refines SPEC under RELATION; print R_o or the operator where it fails."""
+    from .api import verify as run_verify
+    from .engine.egraph import Budget
+    result = run_verify(list(spec), list(impl), relation, frontend=frontend, spec_frontend=spec_frontend,
+                        impl_frontend=impl_frontend, world_size=world_size,
+                        budget=Budget(max_iterations, max_enodes, timeout), replay=replay, seed=seed,
+                        expect=expect, plugins=_plugins(ctx))
+    click.echo(result.render())
+    if json_out:
+        Path(json_out).write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+    code = result.exit_code
+    if replay and result.replay and not result.replay["ok"]:
+        click.echo("graphguard: replay found a relation that does not hold numerically", err=True)
+        code = 4
+    ctx.exit(code)
+
+
+@cli.group()
+def lemmas():
+    """List or fuzz the loaded lemmas."""
+
+
+@lemmas.command("list")
+@click.pass_context
+def lemmas_list(ctx):
+    """Print every loaded lemma with its reference and where it is written."""
+    pl = _plugins(ctx.find_root())
+    seen = set()
+    for r in pl.lemmas:
+        if r.lemma.ref in seen:
+            continue
+        seen.add(r.lemma.ref)
+        click.echo(f"{r.lemma.pack:>8} {r.lemma}")
+    click.echo(f"{len(seen)} lemmas ({len(pl.lemmas)} rules)")
+
+
+@lemmas.command("check")
+@click.option("--trials", type=int, default=25, show_default=True, help="Passing instances per rule.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--ref", "refs", type=int, multiple=True, help="Only these lemma references.")
+@click.pass_context
+def lemmas_check(ctx, trials, seed, refs):
+    """Fuzz every lemma against the NumPy references; fails loudly on an unsound one."""
+    from .engine.fuzz import fuzz_rule
+    pl = _plugins(ctx.find_root())
+    bad = 0
+    rules = [r for r in pl.lemmas if not refs or r.lemma.ref in refs]
+    for r in rules:
+        rep = fuzz_rule(r, pl.registry, trials=trials, seed=seed)
+        if rep.ok:
+            click.echo(f"ok    {r.id:>6} {r.lemma.name} ({rep.trials} instances)")
+        else:
+            bad += 1
+            why = rep.failure or f"could not instantiate in {rep.attempts} attempts"
+            click.echo(f"FAIL  {r.id:>6} {r.lemma.name} [{r.lemma.where}]: {why}")
+    click.echo(f"{len(rules) - bad} passed, {bad} failed")
+    ctx.exit(1 if bad else 0)
+
+
+@cli.command()
+@click.pass_context
+def plugins(ctx):
+    """List loaded plugins, frontends, operators and lemma counts."""
+    pl = _plugins(ctx)
+    for group, name, value in pl.loaded:
+        click.echo(f"{group:24} {name:10} {value}")
+    click.echo(f"frontends: {', '.join(f'{f.name} ({f.description})' for f in pl.frontends.values())}")
+    by_src: dict[str, int] = {}
+    for op in pl.registry:
+        by_src[op.source] = by_src.get(op.source, 0) + 1
+    click.echo("operators: " + ", ".join(f"{k}: {v}" for k, v in sorted(by_src.items())))
+    by_pack: dict[str, set] = {}
+    for r in pl.lemmas:
+        by_pack.setdefault(r.lemma.pack, set()).add(r.lemma.ref)
+    click.echo("lemmas: " + ", ".join(f"{k}: {len(v)}" for k, v in sorted(by_pack.items())))
+
+
+@cli.command()
+@click.argument("path", type=click.Path())
+@click.option("--frontend", default="ir", show_default=True)
+@click.option("--role", type=click.Choice(["spec", "impl"]), default=None, help="Default: from the file.")
+@click.pass_context
+def dump(ctx, path, frontend, role):
+    """Print a graph in readable text."""
+    from .frontends import LoadRequest
+    from .ir.scalar import Constraints
+    pl = _plugins(ctx)
+    fe = pl.frontend(frontend)
+    if role is None:
+        try:
+            role = "impl" if "world_size" in json.loads(Path(path).read_text()) else "spec"
+        except (OSError, ValueError):
+            role = "spec"
+    click.echo(fe.load(LoadRequest([path], role, pl.registry, Constraints())).dump())
+
+
+def main(argv=None) -> None:
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        rc = cli.main(args=argv, prog_name="graphguard", standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else 0)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2)
+    except click.exceptions.Abort:
+        sys.exit(2)
+    except GraphGuardError as e:
+        click.echo(f"graphguard: error: {e}", err=True)
+        sys.exit(2)
+    except UnsoundLemmaError as e:
+        click.echo(f"graphguard: internal error: {e}", err=True)
+        sys.exit(4)
+    except RecursionError:
+        click.echo("graphguard: error: input nested too deeply", err=True)
+        sys.exit(2)
+    except Exception as e:  # pragma: no cover - last resort: one line, not a traceback
+        if debug:
+            raise
+        click.echo(f"graphguard: internal error: {type(e).__name__}: {e} (rerun with --debug for details)",
+                   err=True)
+        sys.exit(4)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,429 @@
+"""The e-graph: egglog, driven through its command language.
+
+egglog stores the terms, does e-matching, union-find and congruence. Every operator becomes an egglog
+constructor over ``Term`` (tensor operands) and ``String`` (attributes, in canonical text). A tensor leaf
+is ``(T "A@0")``. Each lemma direction compiles to one egglog rule:
+
+* unconditional lemmas whose right side needs no computation become native ``rewrite`` s;
+* the others become a rule that records each match of the left side in a relation ``M_<id>``; the
+  engine reads those rows from a frozen snapshot, decides the side condition (z3 for symbolic scalars),
+  builds the right side and merges it with ``union``.
+
+Python never stores e-class ids across snapshots: it re-reads the e-graph with ``freeze()`` and refers
+to e-classes through representative terms.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Callable
+
+import egglog.bindings as eb
+
+from ..errors import ShapeError, UnsoundLemmaError
+from ..ir import scalar as S
+from ..ir.expr import AConst, App, Leaf, PVar, Term, attr_text, rank_of
+from ..ir.ops import OpDef, Registry, fmt_shape
+from .lemma import EvalContext, Rule, check_condition, instantiate
+
+
+class BudgetExceeded(Exception):
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+
+@dataclass
+class Budget:
+    """Per-operator search budget; running out makes the verdict inconclusive at that operator."""
+    iterations: int = 40
+    enodes: int = 20000
+    seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class Hole(Term):
+    """A reference to an e-class of the current snapshot (used while instantiating right-hand sides)."""
+    cls: Any
+
+
+def _cname(op: str) -> str:
+    return "C_" + re.sub(r"[^A-Za-z0-9]", "_", op)
+
+
+def _q(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass
+class ENode:
+    op: str  # "T" for a leaf
+    children: tuple
+    attrs: tuple  # ((name, value), ...); for a leaf: the tensor name
+
+
+class Snapshot:
+    """A frozen view of the e-graph: e-classes, e-nodes, shapes, representatives, clean terms."""
+
+    def __init__(self, eg: "EGraph"):
+        self.eg = eg
+        fz = eg._eg.freeze()
+        self.classes: dict[Any, list[ENode]] = {}
+        self.hashcons: dict[tuple, Any] = {}
+        self.matches: dict[str, list[tuple]] = {}
+        strings: dict[Any, str] = {}
+
+        def s(v):
+            t = strings.get(v)
+            if t is None:
+                t = strings[v] = eg._eg.value_to_string(v)
+            return t
+
+        n = 0
+        for fname, fn in fz.functions.items():
+            if fn.is_let_binding:
+                continue
+            if fname == "T":
+                for row in fn.rows:
+                    name = s(row.inputs[0])
+                    node = ENode("T", (), name)
+                    self.classes.setdefault(row.output, []).append(node)
+                    self.hashcons[("T", (), name)] = row.output
+                    n += 1
+                continue
+            op = eg._ops_by_cname.get(fname)
+            if op is not None:
+                k = eg._arity[op.name]
+                for row in fn.rows:
+                    ch = tuple(row.inputs[:k])
+                    attrs = tuple((spec.name, eg.decode(spec, op, s(v))) for spec, v in zip(op.attrs, row.inputs[k:]))
+                    node = ENode(op.name, ch, attrs)
+                    self.classes.setdefault(row.output, []).append(node)
+                    self.hashcons[(op.name, ch, attrs)] = row.output
+                    n += 1
+                continue
+            rule = eg._rules_by_rel.get(fname)
+            if rule is not None:
+                rows = []
+                for row in fn.rows:
+                    vals = list(row.inputs)
+                    rows.append(tuple(vals))
+                self.matches[rule.id] = rows
+        self.n_nodes = n
+        self._strings = s
+        self._shape: dict[Any, tuple] = {}
+        self._repr: dict[Any, Term] = {}
+        self._clean: dict[Any, tuple[int, Term, frozenset]] = {}
+        self._compute_shapes()
+
+    # -- shapes ---------------------------------------------------------------------------------
+    def _compute_shapes(self) -> None:
+        eg = self.eg
+        pending = [(c, nd) for c, nodes in self.classes.items() for nd in nodes]
+        changed = True
+        done: set[int] = set()
+        while changed:
+            changed = False
+            for idx, (c, nd) in enumerate(pending):
+                if idx in done:
+                    continue
+                if nd.op == "T":
+                    shp = tuple(eg.leaf_shape(nd.attrs))
+                else:
+                    if not all(ch in self._shape for ch in nd.children):
+                        continue
+                    op = eg.reg.get(nd.op)
+                    try:
+                        shp = tuple(op.shape([self._shape[ch] for ch in nd.children], dict(nd.attrs), eg.cx))
+                    except (ShapeError, ValueError, IndexError, KeyError, TypeError) as e:
+                        raise UnsoundLemmaError(f"ill-shaped e-node {nd.op} in the e-graph: {e}") from None
+                done.add(idx)
+                old = self._shape.get(c)
+                if old is None:
+                    self._shape[c] = shp
+                    changed = True
+                elif len(old) != len(shp) or any(S.norm(a) != S.norm(b) for a, b in zip(old, shp)):
+                    raise UnsoundLemmaError(
+                        f"e-class merged tensors of shapes {fmt_shape(old)} and {fmt_shape(shp)} "
+                        f"({self.repr(c) if c in self._repr else nd.op}); a lemma is unsound")
+
+    def shape(self, c) -> tuple:
+        return self._shape[c]
+
+    # -- representatives (smallest terms) ---------------------------------------------------------
+    def _fix(self, table: dict, cost_of: Callable) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for c, nodes in self.classes.items():
+                for nd in nodes:
+                    r = cost_of(nd)
+                    if r is None:
+                        continue
+                    old = table.get(c)
+                    if old is None or r[0] < old[0]:
+                        table[c] = r
+                        changed = True
+
+    def _build_reprs(self) -> None:
+        table: dict[Any, tuple[int, Term]] = {}
+
+        def cost(nd: ENode):
+            if nd.op == "T":
+                return (1, Leaf(nd.attrs))
+            if not all(ch in table for ch in nd.children):
+                return None
+            return (1 + sum(table[ch][0] for ch in nd.children),
+                    App(nd.op, tuple(table[ch][1] for ch in nd.children), nd.attrs))
+
+        self._fix(table, cost)
+        self._repr = {c: t for c, (_, t) in table.items()}
+
+    def repr(self, c) -> Term:
+        if not self._repr:
+            self._build_reprs()
+        return self._repr[c]
+
+    # -- clean extraction -----------------------------------------------------------------------
+    def _clean_node(self, nd: ENode, table: dict):
+        eg = self.eg
+        if nd.op == "T":
+            r = rank_of(nd.attrs)
+            return (1, Leaf(nd.attrs), frozenset() if r is None else frozenset([r]))
+        op = eg.reg.get(nd.op)
+        if not op.clean or not all(ch in table for ch in nd.children):
+            return None
+        kids = [table[ch] for ch in nd.children]
+        ranks: frozenset = frozenset()
+        if op.name in ("core.sum", "core.max"):
+            # a cross-rank reduction: every operand from its own ranks
+            for k in kids:
+                if ranks & k[2]:
+                    return None
+                ranks = ranks | k[2]
+        else:
+            for k in kids:
+                ranks = ranks | k[2]
+        return (1 + sum(k[0] for k in kids), App(nd.op, tuple(k[1] for k in kids), nd.attrs), ranks)
+
+    def clean_table(self) -> dict:
+        if not self._clean:
+            table: dict = {}
+            self._fix(table, lambda nd: self._clean_node(nd, table))
+            self._clean = table
+        return self._clean
+
+    def clean_variants(self, c) -> list[Term]:
+        """Distinct clean expressions of class ``c``: the best one through each of its e-nodes."""
+        table = self.clean_table()
+        out: dict[str, tuple[int, Term]] = {}
+        for nd in self.classes.get(c, []):
+            r = self._clean_node(nd, table)
+            if r is not None:
+                from ..ir.expr import to_text
+                key = to_text(r[1])
+                if key not in out or r[0] < out[key][0]:
+                    out[key] = (r[0], r[1])
+        return [t for _, t in sorted(out.values(), key=lambda x: (x[0], str(x[1])))]
+
+    # -- lookups ---------------------------------------------------------------------------------
+    def find(self, t: Term):
+        """The e-class of term ``t`` if every node of it exists, else None."""
+        if isinstance(t, Hole):
+            return t.cls
+        if isinstance(t, Leaf):
+            return self.hashcons.get(("T", (), t.name))
+        assert isinstance(t, App)
+        ch = []
+        for a in t.args:
+            c = self.find(a)
+            if c is None:
+                return None
+            ch.append(c)
+        return self.hashcons.get((t.op, tuple(ch), t.attrs))
+
+
+class EGraph:
+    """One egglog e-graph with every op declared and every lemma compiled; ``push``/``pop`` per operator."""
+
+    def __init__(self, reg: Registry, rules: list[Rule], cx: S.Constraints,
+                 leaf_shape: Callable[[str], tuple]):
+        self.reg = reg
+        self.rules = rules
+        self.cx = cx
+        self.leaf_shape = leaf_shape
+        self._eg = eb.EGraph()
+        self._ops_by_cname: dict[str, OpDef] = {}
+        self._arity: dict[str, int] = {}
+        self._rules_by_rel: dict[str, Rule] = {}
+        self._decode_cache: dict[tuple, Any] = {}
+        self.commands = 0
+        prog = ["(datatype Term)", "(constructor T (String) Term)"]
+        for op in reg:
+            if op.meaning is not None or op.shape is None:
+                continue
+            k = 2 if op.arity is None else op.arity
+            self._arity[op.name] = k
+            cn = _cname(op.name)
+            self._ops_by_cname[cn] = op
+            sig = " ".join(["Term"] * k + ["String"] * len(op.attrs))
+            prog.append(f"(constructor {cn} ({sig}) Term)")
+        prog.append("(ruleset lemmas)")
+        for r in rules:
+            prog.extend(self._compile(r))
+        self._run("\n".join(prog))
+
+    # -- low level ------------------------------------------------------------------------------
+    def _run(self, text: str):
+        self.commands += 1
+        return self._eg.run_program(*self._eg.parse_program(text))
+
+    def decode(self, spec, op: OpDef, text: str):
+        key = (spec.kind, text)
+        v = self._decode_cache.get(key)
+        if v is None:
+            v = self._decode_cache[key] = _decode(spec.kind, text)
+        return v
+
+    def emit(self, t: Term, snap: Snapshot | None = None) -> str:
+        if isinstance(t, Leaf):
+            return f"(T {_q(t.name)})"
+        if isinstance(t, Hole):
+            return self.emit(snap.repr(t.cls), snap)
+        assert isinstance(t, App)
+        op = self.reg.get(t.op)
+        parts = [self.emit(a, snap) for a in t.args]
+        parts += [_q(attr_text(v)) for _, v in t.attrs]
+        return f"({_cname(op.name)} {' '.join(parts)})"
+
+    # -- compiling rules ------------------------------------------------------------------------
+    def _pat(self, p: Term, facts: list[str], fresh: list[int]) -> str:
+        if isinstance(p, PVar):
+            return "v_" + p.name
+        assert isinstance(p, App)
+        parts = [self._pat(a, facts, fresh) for a in p.args]
+        for _, v in p.attrs:
+            parts.append("v_" + v.name if isinstance(v, PVar) else _q(attr_text(v.value)))
+        return f"({_cname(p.op)} {' '.join(parts)})"
+
+    def _query(self, p: App, root: str | None, facts: list[str], fresh: list[int]) -> None:
+        """Facts that bind every node of pattern ``p`` (root bound to ``root`` when given)."""
+        def go(q: Term, name: str | None) -> str:
+            if isinstance(q, PVar):
+                return "v_" + q.name
+            parts = [go(a, None) for a in q.args]
+            for _, v in q.attrs:
+                parts.append("v_" + v.name if isinstance(v, PVar) else _q(attr_text(v.value)))
+            fresh[0] += 1
+            var = name or f"p{fresh[0]}"
+            facts.append(f"(= {var} ({_cname(q.op)} {' '.join(parts)}))")
+            return var
+        if root is None:
+            for a in p.args:
+                if isinstance(a, App):
+                    go(a, None)
+        else:
+            go(p, root)
+
+    def _compile(self, r: Rule) -> list[str]:
+        if r.native:
+            facts: list[str] = []
+            return [f"(rewrite {self._pat(r.lhs, facts, [0])} {self._pat(r.rhs, facts, [0])} :ruleset lemmas)"]
+        facts: list[str] = []
+        root = "root" if r.exists == "root" else None
+        self._query(r.lhs, root, facts, [0])
+        cols = (["root"] if root else []) + ["v_" + v for v in r.tvars] + ["v_" + v for v in r.avars]
+        sorts = (["Term"] if root else []) + ["Term"] * len(r.tvars) + ["String"] * len(r.avars)
+        rel = f"M_{r.id}"
+        self._rules_by_rel[rel] = r
+        return [f"(relation {rel} ({' '.join(sorts)}))",
+                f"(rule ({' '.join(facts)}) (({rel} {' '.join(cols)})) :ruleset lemmas)"]
+
+    # -- per-operator use -----------------------------------------------------------------------
+    def push(self) -> None:
+        self._run("(push)")
+        self._seen: set = set()
+
+    def pop(self) -> None:
+        self._run("(pop)")
+
+    def add(self, t: Term) -> None:
+        self._run(self.emit(t))
+
+    def union(self, a: Term, b: Term, snap: Snapshot | None = None) -> None:
+        self._run(f"(union {self.emit(a, snap)} {self.emit(b, snap)})")
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self)
+
+    def saturate(self, budget: Budget, deadline: float, stats: dict) -> Snapshot:
+        """Run the lemmas to a fixpoint (or raise BudgetExceeded); return the final snapshot."""
+        for _ in range(budget.iterations):
+            out = self._run("(run-schedule (repeat 1 (run lemmas)))")
+            updated = out[-1].report.updated
+            snap = self.snapshot()
+            if snap.n_nodes > budget.enodes:
+                raise BudgetExceeded(f"e-graph grew past {budget.enodes} e-nodes")
+            if time.monotonic() > deadline:
+                raise BudgetExceeded(f"time budget of {budget.seconds:g} s ran out")
+            merged = self._apply_matches(snap, stats)
+            stats["iterations"] = stats.get("iterations", 0) + 1
+            if not updated and not merged:
+                return snap
+        raise BudgetExceeded(f"no fixpoint after {budget.iterations} iterations")
+
+    def _apply_matches(self, snap: Snapshot, stats: dict) -> int:
+        merged = 0
+        ctx = EvalContext(lambda h: snap.shape(h.cls), self.cx)
+        for r in self.rules:
+            if r.native:
+                continue
+            for row in snap.matches.get(r.id, ()):
+                key = (r.id, row)
+                if key in self._seen:
+                    continue
+                self._seen.add(key)
+                env: dict[str, Any] = {}
+                i = 0
+                root = None
+                if r.exists == "root":
+                    root = row[0]
+                    i = 1
+                for v in r.tvars:
+                    env[v] = Hole(row[i])
+                    i += 1
+                for v, (op, attr) in r.avars.items():
+                    env[v] = self.decode(op.attr_spec(attr), op, snap._strings(row[i]))
+                    i += 1
+                if not check_condition(r, env, ctx):
+                    continue
+                try:
+                    rhs = instantiate(r.rhs, env, ctx, self.reg)
+                    lhs = Hole(root) if root is not None else instantiate(r.lhs, env, ctx, self.reg)
+                except (ShapeError, ValueError, ZeroDivisionError, IndexError, TypeError):
+                    continue
+                a, b = snap.find(lhs), snap.find(rhs)
+                if a is not None and a == b:
+                    continue
+                self.union(lhs, rhs, snap)
+                r.hits += 1
+                stats.setdefault("lemma_hits", {}).setdefault(r.lemma.ref, 0)
+                stats["lemma_hits"][r.lemma.ref] += 1
+                merged += 1
+        return merged
+
+
+def _decode(kind: str, text: str):
+    if kind == "int":
+        return int(text)
+    if kind == "scalar":
+        return S.parse(text)
+    if kind in ("ints", "scalars"):
+        inner = text.strip()[1:-1].strip()
+        items = [x.strip() for x in inner.split(",")] if inner else []
+        return tuple(int(x) for x in items) if kind == "ints" else tuple(S.parse(x) for x in items)
+    if kind == "number":
+        return Fraction(text)
+    return text

@@ -1,0 +1,188 @@
+"""Iterative relation inference (paper §4): Listings 1, 2 and 3.
+
+``R`` maps each G_s tensor to a list of clean expressions over G_d tensors (several per tensor:
+``C = sum(C@0, C@1)`` and ``C = concat(D@0, D@1, dim=0)`` are both kept, because later operators may need
+either). For each G_s operator in topological order we build a small e-graph holding the operator
+applied to its inputs' expressions, saturate it with the lemmas, grow it with the G_d operators that
+are reachable from related tensors (the frontier of Listing 3), and keep the clean expressions found
+for the operator's outputs.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..ir.expr import App, Leaf, Term, leaves, size, to_text
+from ..ir.graph import Graph, Node
+from .egraph import Budget, BudgetExceeded, EGraph, Snapshot
+from .result import Failure, NodeStat, VerifyResult
+
+Relation = dict[str, list[Term]]
+
+
+@dataclass
+class Context:
+    g_s: Graph
+    g_d: Graph
+    egraph: EGraph
+    budget: Budget
+    max_exprs: int = 16
+    stats: dict = field(default_factory=dict)
+
+
+# -- Listing 1 ------------------------------------------------------------------------------------
+
+def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
+    """Listing 1: walk G_s in topological order, extending R operator by operator."""
+    R: Relation = {t: list(exprs) for t, exprs in r_i.items()}
+    result = VerifyResult(relations=R)
+    for v in ctx.g_s.topo_order():
+        t0 = time.monotonic()
+        try:
+            r_v, explored = compute_node_out_rel(ctx, v, R)
+        except BudgetExceeded as e:
+            result.node_stats.append(NodeStat(v.name, v.op, time.monotonic() - t0, 0))
+            result.verdict = "inconclusive"
+            result.failure = _failure(ctx, v, R, set(), f"search budget exhausted: {e.what}")
+            return result
+        result.node_stats.append(NodeStat(v.name, v.op, time.monotonic() - t0, len(explored)))
+        missing = [o for o in v.outputs if not r_v.get(o)]
+        if missing:
+            # a failure after a truncated search could be an artefact of the truncation
+            result.verdict = "inconclusive" if ctx.stats.get("truncated") else "does-not-refine"
+            result.failure = _failure(ctx, v, R, explored,
+                                      f"no clean expression over G_d tensors for {', '.join(missing)}")
+            return result
+        R.update(r_v)
+    # Listing 1, line 9: R_o keeps the expressions over G_d outputs only
+    d_out = set(ctx.g_d.outputs)
+    for o in ctx.g_s.outputs:
+        exprs = [e for e in R.get(o, []) if set(leaves(e)) <= d_out]
+        if not exprs:
+            v = ctx.g_s.producer.get(o)
+            known = ", ".join(to_text(e) for e in R.get(o, [])) or "none"
+            result.verdict = "does-not-refine"
+            result.failure = _failure(ctx, v, R, set(), f"output {o} maps only to tensors that are not outputs "
+                                      f"of G_d ({known})", output=o)
+            return result
+        result.r_o[o] = exprs
+    result.verdict = "refines"
+    return result
+
+
+# -- Listing 2 ------------------------------------------------------------------------------------
+
+def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str]]:
+    """Listing 2: the clean relation R_v of one G_s operator's outputs."""
+    eg = ctx.egraph
+    deadline = time.monotonic() + ctx.budget.seconds
+    eg.push()
+    try:
+        # Step 1: rewrite_t_to_expr -- each input becomes the e-class of all its known expressions
+        subst = {}
+        for t in v.inputs:
+            exprs = R[t]
+            subst[t] = exprs[0]
+            for e in exprs[1:]:
+                eg.union(exprs[0], e)
+        roots = [_substitute(term, subst) for term in ctx.g_s.node_terms(v)]
+        for r in roots:
+            eg.add(r)
+        # Step 2: rewrite_using_lemma
+        snap = eg.saturate(ctx.budget, deadline, ctx.stats)
+        # Step 3 (Listing 3): rewrite_expr_to_t over the explored frontier of G_d
+        t_rel = {leaf for t in v.inputs for e in R[t] for leaf in leaves(e)}
+        snap, explored = explore_frontier(ctx, snap, roots, t_rel, deadline)
+        # Step 4: keep the clean expressions
+        r_v = {}
+        for out, root in zip(v.outputs, roots):
+            c = snap.find(root)
+            r_v[out] = prune_self_provable(ctx, snap.clean_variants(c))
+        return r_v, explored
+    finally:
+        eg.pop()
+
+
+# -- Listing 3 ------------------------------------------------------------------------------------
+
+def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set[str], deadline: float):
+    """Listing 3: add G_d operators whose inputs are all related tensors, until nothing new is reachable."""
+    g_d, eg = ctx.g_d, ctx.egraph
+    explored: set[str] = set()
+    while True:
+        r_d = [n for n in _direct_children(g_d, t_rel) if n.name not in explored]
+        if not r_d:
+            break
+        for n in r_d:
+            explored.add(n.name)
+            for out, term in zip(n.outputs, g_d.node_terms(n)):
+                eg.union(Leaf(out), term)
+        snap = eg.saturate(ctx.budget, deadline, ctx.stats)
+        for root in roots:
+            for e in snap.clean_variants(snap.find(root)):
+                t_rel.update(leaves(e))
+    return snap, {t for name in explored for t in g_d_node(g_d, name).outputs}
+
+
+def _direct_children(g_d: Graph, t_rel: set[str]) -> list[Node]:
+    cands = {id(n): n for t in t_rel for n in g_d.consumers.get(t, ())}
+    for n in g_d.nodes:
+        if not n.inputs:
+            cands[id(n)] = n  # constants are always reachable
+    return [n for n in cands.values() if all(i in t_rel for i in n.inputs)]
+
+
+def g_d_node(g_d: Graph, name: str) -> Node:
+    if not hasattr(g_d, "_by_name"):
+        g_d._by_name = {n.name: n for n in g_d.nodes}  # type: ignore[attr-defined]
+    return g_d._by_name[name]  # type: ignore[attr-defined]
+
+
+# -- §4.3: keep only the simplest expression of each self-provable class -------------------------
+
+def prune_self_provable(ctx: Context, exprs: list[Term]) -> list[Term]:
+    """Drop expressions that the lemmas alone prove equal to a simpler kept one."""
+    exprs = sorted(exprs, key=lambda e: (size(e), to_text(e)))
+    if len(exprs) <= 1:
+        return exprs
+    eg = ctx.egraph
+    eg.push()
+    try:
+        for e in exprs:
+            eg.add(e)
+        try:
+            snap = eg.saturate(ctx.budget, time.monotonic() + ctx.budget.seconds, {})
+        except BudgetExceeded:
+            ctx.stats["truncated"] = True
+            return exprs[: ctx.max_exprs]
+        kept, seen = [], set()
+        for e in exprs:
+            c = snap.find(e)
+            if c in seen:
+                continue
+            seen.add(c)
+            kept.append(e)
+        if len(kept) > ctx.max_exprs:
+            ctx.stats["truncated"] = True
+        return kept[: ctx.max_exprs]
+    finally:
+        eg.pop()
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+def _substitute(t: Term, subst: dict[str, Term]) -> Term:
+    if isinstance(t, Leaf):
+        return subst[t.name]
+    assert isinstance(t, App)
+    return App(t.op, tuple(_substitute(a, subst) for a in t.args), t.attrs)
+
+
+def _failure(ctx: Context, v: Node | None, R: Relation, explored: set[str], reason: str,
+             output: str | None = None) -> Failure:
+    if v is None:  # an output that is a graph input
+        return Failure(op="(input)", node=output or "", loc=None, outputs=[output] if output else [],
+                       reason=reason, input_relations={}, explored=[])
+    return Failure(op=v.op, node=v.name, loc=v.loc, outputs=list(v.outputs), reason=reason,
+                   input_relations={t: [to_text(e) for e in R.get(t, [])] for t in dict.fromkeys(v.inputs)},
+                   explored=sorted(explored))

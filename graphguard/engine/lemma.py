@@ -1,0 +1,351 @@
+"""Lemmas: rewrite rules as data.
+
+A lemma is one line -- a numeric reference, a name, ``lhs => rhs`` (or ``lhs <=> rhs`` for both
+directions), an optional side condition, and where the left side must exist::
+
+    L(104, "slice-of-concat-left",
+      "slice(concat(?p, ?q, dim=?d), dim=?d, start=?s, end=?e) => slice(?p, dim=?d, start=?s, end=?e)",
+      "?e <= size(?p, ?d)")
+
+Patterns use the relation syntax with ``?x`` variables; right-hand attributes may compute
+(``start=?s - size(?p, ?d)``). Conditions are decided by :class:`graphguard.ir.scalar.Constraints`
+(integers directly, symbolic scalars by z3) in three-valued logic: a lemma fires only when its
+condition is *proved*. ``exists="args"`` makes a *constrained* lemma (paper §4.3): only the arguments of
+the left side must already be e-nodes; both sides are then built and merged -- how
+``X -> concat(X[a:b], X[b:c])`` is allowed without inventing every split point.
+
+Lemmas are checked when built (unknown op, unbound variable, malformed pattern: an error naming the
+lemma and its file:line) and each remembers where it was written.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Callable
+
+import sympy as sp
+
+from ..errors import GraphGuardError, ShapeError
+from ..ir import scalar as S
+from ..ir.expr import ABin, ACall, AConst, AExpr, AList, App, Leaf, PVar, Term
+from ..ir.ops import OpDef, Registry, coerce_attr
+from ..ir.relation import ALIASES, RawCall, parse_cond, parse_raw
+
+
+@dataclass
+class Lemma:
+    ref: int
+    name: str
+    rule: str
+    cond: str = ""
+    exists: str = "root"
+    where: str = ""
+    pack: str = ""
+
+    def __str__(self) -> str:
+        c = f"  if {self.cond}" if self.cond else ""
+        return f"[{self.ref}] {self.name}: {self.rule}{c}"
+
+
+def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root") -> Lemma:
+    """Declare a lemma (records the caller's file:line)."""
+    f = sys._getframe(1)
+    return Lemma(ref, name, rule, cond, exists, f"{f.f_code.co_filename}:{f.f_lineno}")
+
+
+class LemmaError(GraphGuardError):
+    pass
+
+
+@dataclass
+class Rule:
+    """One direction of a lemma, ready for the e-graph and the fuzzer."""
+    lemma: Lemma
+    id: str
+    lhs: App
+    rhs: Term
+    cond: AExpr | None
+    exists: str
+    tvars: list[str]
+    avars: dict[str, tuple[OpDef, str]]  # attr var -> (op, attr name) where it is bound
+    native: bool = False
+    hits: int = 0
+
+    @property
+    def ref(self) -> int:
+        return self.lemma.ref
+
+
+# -- building -----------------------------------------------------------------------------------
+
+def _lower_pattern(raw, reg: Registry, lem: Lemma) -> Term:
+    if isinstance(raw, PVar):
+        return raw
+    if isinstance(raw, Leaf):
+        raise LemmaError(f"lemma {lem.ref} ({lem.where}): a pattern cannot name tensor '{raw.name}' "
+                         f"(use a ?variable)")
+    assert isinstance(raw, RawCall)
+    op = reg.get(ALIASES.get(raw.name, raw.name))
+    if op is None:
+        raise LemmaError(f"lemma {lem.ref} ({lem.where}): unknown operator '{raw.name}'")
+    if op.meaning is not None:
+        raise LemmaError(f"lemma {lem.ref} ({lem.where}): {op.name} cannot appear in a pattern")
+    args = tuple(_lower_pattern(a, reg, lem) for a in raw.args)
+    if op.arity is not None and len(args) != op.arity:
+        raise LemmaError(f"lemma {lem.ref} ({lem.where}): {op.name} takes {op.arity} argument(s)")
+    if op.arity is None and len(args) != 2:
+        raise LemmaError(f"lemma {lem.ref} ({lem.where}): variadic {op.name} is binary inside patterns")
+    given = dict(raw.kwargs)
+    unknown = set(given) - {a.name for a in op.attrs}
+    if unknown:
+        raise LemmaError(f"lemma {lem.ref} ({lem.where}): unknown attribute(s) {sorted(unknown)} of {op.name}")
+    attrs = []
+    for spec in op.attrs:
+        if spec.name in given:
+            v = given[spec.name]
+            if isinstance(v, AConst):
+                c = v.value
+                if isinstance(c, tuple) and c[0] == "sym":
+                    c = c[1] if spec.kind == "str" else S.symbol(c[1])
+                v = AConst(coerce_attr(op, spec, c, f"lemma {lem.ref}"))
+            elif isinstance(v, AList) and all(isinstance(x, AConst) for x in v.items):
+                v = AConst(coerce_attr(op, spec, [x.value for x in v.items], f"lemma {lem.ref}"))
+            attrs.append((spec.name, v))
+        elif spec.required:
+            raise LemmaError(f"lemma {lem.ref} ({lem.where}): {op.name} needs attribute {spec.name}=")
+        else:
+            attrs.append((spec.name, AConst(coerce_attr(op, spec, spec.default, f"lemma {lem.ref}"))))
+    return App(op.name, args, tuple(attrs))
+
+
+def _vars(p: Term, tv: list, av: dict, lem: Lemma, lhs: bool) -> None:
+    if isinstance(p, PVar):
+        if p.name not in tv:
+            tv.append(p.name)
+        return
+    assert isinstance(p, App)
+    for a in p.args:
+        _vars(a, tv, av, lem, lhs)
+    for name, v in p.attrs:
+        if isinstance(v, PVar):
+            if lhs:
+                av.setdefault(v.name, (p.op, name))
+        elif lhs and not isinstance(v, AConst):
+            raise LemmaError(f"lemma {lem.ref} ({lem.where}): left-hand attributes must be ?variables or "
+                             f"constants, not expressions")
+
+
+def _expr_vars(e, out: set) -> None:
+    if isinstance(e, PVar):
+        out.add(e.name)
+    elif isinstance(e, ABin):
+        _expr_vars(e.left, out)
+        _expr_vars(e.right, out)
+    elif isinstance(e, ACall):
+        for a in e.args:
+            _expr_vars(a, out)
+    elif isinstance(e, AList):
+        for a in e.items:
+            _expr_vars(a, out)
+    elif isinstance(e, App):
+        for a in e.args:
+            _expr_vars(a, out)
+        for _, v in e.attrs:
+            _expr_vars(v, out)
+
+
+def _is_plain(p: Term) -> bool:
+    if isinstance(p, PVar):
+        return True
+    return all(_is_plain(a) for a in p.args) and all(isinstance(v, (PVar, AConst)) for _, v in p.attrs)
+
+
+def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
+    for sep in ("<=>", "=>"):
+        if sep in lem.rule:
+            left, right = lem.rule.split(sep, 1)
+            both = sep == "<=>"
+            break
+    else:
+        raise LemmaError(f"lemma {lem.ref} ({lem.where}): rule must be 'lhs => rhs' or 'lhs <=> rhs'")
+    if lem.exists not in ("root", "args"):
+        raise LemmaError(f"lemma {lem.ref} ({lem.where}): exists must be 'root' or 'args'")
+    try:
+        lp = _lower_pattern(parse_raw(left.strip(), f"lemma {lem.ref}"), reg, lem)
+        rp = _lower_pattern(parse_raw(right.strip(), f"lemma {lem.ref}"), reg, lem)
+        cond = parse_cond(lem.cond, f"lemma {lem.ref}") if lem.cond.strip() else None
+    except GraphGuardError as e:
+        raise LemmaError(f"lemma {lem.ref} ({lem.where}): {e}") from None
+    pairs = [(lp, rp, "")] + ([(rp, lp, "r")] if both else [])
+    rules = []
+    for lhs, rhs, suffix in pairs:
+        if not isinstance(lhs, App):
+            raise LemmaError(f"lemma {lem.ref} ({lem.where}): the left side must be an operator pattern")
+        tv: list[str] = []
+        av: dict[str, tuple] = {}
+        _vars(lhs, tv, av, lem, True)
+        bound = set(tv) | set(av)
+        used: set[str] = set()
+        _expr_vars(rhs, used)
+        if cond is not None:
+            _expr_vars(cond, used)
+        if used - bound:
+            raise LemmaError(f"lemma {lem.ref} ({lem.where}): unbound variable(s) "
+                             f"{', '.join('?' + v for v in sorted(used - bound))}")
+        if set(tv) & set(av):
+            raise LemmaError(f"lemma {lem.ref} ({lem.where}): a variable is used both as tensor and attribute")
+        if lem.exists == "args":
+            arg_vars: list[str] = []
+            for a in lhs.args:
+                if isinstance(a, App):
+                    _vars(a, arg_vars, {}, lem, True)
+            loose = [a.name for a in lhs.args if isinstance(a, PVar) and a.name not in arg_vars]
+            if loose:
+                raise LemmaError(f"lemma {lem.ref} ({lem.where}): with exists='args' every top-level "
+                                 f"?variable must occur inside another argument ({loose})")
+        avars = {k: (reg.get(op), name) for k, (op, name) in av.items()}
+        native = cond is None and lem.exists == "root" and _is_plain(rhs)
+        rules.append(Rule(lem, f"L{lem.ref}{suffix}", lhs, rhs, cond, lem.exists, tv, avars, native))
+    return rules
+
+
+def compile_lemmas(lemmas: list[Lemma], reg: Registry) -> list[Rule]:
+    out = []
+    for lem in lemmas:
+        out.extend(build_rules(lem, reg))
+    return out
+
+
+# -- evaluating attribute expressions and conditions ------------------------------------------------
+
+class EvalContext:
+    """How to read a bound tensor variable's shape; the constraint oracle."""
+
+    def __init__(self, shape_of: Callable[[Any], tuple], cx: S.Constraints):
+        self.shape_of = shape_of
+        self.cx = cx
+
+
+def _perm(v) -> tuple:
+    return tuple(int(x) for x in v)
+
+
+FUNCTIONS: dict[str, Callable] = {
+    # name: f(ctx, *args) -- tensor arguments arrive as their binding; the ctx reads shapes
+    "size": lambda ctx, t, d: ctx.shape_of(t)[int(d)],
+    "rank": lambda ctx, t: len(ctx.shape_of(t)),
+    "shape": lambda ctx, t: tuple(ctx.shape_of(t)),
+    "numel": lambda ctx, t: S.norm(sp.Mul(*[sp.sympify(x) for x in ctx.shape_of(t)])),
+    "compose": lambda ctx, p, q: tuple(_perm(p)[i] for i in _perm(q)),  # permute(permute(x,p),q)
+    "inverse": lambda ctx, p: tuple(_perm(p).index(i) for i in range(len(p))),
+    "index": lambda ctx, p, v: _perm(p).index(int(v)),
+    "is_identity": lambda ctx, p: _perm(p) == tuple(range(len(p))),
+    "len": lambda ctx, p: len(p),
+    "at": lambda ctx, p, i: p[int(i)],
+    "set_at": lambda ctx, p, i, v: tuple(v if k == int(i) else x for k, x in enumerate(p)),
+}
+
+_NEG = {"==": "!=", "!=": "==", "<=": ">", "<": ">=", ">=": "<", ">": "<="}
+
+
+def _cmp(ctx: EvalContext, op: str, a, b) -> bool | None:
+    """Three-valued comparison: True if proved, False if its negation is proved, None otherwise."""
+    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        if op not in ("==", "!="):
+            raise TypeError("lists only compare with == and !=")
+        if not isinstance(a, (tuple, list)) or not isinstance(b, (tuple, list)) or len(a) != len(b):
+            eq: bool | None = False
+        else:
+            res = [_cmp(ctx, "==", x, y) for x, y in zip(a, b)]
+            eq = True if all(r is True for r in res) else False if any(r is False for r in res) else None
+        return eq if op == "==" or eq is None else not eq
+    if isinstance(a, (str, bool)) or isinstance(b, (str, bool)):
+        if op not in ("==", "!="):
+            raise TypeError("strings only compare with == and !=")
+        return (a == b) if op == "==" else (a != b)
+    if isinstance(a, Fraction) or isinstance(b, Fraction):
+        a, b = Fraction(a), Fraction(b)
+        return {"==": a == b, "!=": a != b, "<=": a <= b, "<": a < b, ">=": a >= b, ">": a > b}[op]
+    if ctx.cx.prove(op, a, b):
+        return True
+    if ctx.cx.prove(_NEG[op], a, b):
+        return False
+    return None
+
+
+def evaluate(e, env: dict[str, Any], ctx: EvalContext):
+    """Value of an attribute expression; booleans are three-valued (None: not decided)."""
+    if isinstance(e, PVar):
+        return env[e.name]
+    if isinstance(e, AConst):
+        v = e.value
+        if isinstance(v, tuple) and len(v) == 2 and v[0] == "sym":
+            return S.symbol(v[1])
+        return v
+    if isinstance(e, AList):
+        return tuple(evaluate(x, env, ctx) for x in e.items)
+    if isinstance(e, ACall):
+        fn = FUNCTIONS.get(e.fn)
+        if fn is None:
+            raise LemmaError(f"unknown function {e.fn}() in a lemma")
+        return fn(ctx, *[evaluate(a, env, ctx) for a in e.args])
+    if isinstance(e, ABin):
+        if e.op == "not":
+            v = evaluate(e.left, env, ctx)
+            return None if v is None else not v
+        if e.op == "and":
+            a = evaluate(e.left, env, ctx)
+            if a is False:
+                return False
+            b = evaluate(e.right, env, ctx)
+            if a is True and b is True:
+                return True
+            return False if b is False else None
+        if e.op == "or":
+            a = evaluate(e.left, env, ctx)
+            if a is True:
+                return True
+            b = evaluate(e.right, env, ctx)
+            if b is True:
+                return True
+            return False if (a is False and b is False) else None
+        a, b = evaluate(e.left, env, ctx), evaluate(e.right, env, ctx)
+        if e.op in _NEG:
+            return _cmp(ctx, e.op, a, b)
+        if isinstance(a, Fraction) or isinstance(b, Fraction):
+            a, b = Fraction(a), Fraction(b)
+            return {"+": a + b, "-": a - b, "*": a * b, "/": a / b, "//": a // b}[e.op]
+        if e.op == "+":
+            return S.norm(sp.sympify(a) + sp.sympify(b))
+        if e.op == "-":
+            return S.norm(sp.sympify(a) - sp.sympify(b))
+        if e.op == "*":
+            return S.norm(sp.sympify(a) * sp.sympify(b))
+        if e.op == "//":
+            return S.floordiv(a, b)
+        if e.op == "/":
+            return S.exact_div(a, b)
+    raise LemmaError(f"cannot evaluate {e!r}")
+
+
+def check_condition(rule: Rule, env: dict, ctx: EvalContext) -> bool:
+    if rule.cond is None:
+        return True
+    try:
+        return evaluate(rule.cond, env, ctx) is True
+    except (ZeroDivisionError, ValueError, IndexError, TypeError, ShapeError):
+        return False
+
+
+def instantiate(p: Term, env: dict, ctx: EvalContext, reg: Registry) -> Term:
+    """Build the term for a pattern under ``env``; tensor variables map to terms."""
+    if isinstance(p, PVar):
+        return env[p.name]
+    assert isinstance(p, App)
+    op = reg.get(p.op)
+    attrs = []
+    for name, v in p.attrs:
+        val = v.value if isinstance(v, AConst) else evaluate(v, env, ctx)
+        attrs.append((name, coerce_attr(op, op.attr_spec(name), val, f"lemma rhs {p.op}")))
+    return App(p.op, tuple(instantiate(a, env, ctx, reg) for a in p.args), tuple(attrs))

@@ -1,0 +1,109 @@
+"""Verdicts, failure reports and their text/JSON renderings."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ..ir.expr import Term, to_text
+
+EXIT_CODES = {"refines": 0, "does-not-refine": 1, "inconclusive": 3}
+
+
+@dataclass
+class Failure:
+    """Where inference stopped: the G_s operator, what was known of its inputs, what of G_d was explored."""
+    op: str
+    node: str
+    loc: str | None
+    outputs: list[str]
+    reason: str
+    input_relations: dict[str, list[str]]
+    explored: list[str]
+    replay: dict | None = None  # numeric evidence, filled by --replay
+
+
+@dataclass
+class NodeStat:
+    node: str
+    op: str
+    seconds: float
+    explored: int
+
+
+@dataclass
+class VerifyResult:
+    verdict: str = "inconclusive"
+    r_o: dict[str, list[Term]] = field(default_factory=dict)
+    failure: Failure | None = None
+    relations: dict[str, list[Term]] = field(default_factory=dict)
+    node_stats: list[NodeStat] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+    replay: dict | None = None
+    expect: dict | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    @property
+    def refines(self) -> bool:
+        return self.verdict == "refines"
+
+    def r_o_lines(self) -> list[str]:
+        return [f"{t} = {to_text(e)}" for t, exprs in self.r_o.items() for e in exprs]
+
+    def to_dict(self) -> dict:
+        d = {
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "r_o": {t: [to_text(e) for e in exprs] for t, exprs in self.r_o.items()},
+            "failure": asdict(self.failure) if self.failure else None,
+            "timings": self.timings,
+            "nodes": [asdict(n) for n in self.node_stats],
+            "stats": self.stats,
+        }
+        if self.replay is not None:
+            d["replay"] = self.replay
+        if self.expect is not None:
+            d["expect"] = self.expect
+        return d
+
+    def render(self) -> str:
+        head = {"refines": "REFINES", "does-not-refine": "DOES NOT REFINE", "inconclusive": "INCONCLUSIVE"}
+        t = self.timings
+        lines = [f"graphguard: {head[self.verdict]}  ({t.get('n_spec_ops', 0)} G_s ops, "
+                 f"{t.get('n_impl_ops', 0)} G_d ops, {t.get('total', 0.0):.2f} s)"]
+        if self.verdict == "refines":
+            lines.append("output relation R_o:")
+            lines += ["  " + x for x in self.r_o_lines()]
+        if self.failure:
+            f = self.failure
+            loc = f" at {f.loc}" if f.loc else ""
+            lines.append(f"stopped at G_s operator {f.op} (node '{f.node}' -> {', '.join(f.outputs)}){loc}")
+            lines.append(f"  reason: {f.reason}")
+            lines.append("  relations known for its inputs:")
+            for t, exprs in f.input_relations.items():
+                for e in exprs or ["(none)"]:
+                    lines.append(f"    {t} = {e}")
+            if f.explored:
+                lines.append(f"  G_d tensors explored for it: {', '.join(f.explored)}")
+            if f.replay:
+                r = f.replay
+                lines.append(f"  replay: closest G_d reconstruction {r['candidate']} differs from {r['output']} by "
+                             f"max |diff| = {r['max_abs_diff']:.3g}")
+        if self.replay is not None:
+            r = self.replay
+            status = "ok" if r["ok"] else "MISMATCH"
+            lines.append(f"replay: {status}: {r['checked']} relation(s) checked numerically "
+                         f"(max |diff| {r['max_abs_diff']:.3g}, seed {r['seed']})")
+            for m in r.get("mismatches", []):
+                lines.append(f"  mismatch: {m}")
+        if self.expect is not None:
+            e = self.expect
+            if e["missing"]:
+                lines.append("expected relations NOT in R_o:")
+                for t, exp, got in e["missing"]:
+                    lines.append(f"  {t}: expected {exp}; R_o has {', '.join(got) or 'nothing'}")
+            else:
+                lines.append(f"expected relations: all {e['checked']} found in R_o")
+        return "\n".join(lines)

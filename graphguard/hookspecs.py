@@ -1,0 +1,34 @@
+"""Every extension point of graphguard, in one place.
+
+Plugins are modules that implement some of these hooks with ``@graphguard.hookimpl``. They are found
+through two entry-point groups -- ``graphguard.frontends`` and ``graphguard.lemma_packs`` -- exactly the
+same way for the built-in ones (``ir`` frontend, ``core`` pack) as for a third party's package::
+
+    [project.entry-points."graphguard.lemma_packs"]
+    mypack = "mypack.graphguard_plugin"
+
+A plugin can be disabled by its entry-point name (``graphguard -p no:NAME ...``).
+"""
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("graphguard")
+hookimpl = pluggy.HookimplMarker("graphguard")
+
+
+@hookspec
+def graphguard_ops() -> list:
+    """Operator definitions (:class:`graphguard.ir.ops.OpDef`) this plugin provides: name, typed
+    attributes, shape function and NumPy reference. Names are dialect-qualified (``aten.mm``)."""
+
+
+@hookspec
+def graphguard_lemmas() -> list:
+    """Lemmas (:class:`graphguard.engine.lemma.Lemma`) over operators known to the registry. Each has a
+    unique numeric reference; ``graphguard lemmas check`` fuzzes every one of them."""
+
+
+@hookspec
+def graphguard_frontends() -> list:
+    """Graph readers (:class:`graphguard.frontends.Frontend`): turn files of some framework into IR graphs."""

@@ -1,0 +1,239 @@
+"""Computation graphs.
+
+A :class:`Graph` owns its :class:`Node` s and :class:`TensorInfo` s. Tensors are named; in a distributed
+graph G_d every tensor name ends in ``@r`` (the rank that holds it) and a collective is *one* node whose
+inputs and outputs lie on the ranks of its group, in group order -- the per-rank programs joined at
+their collectives. A sequential graph G_s has no ranks.
+
+Nodes are kept in a list; :meth:`Graph.validate` (the lint) checks: every op is known, arity and
+attributes, every tensor is defined exactly once (graph input or node output) before use, no cycle,
+shapes infer (and agree with declared ones), and ranks are consistent. Mutate a graph only through
+:meth:`add_input` / :meth:`add_node` / :attr:`outputs`, then call :meth:`validate`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from graphlib import CycleError, TopologicalSorter
+from typing import Any
+
+from ..errors import InputError, ShapeError
+from . import scalar as S
+from .expr import App, Leaf, Term, rank_of
+from .ops import OpDef, Registry, Shape, expand, fmt_shape, normalize_attrs
+from .scalar import Constraints
+from .semantics import term_shape
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    shape: Shape
+    dtype: str = "float32"
+
+    @property
+    def rank(self) -> int | None:
+        return rank_of(self.name)
+
+
+@dataclass
+class Node:
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+    loc: str | None = None  # source location, when the frontend knows it
+
+    def describe(self) -> str:
+        loc = f" [{self.loc}]" if self.loc else ""
+        return f"{self.op} (node '{self.name}' -> {', '.join(self.outputs)}){loc}"
+
+
+class Graph:
+    def __init__(self, name: str = "graph", source: str = "<memory>"):
+        self.name = name
+        self.source = source
+        self.inputs: list[str] = []
+        self.outputs: list[str] = []
+        self.nodes: list[Node] = []
+        self.tensors: dict[str, TensorInfo] = {}
+        self.producer: dict[str, Node] = {}
+        self.consumers: dict[str, list[Node]] = {}
+        self.world_size: int | None = None
+        self._terms: dict[str, Term] = {}
+
+    # -- construction ---------------------------------------------------------------------------
+    def add_input(self, name: str, shape, dtype: str = "float32") -> str:
+        if name in self.tensors:
+            raise InputError(f"{self.source}: tensor '{name}' is defined twice")
+        self.inputs.append(name)
+        self.tensors[name] = TensorInfo(name, tuple(S.norm(d) for d in shape), dtype)
+        return name
+
+    def add_node(self, op: str, inputs: list[str], outputs: list[str], attrs: dict | None = None,
+                 name: str = "", loc: str | None = None, shapes: dict | None = None) -> Node:
+        node = Node(op, list(inputs), list(outputs), dict(attrs or {}), name or f"n{len(self.nodes)}", loc)
+        node._declared = shapes or {}  # type: ignore[attr-defined]
+        self.nodes.append(node)
+        return node
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size is not None
+
+    # -- queries --------------------------------------------------------------------------------
+    def shape(self, t: str) -> Shape:
+        return self.tensors[t].shape
+
+    def where(self, node: Node) -> str:
+        return f"{self.source}: node '{node.name}' ({node.op})"
+
+    def topo_order(self) -> list[Node]:
+        return list(self._order)
+
+    def node_terms(self, node: Node) -> list[Term]:
+        """The outputs of ``node`` as terms over its input tensors (collectives: their clean meaning)."""
+        return [self._terms[o] for o in node.outputs]
+
+    # -- lint -----------------------------------------------------------------------------------
+    def validate(self, reg: Registry, cx: Constraints) -> "Graph":
+        src = self.source
+        defined: dict[str, str] = {t: "input" for t in self.inputs}
+        for n in self.nodes:
+            if not n.outputs:
+                raise InputError(f"{self.where(n)}: node has no outputs")
+            for o in n.outputs:
+                if o in defined:
+                    raise InputError(f"{self.where(n)}: tensor '{o}' is defined twice")
+                defined[o] = n.name
+        for n in self.nodes:
+            for i in n.inputs:
+                if i not in defined:
+                    raise InputError(f"{self.where(n)}: input tensor '{i}' is not defined anywhere "
+                                     f"(dangling tensor)")
+        for o in self.outputs:
+            if o not in defined:
+                raise InputError(f"{src}: graph output '{o}' is not defined anywhere (dangling tensor)")
+        self.producer = {o: n for n in self.nodes for o in n.outputs}
+        self.consumers = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                self.consumers.setdefault(i, []).append(n)
+        ts = TopologicalSorter({n.name: [self.producer[i].name for i in n.inputs if i in self.producer]
+                                for n in self.nodes})
+        by_name = {n.name: n for n in self.nodes}
+        if len(by_name) != len(self.nodes):
+            seen = set()
+            for n in self.nodes:
+                if n.name in seen:
+                    raise InputError(f"{src}: two nodes are named '{n.name}'")
+                seen.add(n.name)
+        try:
+            order = [by_name[x] for x in ts.static_order()]
+        except CycleError as e:
+            cyc = " -> ".join(dict.fromkeys(e.args[1]))
+            raise InputError(f"{src}: the graph has a cycle through nodes {cyc}") from None
+        self._order = order
+        if self.distributed:
+            for t in self.inputs:
+                self._check_rank_name(t, f"{src}: graph input")
+        for n in order:
+            self._infer(n, reg, cx)
+        return self
+
+    def _check_rank_name(self, t: str, where: str) -> int:
+        r = rank_of(t)
+        if r is None:
+            raise InputError(f"{where}: tensor '{t}' of a distributed graph must be named NAME@RANK")
+        if not 0 <= r < self.world_size:
+            raise InputError(f"{where}: tensor '{t}' is on rank {r}, outside world size {self.world_size}")
+        return r
+
+    def _infer(self, n: Node, reg: Registry, cx: Constraints) -> None:
+        where = self.where(n)
+        op: OpDef | None = reg.get(n.op)
+        if op is None:
+            raise InputError(f"{where}: unknown operator '{n.op}' (no loaded op definition or lemma pack "
+                             f"provides it; see `graphguard plugins`)")
+        n.op = op.name
+        if op.arity is not None and len(n.inputs) != op.arity:
+            raise InputError(f"{where}: {op.name} takes {op.arity} input(s), got {len(n.inputs)}")
+        if op.arity is None and not n.inputs:
+            raise InputError(f"{where}: {op.name} needs at least one input")
+        try:
+            attrs = normalize_attrs(op, n.attrs, where)
+        except ShapeError as e:
+            raise InputError(str(e)) from None
+        n.attrs = dict(attrs)
+        if not isinstance(n.attrs, dict):
+            raise AssertionError
+        in_shapes = [self.tensors[i].shape for i in n.inputs]
+        self._check_ranks(n, op)
+        leaves = [Leaf(i) for i in n.inputs]
+        try:
+            if op.meaning is not None:
+                outs = expand(op, leaves, n.attrs, in_shapes)
+            else:
+                outs = [App(op.name, tuple(leaves), attrs)]
+            if len(outs) != len(n.outputs):
+                raise InputError(f"{where}: {op.name} produces {len(outs)} output(s), node lists "
+                                 f"{len(n.outputs)}")
+            shapes = [term_shape(t, self.shape, reg, cx) for t in outs]
+        except (ShapeError, ValueError) as e:
+            raise InputError(f"{where}: {e}") from None
+        dtype = self.tensors[n.inputs[0]].dtype if n.inputs else "float32"
+        declared = getattr(n, "_declared", {})
+        for o, t, s in zip(n.outputs, outs, shapes):
+            if o in declared and declared[o] is not None:
+                d = tuple(S.norm(x) for x in declared[o]["shape"])
+                if len(d) != len(s) or any(S.norm(a) != S.norm(b) for a, b in zip(d, s)):
+                    raise InputError(f"{where}: declared shape {fmt_shape(d)} of '{o}' does not match the "
+                                     f"inferred shape {fmt_shape(s)}")
+                dtype_o = declared[o].get("dtype", dtype)
+            else:
+                dtype_o = dtype
+            self.tensors[o] = TensorInfo(o, s, dtype_o)
+            self._terms[o] = t
+
+    def _check_ranks(self, n: Node, op: OpDef) -> None:
+        if not self.distributed:
+            if op.collective:
+                raise InputError(f"{self.where(n)}: collective in a sequential graph (set world_size)")
+            return
+        where = self.where(n)
+        in_r = [self._check_rank_name(t, where) for t in n.inputs]
+        out_r = [self._check_rank_name(t, where) for t in n.outputs]
+        if op.name == "core.sendrecv":
+            if in_r[0] != n.attrs["src"] or out_r[0] != n.attrs["dst"]:
+                raise InputError(f"{where}: sendrecv input must be on rank src={n.attrs['src']} and output on "
+                                 f"rank dst={n.attrs['dst']}")
+        elif op.collective:
+            group = list(n.attrs["group"])
+            if in_r != group or out_r != group:
+                raise InputError(f"{where}: collective over group {group} has inputs on ranks {in_r} and "
+                                 f"outputs on ranks {out_r} (rank mismatch; one per group member, in order)")
+        else:
+            rs = set(in_r) | set(out_r)
+            if len(rs) > 1:
+                raise InputError(f"{where}: a non-collective op mixes tensors of ranks {sorted(rs)} "
+                                 f"(rank mismatch)")
+
+    # -- text dump ------------------------------------------------------------------------------
+    def dump(self) -> str:
+        lines = [f"graph {self.name}" + (f" (world size {self.world_size})" if self.distributed else "")]
+        for t in self.inputs:
+            ti = self.tensors[t]
+            lines.append(f"  input {t}: {ti.dtype}{fmt_shape(ti.shape)}")
+        for n in self._order:
+            outs = ", ".join(f"{o}: {fmt_shape(self.tensors[o].shape)}" for o in n.outputs)
+            attrs = ", ".join(f"{k}={_fmt_attr(v)}" for k, v in n.attrs.items())
+            args = ", ".join(n.inputs + ([attrs] if attrs else []))
+            loc = f"    # {n.loc}" if n.loc else ""
+            lines.append(f"  {outs} = {n.op}({args}){loc}")
+        lines.append(f"  output {', '.join(self.outputs)}")
+        return "\n".join(lines)
+
+
+def _fmt_attr(v) -> str:
+    from .expr import attr_text
+    return attr_text(v)

@@ -1,0 +1,382 @@
+"""Operator definitions: what an op name means.
+
+Every operator has a dialect-qualified name (``core.concat``, ``aten.mm``, ``hlo.dot``), typed attributes,
+a shape function and a NumPy reference implementation. The *clean* dialect -- the operations allowed in
+a certificate R_o: slice, concat, permute, reshape, identity and cross-rank sum/max -- is defined here,
+together with the collectives, whose meaning is given as clean expressions over their inputs.
+Compute operators come from lemma packs (plugins), which register :class:`OpDef` s the same way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from math import prod
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import sympy as sp
+
+from ..errors import ShapeError
+from . import scalar as S
+from .expr import App, Term, app
+
+Shape = tuple  # tuple of scalars
+
+ATTR_KINDS = ("int", "ints", "scalar", "scalars", "str", "number")
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    name: str
+    kind: str  # one of ATTR_KINDS
+    default: Any = None
+    choices: tuple = ()
+
+    @property
+    def required(self) -> bool:
+        return self.default is None
+
+
+@dataclass
+class OpDef:
+    """An operator.
+
+    ``arity`` is the number of tensor inputs (None: one or more, kept binary inside terms).
+    ``shape(in_shapes, attrs, cx)`` returns the output shape or raises :class:`ShapeError`.
+    ``ref(arrays, attrs)`` is the NumPy reference.  ``clean`` marks the certificate dialect.
+    ``meaning(in_terms, attrs)`` -- for ops that are *defined* by other ops (collectives, split) --
+    returns one term per output; such ops never appear inside terms themselves.
+    """
+    name: str
+    arity: int | None
+    shape: Callable | None = None
+    ref: Callable | None = None
+    attrs: tuple[AttrSpec, ...] = ()
+    clean: bool = False
+    cost: int = 1
+    meaning: Callable | None = None
+    collective: bool = False
+    doc: str = ""
+    source: str = ""  # which plugin registered it
+
+    def attr_spec(self, name: str) -> AttrSpec | None:
+        for a in self.attrs:
+            if a.name == name:
+                return a
+        return None
+
+    def n_outputs(self, n_inputs: int, attrs: dict) -> int:
+        if self.meaning is None:
+            return 1
+        return len(self.meaning([App("core.identity", ()) for _ in range(n_inputs)], attrs))
+
+
+def coerce_attr(op: OpDef, spec: AttrSpec, value: Any, where: str) -> Any:
+    """Check and normalise one attribute value; raises ShapeError with ``where`` in the message."""
+    k = spec.kind
+    try:
+        if k == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError
+            return value
+        if k == "ints":
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                              for v in value):
+                raise TypeError
+            return tuple(value)
+        if k == "scalar":
+            return S.parse(value) if isinstance(value, str) else S.norm(value)
+        if k == "scalars":
+            if not isinstance(value, (list, tuple)):
+                raise TypeError
+            return tuple(S.parse(v) if isinstance(v, str) else S.norm(v) for v in value)
+        if k == "str":
+            if not isinstance(value, str):
+                raise TypeError
+            if spec.choices and value not in spec.choices:
+                raise ShapeError(f"{where}: attribute {spec.name}={value!r} of {op.name} must be one of "
+                                 f"{', '.join(spec.choices)}")
+            return value
+        if k == "number":
+            if isinstance(value, str):
+                return Fraction(value)
+            if isinstance(value, bool):
+                raise TypeError
+            if isinstance(value, int):
+                return Fraction(value)
+            if isinstance(value, float):
+                return Fraction(value).limit_denominator(10**9) if value == value else value
+            if isinstance(value, Fraction):
+                return value
+            raise TypeError
+    except (TypeError, ValueError, ZeroDivisionError):
+        raise ShapeError(f"{where}: attribute {spec.name}={value!r} of {op.name} must be of kind {k}") from None
+    raise AssertionError(k)
+
+
+def normalize_attrs(op: OpDef, attrs: dict, where: str) -> tuple[tuple[str, Any], ...]:
+    """Attributes in declared order with defaults filled in; unknown or missing ones are errors."""
+    unknown = set(attrs) - {a.name for a in op.attrs}
+    if unknown:
+        raise ShapeError(f"{where}: unknown attribute(s) {', '.join(sorted(unknown))} for {op.name}")
+    out = []
+    for spec in op.attrs:
+        if spec.name in attrs:
+            out.append((spec.name, coerce_attr(op, spec, attrs[spec.name], where)))
+        elif spec.required:
+            raise ShapeError(f"{where}: {op.name} needs attribute {spec.name}")
+        else:
+            out.append((spec.name, coerce_attr(op, spec, spec.default, where)))
+    return tuple(out)
+
+
+class Registry:
+    """All known operators, by qualified name; a bare name means ``core.<name>``."""
+
+    def __init__(self):
+        self.ops: dict[str, OpDef] = {}
+
+    def add(self, op: OpDef) -> None:
+        if op.name in self.ops and self.ops[op.name] is not op:
+            raise ValueError(f"operator {op.name} is defined twice ({self.ops[op.name].source} and {op.source})")
+        self.ops[op.name] = op
+
+    def resolve(self, name: str) -> str:
+        return name if "." in name else "core." + name
+
+    def get(self, name: str) -> OpDef | None:
+        return self.ops.get(self.resolve(name))
+
+    def __contains__(self, name: str) -> bool:
+        return self.resolve(name) in self.ops
+
+    def __iter__(self):
+        return iter(self.ops.values())
+
+
+# =================================================================================================
+# Shape helpers shared by op definitions
+# =================================================================================================
+
+def fail(msg: str):
+    raise ShapeError(msg)
+
+
+def check_rank(name: str, shape: Shape, dim: int) -> None:
+    if not 0 <= dim < len(shape):
+        fail(f"{name}: dim {dim} out of range for a rank-{len(shape)} tensor")
+
+
+def same_shapes(name: str, shapes: Sequence[Shape]) -> Shape:
+    first = tuple(shapes[0])
+    for s in shapes[1:]:
+        if len(s) != len(first) or any(S.norm(a) != S.norm(b) for a, b in zip(s, first)):
+            fail(f"{name}: operand shapes differ: {fmt_shape(first)} vs {fmt_shape(s)}")
+    return first
+
+
+def fmt_shape(s: Shape) -> str:
+    return "[" + ", ".join(S.text(d) for d in s) + "]"
+
+
+def numel(shape: Shape) -> S.Scalar:
+    return S.norm(sp.Mul(*[sp.sympify(d) for d in shape])) if shape else 1
+
+
+# =================================================================================================
+# The clean dialect
+# =================================================================================================
+
+def _concat_shape(shapes, attrs, cx):
+    d = attrs["dim"]
+    for s in shapes:
+        check_rank("concat", s, d)
+    r = len(shapes[0])
+    for s in shapes[1:]:
+        if len(s) != r or any(S.norm(a) != S.norm(b) for i, (a, b) in enumerate(zip(s, shapes[0])) if i != d):
+            fail(f"concat: shapes {fmt_shape(shapes[0])} and {fmt_shape(s)} differ outside dim {d}")
+    out = list(shapes[0])
+    out[d] = S.norm(sum(sp.sympify(s[d]) for s in shapes))
+    return tuple(out)
+
+
+def _slice_shape(shapes, attrs, cx):
+    (x,) = shapes
+    d, a, b = attrs["dim"], attrs["start"], attrs["end"]
+    check_rank("slice", x, d)
+    if not (cx.prove(">=", a, 0) and cx.prove("<=", a, b) and cx.prove("<=", b, x[d])):
+        fail(f"slice: bounds [{S.text(a)}:{S.text(b)}] not within 0..{S.text(x[d])} on dim {d}")
+    out = list(x)
+    out[d] = S.norm(sp.sympify(b) - sp.sympify(a))
+    return tuple(out)
+
+
+def _slice_ref(xs, attrs):
+    (x,) = xs
+    idx = [slice(None)] * x.ndim
+    idx[attrs["dim"]] = slice(attrs["start"], attrs["end"])
+    return x[tuple(idx)]
+
+
+def _permute_shape(shapes, attrs, cx):
+    (x,) = shapes
+    p = attrs["dims"]
+    if sorted(p) != list(range(len(x))):
+        fail(f"permute: dims {list(p)} is not a permutation of a rank-{len(x)} tensor")
+    return tuple(x[i] for i in p)
+
+
+def _reshape_shape(shapes, attrs, cx):
+    (x,) = shapes
+    new = attrs["shape"]
+    if S.norm(numel(x)) != S.norm(numel(new)):
+        fail(f"reshape: cannot reshape {fmt_shape(x)} to {fmt_shape(new)}")
+    return tuple(new)
+
+
+def _elementwise_shape(name):
+    def f(shapes, attrs, cx):
+        return same_shapes(name, shapes)
+    return f
+
+
+def _reduce_ref(fn):
+    def f(xs, attrs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = fn(out, x)
+        return out
+    return f
+
+
+CLEAN_OPS = [
+    OpDef("core.concat", None, _concat_shape, lambda xs, a: np.concatenate(xs, axis=a["dim"]),
+          (AttrSpec("dim", "int"),), clean=True, doc="Concatenate along dim."),
+    OpDef("core.slice", 1, _slice_shape, _slice_ref,
+          (AttrSpec("dim", "int"), AttrSpec("start", "scalar"), AttrSpec("end", "scalar")), clean=True,
+          doc="x[start:end] along dim (step 1)."),
+    OpDef("core.permute", 1, _permute_shape, lambda xs, a: np.transpose(xs[0], a["dims"]),
+          (AttrSpec("dims", "ints"),), clean=True, doc="Permute dimensions (transpose)."),
+    OpDef("core.reshape", 1, _reshape_shape, lambda xs, a: np.reshape(xs[0], [int(d) for d in a["shape"]]),
+          (AttrSpec("shape", "scalars"),), clean=True, doc="Row-major reshape."),
+    OpDef("core.identity", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: xs[0], clean=True, doc="Identity."),
+    OpDef("core.sum", None, _elementwise_shape("sum"), _reduce_ref(np.add), clean=True,
+          doc="Elementwise sum of same-shape tensors; clean when its operands come from disjoint ranks."),
+    OpDef("core.max", None, _elementwise_shape("max"), _reduce_ref(np.maximum), clean=True,
+          doc="Elementwise max of same-shape tensors; clean when its operands come from disjoint ranks."),
+]
+
+
+# =================================================================================================
+# Ops defined by clean expressions: split and the collectives
+# =================================================================================================
+
+def _split_meaning(ins, attrs):
+    (x,) = ins
+    out, start = [], 0
+    for sz in attrs["sizes"]:
+        end = S.norm(sp.sympify(start) + sp.sympify(sz))
+        out.append(app("core.slice", x, dim=attrs["dim"], start=start, end=end))
+        start = end
+    return out
+
+
+def _reduce(op: str, ins):
+    if op == "sum":
+        return app("core.sum", *ins) if len(ins) > 1 else ins[0]
+    if op == "max":
+        return app("core.max", *ins) if len(ins) > 1 else ins[0]
+    if op == "avg":
+        total = app("core.sum", *ins) if len(ins) > 1 else ins[0]
+        return app("core.scale", total, factor=Fraction(1, len(ins)))
+    raise ShapeError(f"unknown reduction {op!r}")
+
+
+def _all_reduce_meaning(ins, attrs):
+    t = _reduce(attrs["op"], ins)
+    return [t for _ in ins]
+
+
+def _all_gather_meaning(ins, attrs):
+    t = app("core.concat", *ins, dim=attrs["dim"]) if len(ins) > 1 else ins[0]
+    return [t for _ in ins]
+
+
+def _reduce_scatter_meaning(ins, attrs, shapes=None):
+    w = len(ins)
+    t = _reduce(attrs["op"], ins)
+    if shapes is None:
+        return [t for _ in ins]
+    n = shapes[0][attrs["dim"]]
+    chunk = S.exact_div(n, w)
+    return [app("core.slice", t, dim=attrs["dim"], start=S.norm(sp.sympify(chunk) * r),
+                end=S.norm(sp.sympify(chunk) * (r + 1))) for r in range(w)]
+
+
+def _all_to_all_meaning(ins, attrs, shapes=None):
+    w = len(ins)
+    if shapes is None:
+        return list(ins)
+    sd, cd = attrs["split_dim"], attrs["concat_dim"]
+    chunk = S.exact_div(shapes[0][sd], w)
+    outs = []
+    for r in range(w):
+        parts = [app("core.slice", x, dim=sd, start=S.norm(sp.sympify(chunk) * r),
+                     end=S.norm(sp.sympify(chunk) * (r + 1))) for x in ins]
+        outs.append(app("core.concat", *parts, dim=cd) if w > 1 else parts[0])
+    return outs
+
+
+def _broadcast_meaning(ins, attrs):
+    group = attrs["group"]
+    if attrs["src"] not in group:
+        raise ShapeError(f"broadcast: src rank {attrs['src']} is not in group {list(group)}")
+    src = ins[group.index(attrs["src"])]
+    return [src for _ in ins]
+
+
+GROUP = AttrSpec("group", "ints")
+
+# Not clean: ``avg`` reductions need it, so it lives beside the collectives.
+SCALE = OpDef("core.scale", 1, lambda s, a, cx: tuple(s[0]),
+              lambda xs, a: xs[0] * (a["factor"].numerator / a["factor"].denominator),
+              (AttrSpec("factor", "number"),), doc="x * factor (a rational constant).")
+
+COLLECTIVES = [
+    OpDef("core.all_reduce", None, attrs=(AttrSpec("op", "str", "sum", ("sum", "max", "avg")), GROUP),
+          meaning=_all_reduce_meaning, collective=True,
+          doc="out@r = sum/max/avg over the group of in@g (inputs and outputs in group order)."),
+    OpDef("core.all_gather", None, attrs=(AttrSpec("dim", "int", 0), GROUP), meaning=_all_gather_meaning,
+          collective=True, doc="out@r = concat(in@g for g in group, dim)."),
+    OpDef("core.reduce_scatter", None,
+          attrs=(AttrSpec("op", "str", "sum", ("sum", "max", "avg")), AttrSpec("dim", "int", 0), GROUP),
+          meaning=_reduce_scatter_meaning, collective=True,
+          doc="out@r = slice r of reduce(in@g for g in group) along dim."),
+    OpDef("core.all_to_all", None,
+          attrs=(AttrSpec("split_dim", "int", 0), AttrSpec("concat_dim", "int", 0), GROUP),
+          meaning=_all_to_all_meaning, collective=True,
+          doc="out@r = concat(slice r of in@g along split_dim, for g in group) along concat_dim."),
+    OpDef("core.broadcast", None, attrs=(AttrSpec("src", "int"), GROUP), meaning=_broadcast_meaning,
+          collective=True, doc="out@r = in@src."),
+    OpDef("core.sendrecv", 1, attrs=(AttrSpec("src", "int"), AttrSpec("dst", "int")),
+          meaning=lambda ins, attrs: [ins[0]], collective=True,
+          doc="Point-to-point: the output, on rank dst, equals the input on rank src."),
+    OpDef("core.split", 1, attrs=(AttrSpec("dim", "int"), AttrSpec("sizes", "scalars")),
+          meaning=_split_meaning, doc="Split into consecutive slices along dim."),
+]
+
+SHAPE_DEPENDENT_MEANING = {"core.reduce_scatter", "core.all_to_all"}
+
+
+def expand(op: OpDef, ins: list[Term], attrs: dict, shapes: list[Shape] | None) -> list[Term]:
+    """The output terms of an op defined by ``meaning`` (collectives, split)."""
+    if op.name in SHAPE_DEPENDENT_MEANING:
+        return op.meaning(ins, attrs, shapes)
+    return op.meaning(ins, attrs)
+
+
+def builtin_ops() -> list[OpDef]:
+    ops = CLEAN_OPS + COLLECTIVES + [SCALE]
+    for o in ops:
+        o.source = "graphguard.ir"
+    return ops

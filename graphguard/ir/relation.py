@@ -1,0 +1,380 @@
+"""The relation language and relation files.
+
+Expressions::
+
+    concat(A@0, A@1, dim=1)          # A@0: tensor A on rank 0 of G_d; a bare name is a G_s tensor
+    sum(C@0, C@1)
+    slice(X@1, dim=0, start=4, end=8)
+    slice(X@0, dim=0, start=0, end=S/2)   # symbolic scalars
+
+Positional arguments are tensors (or nested expressions); keyword arguments are attributes. Lemma patterns
+use the same syntax plus ``?x`` variables, and attribute values may be arithmetic over them
+(``start=?s - size(?a, ?d)``). Side conditions are boolean expressions: ``?e <= size(?a, ?d) and ?k != ?d``.
+
+A relation file (YAML)::
+
+    inputs:
+      A: concat(A@0, A@1, dim=1)
+      E: [E@0, E@1]                 # several mappings for one tensor (replicated)
+    symbols:                        # optional: symbolic dims and their constraints
+      S: {min: 2, multiple_of: 2}
+    expect:                         # optional: relations the user expects in R_o
+      F: concat(F@0, F@1, dim=0)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedInput, VisitError
+
+from ..errors import InputError, ShapeError
+from . import scalar as S
+from .expr import ABin, ACall, AConst, AExpr, AList, App, AVar, Leaf, PVar, Term, app
+from .ops import Registry, coerce_attr
+from .scalar import Constraints, SymbolInfo
+
+GRAMMAR = r"""
+?expr: call | tensor | pvar
+call: NAME "(" [arg ("," arg)*] ")"
+?arg: expr | kwarg
+kwarg: NAME "=" aexpr
+tensor: NAME RANK?
+pvar: "?" NAME
+
+?cond: aexpr
+?aexpr: aand | aexpr "or" aand      -> or_
+?aand: anot | aand "and" anot       -> and_
+?anot: acmp | "not" anot            -> not_
+?acmp: asum | asum CMP asum         -> cmp
+?asum: aprod | asum "+" aprod       -> add
+     | asum "-" aprod               -> sub
+?aprod: aunary | aprod "*" aunary   -> mul
+      | aprod "//" aunary           -> floordiv
+      | aprod "/" aunary            -> div
+?aunary: aatom | "-" aunary         -> neg
+?aatom: INT                         -> int
+      | FLOAT                       -> float
+      | NAME                        -> name
+      | pvar
+      | ESCAPED_STRING              -> string
+      | "[" [aexpr ("," aexpr)*] "]" -> alist
+      | NAME "(" [aexpr ("," aexpr)*] ")" -> acall
+      | "(" aexpr ")"
+
+RANK: "@" /[0-9]+/
+CMP: "==" | "!=" | "<=" | ">=" | "<" | ">"
+NAME: /[A-Za-z_][A-Za-z0-9_.]*/
+FLOAT: /[0-9]+\.[0-9]*([eE][-+]?[0-9]+)?/
+%import common.INT
+%import common.ESCAPED_STRING
+%import common.WS
+%ignore WS
+"""
+
+_PARSER = Lark(GRAMMAR, start=["expr", "cond"], parser="lalr", propagate_positions=False)
+
+ALIASES = {"cat": "concat", "transpose": "permute", "add_n": "sum"}
+
+
+@dataclass(frozen=True)
+class RawCall:
+    """A parsed call before it is checked against the op registry."""
+    name: str
+    args: tuple
+    kwargs: tuple
+
+
+@v_args(inline=True)
+class _ToRaw(Transformer):
+    def call(self, name, *args):
+        pos, kw = [], []
+        for a in args:
+            if a is None:
+                continue
+            if isinstance(a, tuple) and len(a) == 3 and a[0] == "kw":
+                kw.append((a[1], a[2]))
+            else:
+                if kw:
+                    raise ValueError(f"positional argument after keyword argument in {name}(...)")
+                pos.append(a)
+        return RawCall(str(name), tuple(pos), tuple(kw))
+
+    def kwarg(self, name, value):
+        return ("kw", str(name), value)
+
+    def tensor(self, name, rank=None):
+        return Leaf(str(name) + (str(rank) if rank else ""))
+
+    def pvar(self, name):
+        return PVar(str(name))
+
+    def int(self, tok):
+        return AConst(int(tok))
+
+    def float(self, tok):
+        return AConst(Fraction(str(tok)))
+
+    def name(self, tok):
+        s = str(tok)
+        if s in ("true", "false"):
+            return AConst(s == "true")
+        return AConst(("sym", s))
+
+    def string(self, tok):
+        return AConst(str(tok)[1:-1])
+
+    def alist(self, *items):
+        return AList(tuple(i for i in items if i is not None))
+
+    def acall(self, name, *args):
+        return ACall(str(name), tuple(a for a in args if a is not None))
+
+    def cmp(self, a, op, b):
+        return ABin(str(op), a, b)
+
+    def or_(self, a, b):
+        return ABin("or", a, b)
+
+    def and_(self, a, b):
+        return ABin("and", a, b)
+
+    def not_(self, a):
+        return ABin("not", a, None)
+
+    def add(self, a, b):
+        return ABin("+", a, b)
+
+    def sub(self, a, b):
+        return ABin("-", a, b)
+
+    def mul(self, a, b):
+        return ABin("*", a, b)
+
+    def floordiv(self, a, b):
+        return ABin("//", a, b)
+
+    def div(self, a, b):
+        return ABin("/", a, b)
+
+    def neg(self, a):
+        return ABin("-", AConst(0), a)
+
+
+class ParseError(InputError):
+    pass
+
+
+def _parse(text: str, start: str, where: str, line: int = 1, col: int = 1):
+    try:
+        tree = _PARSER.parse(text, start=start)
+        return _ToRaw().transform(tree)
+    except UnexpectedInput as e:
+        ln, cl = e.line, e.column
+        if ln in (-1, None):
+            ln, cl = 1, len(text) + 1
+        abs_line = line + ln - 1
+        abs_col = (col + cl - 1) if ln == 1 else cl
+        got = getattr(e, "token", None)
+        what = f"unexpected {got!r}" if got not in (None, "") else "unexpected end of expression"
+        if isinstance(got, Token) and got.type == "$END":
+            what = "unexpected end of expression"
+        raise ParseError(f"{where}:{abs_line}:{abs_col}: {what} in {text!r}") from None
+    except VisitError as e:
+        raise ParseError(f"{where}:{line}:{col}: {e.orig_exc} in {text!r}") from None
+
+
+# -- lowering raw calls to terms ------------------------------------------------------------------
+
+def _const_attr(v: AExpr, where: str):
+    """Evaluate a constant attribute expression (no pattern variables)."""
+    if isinstance(v, AConst):
+        c = v.value
+        if isinstance(c, tuple) and c[0] == "sym":
+            return ("sym", c[1])
+        return c
+    if isinstance(v, AList):
+        return [_scalar_value(_const_attr(x, where), where) if not isinstance(x, AList) else _const_attr(x, where)
+                for x in v.items]
+    if isinstance(v, ABin) and v.op in "+-*//":
+        a = _scalar_value(_const_attr(v.left, where), where)
+        b = _scalar_value(_const_attr(v.right, where), where)
+        if v.op == "+":
+            return S.norm(S.sp.sympify(a) + S.sp.sympify(b))
+        if v.op == "-":
+            return S.norm(S.sp.sympify(a) - S.sp.sympify(b))
+        if v.op == "*":
+            return S.norm(S.sp.sympify(a) * S.sp.sympify(b))
+        if v.op == "//":
+            return S.floordiv(a, b)
+        if v.op == "/":
+            if isinstance(a, Fraction) or isinstance(b, Fraction):
+                return Fraction(a) / Fraction(b)
+            return S.norm(S.sp.sympify(a) / S.sp.sympify(b))
+    raise ParseError(f"{where}: unsupported attribute value")
+
+
+def _scalar_value(c, where):
+    if isinstance(c, tuple) and c[0] == "sym":
+        return S.symbol(c[1])
+    return c
+
+
+def _attr_for_kind(c, kind: str, where: str):
+    if isinstance(c, tuple) and c[0] == "sym":
+        return c[1] if kind == "str" else S.symbol(c[1])
+    if isinstance(c, list):
+        return [_attr_for_kind(x, "scalar", where) if kind in ("scalars", "ints") else x for x in c]
+    return c
+
+
+def lower(raw, reg: Registry, where: str) -> Term:
+    """Turn a parsed expression into a checked :class:`Term` (ops exist, attributes typed)."""
+    if isinstance(raw, (Leaf, PVar)):
+        return raw
+    assert isinstance(raw, RawCall)
+    name = ALIASES.get(raw.name, raw.name)
+    op = reg.get(name)
+    if op is None:
+        raise ParseError(f"{where}: unknown operator '{raw.name}'")
+    if op.meaning is not None:
+        raise ParseError(f"{where}: {op.name} cannot appear inside an expression (it is defined by other ops)")
+    args = [lower(a, reg, where) for a in raw.args]
+    if op.arity is not None and len(args) != op.arity:
+        raise ParseError(f"{where}: {op.name} takes {op.arity} tensor argument(s), got {len(args)}")
+    if op.arity is None and not args:
+        raise ParseError(f"{where}: {op.name} needs at least one tensor argument")
+    given = dict(raw.kwargs)
+    unknown = set(given) - {a.name for a in op.attrs}
+    if unknown:
+        raise ParseError(f"{where}: unknown attribute(s) {', '.join(sorted(unknown))} for {op.name}")
+    attrs = {}
+    for spec in op.attrs:
+        if spec.name not in given:
+            if spec.required:
+                raise ParseError(f"{where}: {op.name} needs attribute {spec.name}=")
+            attrs[spec.name] = coerce_attr(op, spec, spec.default, where)
+            continue
+        try:
+            c = _attr_for_kind(_const_attr(given[spec.name], where), spec.kind, where)
+            attrs[spec.name] = coerce_attr(op, spec, c, where)
+        except ShapeError as e:
+            raise ParseError(str(e)) from None
+    if op.arity is None and len(args) == 1:
+        return args[0]  # a one-operand concat/sum is its operand
+    return app(op.name, *args, **attrs)
+
+
+def parse_expr(text: str, reg: Registry, where: str = "<expr>", line: int = 1, col: int = 1) -> Term:
+    """Parse a relation expression (no pattern variables)."""
+    raw = _parse(text, "expr", where, line, col)
+    return lower(raw, reg, f"{where}:{line}:{col}")
+
+
+def parse_raw(text: str, where: str = "<pattern>"):
+    """Parse a pattern (with ``?x`` variables) without lowering; see :mod:`graphguard.engine.lemma`."""
+    return _parse(text, "expr", where)
+
+
+def parse_cond(text: str, where: str = "<condition>") -> AExpr:
+    return _parse(text, "cond", where)
+
+
+# -- relation files ---------------------------------------------------------------------------------
+
+@dataclass
+class RelationFile:
+    source: str
+    inputs: dict[str, list[Term]] = field(default_factory=dict)
+    expect: dict[str, list[Term]] = field(default_factory=dict)
+    symbols: dict[str, SymbolInfo] = field(default_factory=dict)
+    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def constraints(self) -> Constraints:
+        cx = Constraints()
+        for info in self.symbols.values():
+            cx.declare(info)
+        return cx
+
+
+def _compose(text: str, source: str):
+    try:
+        return yaml.compose(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        pos = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise InputError(f"{source}{pos}: invalid YAML ({getattr(e, 'problem', None) or e})") from None
+
+
+def _exprs(node, source: str, reg: Registry) -> list[Term]:
+    items = node.value if isinstance(node, yaml.SequenceNode) else [node]
+    out = []
+    for it in items:
+        if not isinstance(it, yaml.ScalarNode):
+            raise InputError(f"{source}:{it.start_mark.line + 1}:{it.start_mark.column + 1}: expected an "
+                             f"expression string")
+        line, col = it.start_mark.line + 1, it.start_mark.column + 1
+        if it.style in ('"', "'"):
+            col += 1
+        out.append(parse_expr(str(it.value), reg, source, line, col))
+    return out
+
+
+def parse_relation_text(text: str, source: str, reg: Registry) -> RelationFile:
+    root = _compose(text, source)
+    rel = RelationFile(source)
+    if root is None:
+        raise InputError(f"{source}: empty relation file (needs an 'inputs:' mapping)")
+    if not isinstance(root, yaml.MappingNode):
+        raise InputError(f"{source}:1:1: a relation file is a mapping with 'inputs:' (and optional 'symbols:')")
+    sections = {}
+    for k, v in root.value:
+        key = str(k.value)
+        if key not in ("inputs", "symbols", "expect"):
+            raise InputError(f"{source}:{k.start_mark.line + 1}:{k.start_mark.column + 1}: unknown section "
+                             f"'{key}' (expected inputs, symbols, expect)")
+        sections[key] = v
+    if "symbols" in sections:
+        node = sections["symbols"]
+        if not isinstance(node, yaml.MappingNode):
+            raise InputError(f"{source}:{node.start_mark.line + 1}: 'symbols' must be a mapping")
+        for k, v in node.value:
+            name = str(k.value)
+            where = f"{source}:{k.start_mark.line + 1}:{k.start_mark.column + 1}"
+            spec = yaml.safe_load(yaml.serialize(v)) if not isinstance(v, yaml.ScalarNode) or v.value else {}
+            if spec is None:
+                spec = {}
+            if not isinstance(spec, dict) or set(spec) - {"min", "max", "multiple_of"} or not all(
+                    isinstance(x, int) and not isinstance(x, bool) for x in spec.values()):
+                raise InputError(f"{where}: symbol '{name}' takes integer min/max/multiple_of")
+            rel.symbols[name] = SymbolInfo(name, spec.get("min", 1), spec.get("max"), spec.get("multiple_of"))
+    for section in ("inputs", "expect"):
+        if section not in sections:
+            continue
+        node = sections[section]
+        if not isinstance(node, yaml.MappingNode):
+            raise InputError(f"{source}:{node.start_mark.line + 1}: '{section}' must map tensor names to "
+                             f"expressions")
+        target = rel.inputs if section == "inputs" else rel.expect
+        for k, v in node.value:
+            name = str(k.value)
+            if name in target:
+                raise InputError(f"{source}:{k.start_mark.line + 1}: '{name}' is mapped twice")
+            target[name] = _exprs(v, source, reg)
+            rel.positions[name] = (k.start_mark.line + 1, k.start_mark.column + 1)
+    if "inputs" not in sections:
+        raise InputError(f"{source}: the relation file has no 'inputs:' section")
+    return rel
+
+
+def load_relation(path: str | Path, reg: Registry) -> RelationFile:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    return parse_relation_text(text, str(path), reg)

@@ -1,0 +1,144 @@
+"""The ``*.gg.json`` graph file format (read and write).
+
+::
+
+    {
+      "graphguard": 1,                       # format version
+      "name": "impl",
+      "world_size": 2,                       # present => a distributed graph G_d (tensor names NAME@RANK)
+      "inputs": [{"name": "A@0", "shape": [4, "K/2"], "dtype": "float32"}, ...],
+      "nodes": [
+        {"name": "mm0", "op": "core.matmul", "inputs": ["A@0", "B@0"], "outputs": ["C@0"],
+         "attrs": {}, "loc": "model.py:12"},
+        {"op": "core.reduce_scatter", "inputs": ["C@0", "C@1"], "outputs": ["D@0", "D@1"],
+         "attrs": {"op": "sum", "dim": 0, "group": [0, 1]}}
+      ],
+      "outputs": ["F@0", "F@1"]
+    }
+
+Shapes are lists of integers or scalar expressions over symbols (``"K/2"``); symbols and their
+constraints are declared in the relation file. ``outputs`` of a node may also be objects
+``{"name": ..., "shape": [...]}``; a declared shape is checked against the inferred one.
+Attribute values are JSON numbers, strings or lists; ``loc`` (optional) is shown in bug reports.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from . import scalar as S
+from .expr import attr_text
+from .graph import Graph
+from .ops import Registry
+from .scalar import Constraints
+
+FORMAT_VERSION = 1
+
+
+def _shape(v: Any, where: str) -> tuple:
+    if not isinstance(v, list):
+        raise InputError(f"{where}: shape must be a list, got {v!r}")
+    out = []
+    for d in v:
+        if isinstance(d, bool) or not isinstance(d, (int, str)):
+            raise InputError(f"{where}: bad dimension {d!r}")
+        try:
+            out.append(S.parse(d) if isinstance(d, str) else d)
+        except ValueError as e:
+            raise InputError(f"{where}: {e}") from None
+        if isinstance(out[-1], int) and out[-1] < 0:
+            raise InputError(f"{where}: negative dimension {d}")
+    return tuple(out)
+
+
+def graph_from_dict(doc: Any, source: str, reg: Registry, cx: Constraints) -> Graph:
+    if not isinstance(doc, dict):
+        raise InputError(f"{source}: a graph file must hold a JSON object")
+    if doc.get("graphguard") != FORMAT_VERSION:
+        raise InputError(f"{source}: not a graphguard graph (expected \"graphguard\": {FORMAT_VERSION})")
+    g = Graph(str(doc.get("name", Path(source).stem)), source)
+    ws = doc.get("world_size")
+    if ws is not None:
+        if isinstance(ws, bool) or not isinstance(ws, int) or ws < 1:
+            raise InputError(f"{source}: world_size must be a positive integer")
+        g.world_size = ws
+    for key in ("inputs", "nodes", "outputs"):
+        if not isinstance(doc.get(key), list):
+            raise InputError(f"{source}: missing or non-list field '{key}'")
+    for i, t in enumerate(doc["inputs"]):
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            raise InputError(f"{source}: inputs[{i}] must be an object with a name")
+        g.add_input(t["name"], _shape(t.get("shape"), f"{source}: input '{t['name']}'"), str(t.get("dtype", "float32")))
+    for i, n in enumerate(doc["nodes"]):
+        where = f"{source}: nodes[{i}]"
+        if not isinstance(n, dict) or not isinstance(n.get("op"), str):
+            raise InputError(f"{where}: a node must be an object with an 'op'")
+        ins, outs = n.get("inputs", []), n.get("outputs")
+        if not isinstance(ins, list) or not all(isinstance(x, str) for x in ins):
+            raise InputError(f"{where} ({n['op']}): 'inputs' must be a list of tensor names")
+        if not isinstance(outs, list) or not outs:
+            raise InputError(f"{where} ({n['op']}): 'outputs' must be a non-empty list")
+        names, declared = [], {}
+        for o in outs:
+            if isinstance(o, str):
+                names.append(o)
+            elif isinstance(o, dict) and isinstance(o.get("name"), str):
+                names.append(o["name"])
+                if "shape" in o:
+                    declared[o["name"]] = {"shape": _shape(o["shape"], f"{where}: output '{o['name']}'"),
+                                           **({"dtype": o["dtype"]} if "dtype" in o else {})}
+            else:
+                raise InputError(f"{where} ({n['op']}): bad output entry {o!r}")
+        attrs = n.get("attrs", {})
+        if not isinstance(attrs, dict):
+            raise InputError(f"{where} ({n['op']}): 'attrs' must be an object")
+        g.add_node(n["op"], ins, names, attrs, str(n.get("name", f"n{i}")), n.get("loc"), declared)
+    if not all(isinstance(o, str) for o in doc["outputs"]):
+        raise InputError(f"{source}: 'outputs' must be a list of tensor names")
+    g.outputs = list(doc["outputs"])
+    return g.validate(reg, cx)
+
+
+def load_graph(path: str | Path, reg: Registry, cx: Constraints) -> Graph:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    return graph_from_dict(doc, str(path), reg, cx)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (int, str, float)):
+        return v
+    return attr_text(v)
+
+
+def graph_to_dict(g: Graph) -> dict:
+    doc: dict[str, Any] = {"graphguard": FORMAT_VERSION, "name": g.name}
+    if g.distributed:
+        doc["world_size"] = g.world_size
+    doc["inputs"] = [{"name": t, "shape": [_jsonable(d) for d in g.tensors[t].shape],
+                      "dtype": g.tensors[t].dtype} for t in g.inputs]
+    doc["nodes"] = []
+    for n in g.nodes:
+        d: dict[str, Any] = {"name": n.name, "op": n.op, "inputs": n.inputs, "outputs": n.outputs}
+        if n.attrs:
+            d["attrs"] = {k: _jsonable(v) for k, v in n.attrs.items()}
+        if n.loc:
+            d["loc"] = n.loc
+        doc["nodes"].append(d)
+    doc["outputs"] = g.outputs
+    return doc
+
+
+def save_graph(g: Graph, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(graph_to_dict(g), indent=1) + "\n")

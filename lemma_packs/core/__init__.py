@@ -1,0 +1,15 @@
+"""The core lemma pack: compute ops of the core dialect and the algebra of clean ops (a plugin)."""
+from graphguard.hookspecs import hookimpl
+
+from .lemmas import LEMMAS
+from .ops import OPS
+
+
+@hookimpl
+def graphguard_ops():
+    return OPS
+
+
+@hookimpl
+def graphguard_lemmas():
+    return LEMMAS

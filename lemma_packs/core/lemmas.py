@@ -1,0 +1,88 @@
+"""Lemmas of the core pack. References: 1xx clean-op algebra, 2xx compute ops over clean ops.
+
+Concat and sum are binary inside terms (n-ary ones are left-nested), so these lemmas apply to any degree.
+"""
+from graphguard.engine.lemma import L
+
+CLEAN = [
+    L(101, "slice-full", "slice(?x, dim=?d, start=0, end=?e) => ?x", "?e == size(?x, ?d)"),
+    L(102, "concat-adjacent-slices",
+      "concat(slice(?x, dim=?d, start=?a, end=?b), slice(?x, dim=?d, start=?b, end=?c), dim=?d)"
+      " => slice(?x, dim=?d, start=?a, end=?c)"),
+    # constrained (§4.3): X[0:c] = concat(X[0:b], X[b:c]) only where both slices already exist. Prefixes
+    # suffice because n-ary concats are left-nested; the unconstrained 102 covers existing concats.
+    L(119, "prefix-from-adjacent-slices",
+      "concat(slice(?x, dim=?d, start=0, end=?b), slice(?x, dim=?d, start=?b, end=?c), dim=?d)"
+      " => slice(?x, dim=?d, start=0, end=?c)", exists="args"),
+    L(103, "slice-of-slice",
+      "slice(slice(?x, dim=?d, start=?a, end=?b), dim=?d, start=?s, end=?e)"
+      " => slice(?x, dim=?d, start=?a + ?s, end=?a + ?e)"),
+    L(104, "slice-of-concat-left",
+      "slice(concat(?p, ?q, dim=?d), dim=?d, start=?s, end=?e) => slice(?p, dim=?d, start=?s, end=?e)",
+      "?e <= size(?p, ?d)"),
+    L(105, "slice-of-concat-right",
+      "slice(concat(?p, ?q, dim=?d), dim=?d, start=?s, end=?e)"
+      " => slice(?q, dim=?d, start=?s - size(?p, ?d), end=?e - size(?p, ?d))",
+      "?s >= size(?p, ?d)"),
+    L(106, "slice-of-concat-other-dim",
+      "slice(concat(?p, ?q, dim=?d), dim=?k, start=?s, end=?e)"
+      " => concat(slice(?p, dim=?k, start=?s, end=?e), slice(?q, dim=?k, start=?s, end=?e), dim=?d)",
+      "?k != ?d"),
+    L(107, "concat-assoc", "concat(?a, concat(?b, ?c, dim=?d), dim=?d) => concat(concat(?a, ?b, dim=?d), ?c, dim=?d)"),
+    L(108, "permute-permute", "permute(permute(?x, dims=?p), dims=?q) => permute(?x, dims=compose(?p, ?q))"),
+    L(109, "permute-identity", "permute(?x, dims=?p) => ?x", "is_identity(?p)"),
+    L(110, "permute-concat",
+      "permute(concat(?a, ?b, dim=?d), dims=?p) => concat(permute(?a, dims=?p), permute(?b, dims=?p), dim=index(?p, ?d))"),
+    L(111, "permute-slice",
+      "permute(slice(?x, dim=?d, start=?s, end=?e), dims=?p) => slice(permute(?x, dims=?p), dim=index(?p, ?d), start=?s, end=?e)"),
+    L(112, "reshape-reshape", "reshape(reshape(?x, shape=?s), shape=?t) => reshape(?x, shape=?t)"),
+    L(113, "reshape-identity", "reshape(?x, shape=?s) => ?x", "?s == shape(?x)"),
+    L(114, "identity", "identity(?x) => ?x"),
+    L(115, "sum-of-concats",
+      "sum(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(sum(?a, ?c), sum(?b, ?e), dim=?d)",
+      "size(?a, ?d) == size(?c, ?d)"),
+    L(116, "sum-of-slices",
+      "sum(slice(?a, dim=?d, start=?s, end=?e), slice(?b, dim=?d, start=?s, end=?e)) => slice(sum(?a, ?b), dim=?d, start=?s, end=?e)",
+      "shape(?a) == shape(?b)"),
+    L(117, "max-of-concats",
+      "max(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(max(?a, ?c), max(?b, ?e), dim=?d)",
+      "size(?a, ?d) == size(?c, ?d)"),
+    L(118, "sum-assoc", "sum(?a, sum(?b, ?c)) => sum(sum(?a, ?b), ?c)"),
+]
+
+COMPUTE = [
+    L(201, "matmul-block-k",
+      "matmul(concat(?a, ?b, dim=1), concat(?c, ?e, dim=0)) => sum(matmul(?a, ?c), matmul(?b, ?e))",
+      "size(?a, 1) == size(?c, 0)"),
+    L(202, "matmul-rows", "matmul(concat(?a, ?b, dim=0), ?w) => concat(matmul(?a, ?w), matmul(?b, ?w), dim=0)"),
+    L(203, "matmul-cols", "matmul(?x, concat(?a, ?b, dim=1)) => concat(matmul(?x, ?a), matmul(?x, ?b), dim=1)"),
+    L(204, "matmul-sum-left", "matmul(sum(?a, ?b), ?w) => sum(matmul(?a, ?w), matmul(?b, ?w))"),
+    L(205, "matmul-sum-right", "matmul(?x, sum(?a, ?b)) => sum(matmul(?x, ?a), matmul(?x, ?b))"),
+    L(206, "add-of-concats",
+      "add(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(add(?a, ?c), add(?b, ?e), dim=?d)",
+      "size(?a, ?d) == size(?c, ?d)"),
+    L(207, "sub-of-concats",
+      "sub(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(sub(?a, ?c), sub(?b, ?e), dim=?d)",
+      "size(?a, ?d) == size(?c, ?d)"),
+    L(208, "mul-of-concats",
+      "mul(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(mul(?a, ?c), mul(?b, ?e), dim=?d)",
+      "size(?a, ?d) == size(?c, ?d)"),
+    L(209, "div-of-concats",
+      "div(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(div(?a, ?c), div(?b, ?e), dim=?d)",
+      "size(?a, ?d) == size(?c, ?d)"),
+    L(210, "add-is-sum", "add(?a, ?b) <=> sum(?a, ?b)"),
+    L(211, "neg-of-concat", "neg(concat(?a, ?b, dim=?d)) => concat(neg(?a), neg(?b), dim=?d)"),
+    L(212, "relu-of-concat", "relu(concat(?a, ?b, dim=?d)) => concat(relu(?a), relu(?b), dim=?d)"),
+    L(213, "exp-of-concat", "exp(concat(?a, ?b, dim=?d)) => concat(exp(?a), exp(?b), dim=?d)"),
+    L(214, "scale-of-concat", "scale(concat(?a, ?b, dim=?d), factor=?f) => concat(scale(?a, factor=?f), scale(?b, factor=?f), dim=?d)"),
+    L(215, "scale-of-sum", "scale(sum(?a, ?b), factor=?f) => sum(scale(?a, factor=?f), scale(?b, factor=?f))"),
+    L(216, "mul-sum-left", "mul(sum(?a, ?b), ?w) => sum(mul(?a, ?w), mul(?b, ?w))"),
+    L(217, "sub-of-slices",
+      "sub(slice(?x, dim=?d, start=?s, end=?e), slice(?y, dim=?d, start=?s, end=?e)) => slice(sub(?x, ?y), dim=?d, start=?s, end=?e)",
+      "shape(?x) == shape(?y)"),
+    L(218, "add-of-slices",
+      "add(slice(?x, dim=?d, start=?s, end=?e), slice(?y, dim=?d, start=?s, end=?e)) => slice(add(?x, ?y), dim=?d, start=?s, end=?e)",
+      "shape(?x) == shape(?y)"),
+]
+
+LEMMAS = CLEAN + COMPUTE

@@ -1,0 +1,42 @@
+"""Compute operators of the core dialect (not clean): matmul and elementwise arithmetic."""
+from __future__ import annotations
+
+import numpy as np
+
+from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, same_shapes
+
+
+def _matmul_shape(shapes, attrs, cx):
+    a, b = shapes
+    if len(a) != 2 or len(b) != 2:
+        fail(f"matmul: expects two rank-2 tensors, got {fmt_shape(a)} and {fmt_shape(b)}")
+    if not cx.prove("==", a[1], b[0]):
+        fail(f"matmul: inner dimensions differ: {fmt_shape(a)} @ {fmt_shape(b)}")
+    return (a[0], b[1])
+
+
+def _ew(name, fn, doc):
+    return OpDef(f"core.{name}", 2, lambda s, a, cx, n=name: same_shapes(n, s), lambda xs, a: fn(*xs), doc=doc)
+
+
+def _unary(name, fn, doc):
+    return OpDef(f"core.{name}", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: fn(xs[0]), doc=doc)
+
+
+def _full_shape(shapes, attrs, cx):
+    return tuple(attrs["shape"])
+
+
+OPS = [
+    OpDef("core.matmul", 2, _matmul_shape, lambda xs, a: xs[0] @ xs[1], doc="Matrix product of rank-2 tensors."),
+    _ew("add", np.add, "Elementwise a + b (same shapes)."),
+    _ew("sub", np.subtract, "Elementwise a - b (same shapes)."),
+    _ew("mul", np.multiply, "Elementwise a * b (same shapes)."),
+    _ew("div", np.divide, "Elementwise a / b (same shapes)."),
+    _unary("neg", np.negative, "Elementwise -x."),
+    _unary("relu", lambda x: np.maximum(x, 0), "Elementwise max(x, 0)."),
+    _unary("exp", np.exp, "Elementwise exp(x)."),
+    OpDef("core.full", 0, _full_shape, lambda xs, a: np.full([int(d) for d in a["shape"]],
+                                                            float(a["value"])),
+          (AttrSpec("shape", "scalars"), AttrSpec("value", "number")), doc="A constant tensor."),
+]

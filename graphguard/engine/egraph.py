@@ -115,7 +115,7 @@ class Snapshot:
         self._strings = s
         self._shape: dict[Any, tuple] = {}
         self._repr: dict[Any, Term] = {}
-        self._clean: dict[Any, tuple[int, Term, frozenset]] = {}
+        self._clean: dict[Any, dict] = {}
         self._compute_shapes()
 
     # -- shapes ---------------------------------------------------------------------------------
@@ -187,9 +187,11 @@ class Snapshot:
         return self._repr[c]
 
     # -- clean extraction -----------------------------------------------------------------------
-    def _clean_node(self, nd: ENode, table: dict):
+    def _clean_node(self, nd: ENode, table: dict, allowed: frozenset | None = None):
         eg = self.eg
         if nd.op == "T":
+            if allowed is not None and nd.attrs not in allowed:
+                return None
             r = rank_of(nd.attrs)
             return (1, Leaf(nd.attrs), frozenset() if r is None else frozenset([r]))
         op = eg.reg.get(nd.op)
@@ -208,19 +210,21 @@ class Snapshot:
                 ranks = ranks | k[2]
         return (1 + sum(k[0] for k in kids), App(nd.op, tuple(k[1] for k in kids), nd.attrs), ranks)
 
-    def clean_table(self) -> dict:
-        if not self._clean:
-            table: dict = {}
-            self._fix(table, lambda nd: self._clean_node(nd, table))
-            self._clean = table
-        return self._clean
+    def clean_table(self, allowed: frozenset | None = None) -> dict:
+        table = self._clean.get(allowed)
+        if table is None:
+            table = {}
+            self._fix(table, lambda nd: self._clean_node(nd, table, allowed))
+            self._clean[allowed] = table
+        return table
 
-    def clean_variants(self, c) -> list[Term]:
-        """Distinct clean expressions of class ``c``: the best one through each of its e-nodes."""
-        table = self.clean_table()
+    def clean_variants(self, c, allowed: frozenset | None = None) -> list[Term]:
+        """Distinct clean expressions of class ``c``: the best one through each of its e-nodes
+        (only over the leaves in ``allowed`` when given)."""
+        table = self.clean_table(allowed)
         out: dict[str, tuple[int, Term]] = {}
         for nd in self.classes.get(c, []):
-            r = self._clean_node(nd, table)
+            r = self._clean_node(nd, table, allowed)
             if r is not None:
                 from ..ir.expr import to_text
                 key = to_text(r[1])

@@ -94,13 +94,19 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
         t_rel = {leaf for t in v.inputs for e in R[t] for leaf in leaves(e)}
         snap, explored = explore_frontier(ctx, snap, roots, t_rel, deadline)
         # Step 4: keep the clean expressions
-        r_v = {}
+        found = {}
+        d_outputs = frozenset(ctx.g_d.outputs)
+        s_outputs = set(ctx.g_s.outputs)
         for out, root in zip(v.outputs, roots):
             c = snap.find(root)
-            r_v[out] = prune_self_provable(ctx, snap.clean_variants(c))
-        return r_v, explored
+            exprs = snap.clean_variants(c)
+            if out in s_outputs:  # R_o needs expressions over G_d outputs: extract those too
+                exprs += [e for e in snap.clean_variants(c, d_outputs) if e not in exprs]
+            found[out] = exprs
     finally:
         eg.pop()
+    # ... only the simplest of each self-provable class (checked without G_d facts or R)
+    return {out: prune_self_provable(ctx, exprs) for out, exprs in found.items()}, explored
 
 
 # -- Listing 3 ------------------------------------------------------------------------------------

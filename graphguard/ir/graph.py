@@ -134,12 +134,22 @@ class Graph:
             cyc = " -> ".join(dict.fromkeys(e.args[1]))
             raise InputError(f"{src}: the graph has a cycle through nodes {cyc}") from None
         self._order = order
-        if self.distributed:
-            for t in self.inputs:
+        for t in self.inputs:
+            if self.distributed:
                 self._check_rank_name(t, f"{src}: graph input")
+            self._check_dims(f"{src}: graph input '{t}'", self.tensors[t].shape, cx)
         for n in order:
             self._infer(n, reg, cx)
         return self
+
+    @staticmethod
+    def _check_dims(where: str, shape: Shape, cx: Constraints) -> None:
+        for d in shape:
+            if not cx.integral(d):
+                raise InputError(f"{where}: dimension {S.text(d)} is not an integer for every allowed value of "
+                                 f"its symbols (declare e.g. multiple_of in the relation file)")
+            if not cx.prove(">=", d, 0):
+                raise InputError(f"{where}: dimension {S.text(d)} can be negative")
 
     def _check_rank_name(self, t: str, where: str) -> int:
         r = rank_of(t)
@@ -184,6 +194,7 @@ class Graph:
         dtype = self.tensors[n.inputs[0]].dtype if n.inputs else "float32"
         declared = getattr(n, "_declared", {})
         for o, t, s in zip(n.outputs, outs, shapes):
+            self._check_dims(f"{where}: output '{o}'", s, cx)
             if o in declared and declared[o] is not None:
                 d = tuple(S.norm(x) for x in declared[o]["shape"])
                 if len(d) != len(s) or any(S.norm(a) != S.norm(b) for a, b in zip(d, s)):

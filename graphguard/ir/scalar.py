@@ -139,32 +139,38 @@ class Constraints:
             v = self._z3vars[name] = z3.Int(name)
         return v
 
-    def _z3(self, e: sp.Expr) -> z3.ArithRef:
-        if e.is_Integer:
-            return z3.IntVal(int(e))
-        if e.is_Rational:
-            return z3.RealVal(f"{e.p}/{e.q}")
-        if e.is_Symbol:
-            return z3.ToReal(self._var(e.name))
-        if e.is_Add:
-            return z3.Sum([self._z3(a) for a in e.args])
-        if e.is_Mul:
-            out = self._z3(e.args[0])
-            for a in e.args[1:]:
-                out = out * self._z3(a)
-            return out
-        if e.is_Pow and e.exp.is_Integer and int(e.exp) > 0:
-            base = self._z3(e.base)
-            out = base
-            for _ in range(int(e.exp) - 1):
-                out = out * base
-            return out
-        if isinstance(e, sp.floor):
-            return z3.ToReal(z3.ToInt(self._z3(e.args[0])))
-        if isinstance(e, sp.Mod):
-            a, b = (self._z3(x) for x in e.args)
-            return a - b * z3.ToReal(z3.ToInt(a / b))
-        raise ValueError(f"cannot translate scalar {e} for z3")
+    def _int_poly(self, e) -> tuple[z3.ArithRef, int]:
+        """Write ``e`` as P/q: P an integer z3 polynomial, q a positive integer (integer arithmetic only).
+        ``floor(...)`` terms become fresh integers: less is known about them, never more."""
+        e = sp.sympify(e)
+        floors = {f: sp.Symbol(f"__floor{i}", integer=True) for i, f in enumerate(e.atoms(sp.floor))}
+        num, den = sp.fraction(sp.together(e.xreplace(floors)))
+        den = sp.expand(den)
+        if not den.is_Integer:
+            raise ValueError(f"cannot decide {e}: symbolic denominator")
+        q = int(den)
+        if q < 0:
+            num, q = -num, -q
+
+        def go(x) -> z3.ArithRef:
+            if x.is_Integer:
+                return z3.IntVal(int(x))
+            if x.is_Symbol:
+                return self._var(x.name)
+            if x.is_Add:
+                return z3.Sum([go(a) for a in x.args])
+            if x.is_Mul:
+                out = go(x.args[0])
+                for a in x.args[1:]:
+                    out = out * go(a)
+                return out
+            if x.is_Pow and x.exp.is_Integer and int(x.exp) > 0:
+                out = go(x.base)
+                for _ in range(int(x.exp) - 1):
+                    out = out * go(x.base)
+                return out
+            raise ValueError(f"cannot translate scalar {x} for z3")
+        return go(sp.expand(num)), q
 
     def _solver_with_constraints(self) -> z3.Solver:
         if self._solver is None:
@@ -205,8 +211,12 @@ class Constraints:
         if hit is not None:
             return hit
         self.z3_queries += 1
-        d = self._z3(diff)
-        goal = {"!=": d != 0, "<=": d <= 0, "<": d < 0, ">=": d >= 0, ">": d > 0}[op]
+        try:
+            p, _q = self._int_poly(diff)  # q > 0: the sign of diff is the sign of p
+        except ValueError:
+            self._cache[key] = False
+            return False
+        goal = {"!=": p != 0, "<=": p <= 0, "<": p < 0, ">=": p >= 0, ">": p > 0}[op]
         s = self._solver_with_constraints()
         s.push()
         for c in self._undeclared_positive([diff]):
@@ -218,26 +228,31 @@ class Constraints:
         self._cache[key] = ok
         return ok
 
-    def divides(self, b: Scalar, a: Scalar) -> bool:
-        """Is ``a`` a multiple of ``b`` for every allowed value?"""
-        a, b = norm(a), norm(b)
-        if isinstance(a, int) and isinstance(b, int):
-            return b != 0 and a % b == 0
-        q = sp.sympify(a) / sp.sympify(b)
-        if isinstance(b, int):
-            # a = sum of c_i * monomial_i: divisible if z3 shows a mod b == 0 under the constraints
-            s = self._solver_with_constraints()
-            s.push()
-            for c in self._undeclared_positive([a]):
-                s.add(c)
-            za = self._z3(sp.sympify(a))
-            k = z3.Int("__k")
-            # not (exists integer k: a == b*k)  <=>  a/b not integral
-            s.add(z3.ToInt(za / b) * b != za)
-            res = s.check()
+    def integral(self, a: Scalar) -> bool:
+        """Is ``a`` an integer for every allowed value of the symbols (``K/2`` needs K even)?"""
+        a = norm(a)
+        if isinstance(a, int):
+            return True
+        key = f"int|{text(a)}"
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        self.z3_queries += 1
+        s = self._solver_with_constraints()
+        s.push()
+        for c in self._undeclared_positive([a]):
+            s.add(c)
+        try:
+            p, q = self._int_poly(a)
+        except ValueError:
             s.pop()
-            return res == z3.unsat
-        return norm(q) is not None and isinstance(norm(sp.denom(q)), int) and norm(sp.denom(q)) == 1
+            self._cache[key] = False
+            return False
+        s.add(p % q != 0)
+        ok = s.check() == z3.unsat
+        s.pop()
+        self._cache[key] = ok
+        return ok
 
     def model(self) -> dict[str, int]:
         """Small concrete values for every declared symbol satisfying the constraints (for replay)."""

@@ -1,0 +1,240 @@
+"""Relation inference: bugs flagged at the right operator, degrees, collectives, symbols, budgets."""
+from __future__ import annotations
+
+import pytest
+
+import graphguard
+from graphguard import Budget
+from graphguard.ir.builder import GraphBuilder
+from graphguard.ir.expr import to_text
+from graphguard.ir.relation import parse_relation_text
+
+from conftest import files, run_cli, write_example
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_paper_fig1_degrees(tmp_path, world):
+    r = graphguard.verify(*files(write_example(tmp_path, world)), replay=True)
+    assert r.verdict == "refines"
+    shards = ", ".join(f"F@{i}" for i in range(world))
+    assert r.r_o_lines() == [f"F = concat({shards}, dim=0)"]
+    assert r.replay["ok"]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_wrong_offset_slice_is_flagged(tmp_path, world):
+    """Every rank slices the first chunk of the all-reduced product: flagged at the subtraction."""
+    r = graphguard.verify(*files(write_example(tmp_path, world, "wrong-offset")), replay=True)
+    assert r.verdict == "does-not-refine"
+    assert r.failure.node == "sub" and r.failure.loc == "model.py:4"
+    # C is fully known (sum of partials, and every rank's all-reduce output) but never as a concat of D@r
+    c = r.failure.input_relations["C"]
+    assert "S@0" in c and not any("D@" in e for e in c)
+    assert r.failure.replay["max_abs_diff"] > 1e-3
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_missing_reduction_any_degree(tmp_path, world):
+    r = graphguard.verify(*files(write_example(tmp_path, world, "missing-reduction")))
+    assert r.verdict == "does-not-refine" and r.failure.node == "sub"
+    assert r.failure.input_relations["C"] == [f"sum({', '.join(f'C@{i}' for i in range(world))})"]
+
+
+def test_symbolic_dims_use_z3_where_structure_does_not_decide(plugins):
+    """Slices at S/4 of an all-gathered [S/2]-sharded tensor: S/4 <= S/2 needs the solver."""
+    s = GraphBuilder("spec")
+    s.input("X", ["S", 4])
+    s.op("core.relu", ["X"], "Y", name="relu")
+    s.output("Y")
+    d = GraphBuilder("impl", world_size=2)
+    for r in range(2):
+        d.input(f"X@{r}", ["S/2", 4])
+        d.op("core.relu", [f"X@{r}"], f"Y@{r}")
+    d.op("core.all_gather", ["Y@0", "Y@1"], ["G@0", "G@1"], dim=0, group=[0, 1])
+    d.op("core.slice", ["G@0"], "P@0", dim=0, start=0, end="S/4")
+    d.op("core.slice", ["G@0"], "Q@0", dim=0, start="S/4", end="S/2")
+    d.op("core.slice", ["G@0"], "R@0", dim=0, start="S/2", end="S")
+    d.output("P@0", "Q@0", "R@0")
+    rel = parse_relation_text("inputs:\n  X: concat(X@0, X@1, dim=0)\nsymbols:\n  S: {min: 4, multiple_of: 4}\n",
+                              "rel", plugins.registry)
+    cx = rel.constraints()
+    g_s, g_d = s.build(plugins.registry, cx), d.build(plugins.registry, cx)
+    r = graphguard.verify(g_s, g_d, rel, replay=True)
+    assert r.verdict == "refines"
+    assert r.r_o_lines() == ["Y = concat(P@0, Q@0, R@0, dim=0)"]
+    assert r.stats["z3_queries"] > 0
+    assert r.replay["ok"]
+    # without the constraint S could be 1: S/4 is not an integer, and the proof must not go through
+    rel2 = parse_relation_text("inputs:\n  X: concat(X@0, X@1, dim=0)\nsymbols:\n  S: {min: 1}\n", "rel",
+                               plugins.registry)
+    with pytest.raises(graphguard.InputError):
+        graphguard.verify(g_s, d.build(plugins.registry, rel2.constraints()), rel2)
+
+
+def _graphs(plugins, spec_fn, impl_fn, relation: str, world=2):
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=world)
+    spec_fn(s)
+    impl_fn(d)
+    rel = parse_relation_text(relation, "rel", plugins.registry)
+    cx = rel.constraints()
+    return s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel
+
+
+def _relu_spec(s):
+    s.input("X", [4, 6])
+    s.op("core.relu", ["X"], "Y", name="relu")
+    s.output("Y")
+
+
+def test_all_gather(plugins):
+    def impl(d):
+        for r in range(2):
+            d.input(f"X@{r}", [2, 6])
+            d.op("core.relu", [f"X@{r}"], f"Y@{r}")
+        d.op("core.all_gather", ["Y@0", "Y@1"], ["Z@0", "Z@1"], dim=0, group=[0, 1])
+        d.output("Z@0", "Z@1")
+    r = graphguard.verify(*_graphs(plugins, _relu_spec, impl, "inputs:\n  X: concat(X@0, X@1, dim=0)\n"),
+                          replay=True)
+    assert r.verdict == "refines" and sorted(r.r_o_lines()) == ["Y = Z@0", "Y = Z@1"]
+    assert r.replay["ok"]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_all_to_all_transposes_the_sharding(plugins, world):
+    """Row-sharded in, all_to_all(split cols, concat rows) out: column-sharded."""
+    def spec(s):
+        s.input("X", [8, 8])
+        s.op("core.relu", ["X"], "Y", name="relu")
+        s.output("Y")
+
+    def impl(d):
+        for r in range(world):
+            d.input(f"X@{r}", [8 // world, 8])
+            d.op("core.relu", [f"X@{r}"], f"Y@{r}")
+        g = list(range(world))
+        d.op("core.all_to_all", [f"Y@{r}" for r in g], [f"O@{r}" for r in g], split_dim=1, concat_dim=0, group=g)
+        d.output(*[f"O@{r}" for r in g])
+    shards = ", ".join(f"X@{r}" for r in range(world))
+    r = graphguard.verify(*_graphs(plugins, spec, impl, f"inputs:\n  X: concat({shards}, dim=0)\n", world),
+                          replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines() == [f"Y = concat({', '.join(f'O@{i}' for i in range(world))}, dim=1)"]
+    assert r.replay["ok"]
+
+
+def test_sendrecv_pipeline(plugins):
+    """Pipeline parallel: stage 0 on rank 0, stage 1 on rank 1, activations sent between them."""
+    def spec(s):
+        s.input("X", [4, 6])
+        s.op("core.relu", ["X"], "H", name="stage0")
+        s.op("core.exp", ["H"], "Y", name="stage1")
+        s.output("Y")
+
+    def impl(d):
+        d.input("X@0", [4, 6])
+        d.op("core.relu", ["X@0"], "H@0")
+        d.op("core.sendrecv", ["H@0"], "H@1", src=0, dst=1)
+        d.op("core.exp", ["H@1"], "Y@1")
+        d.output("Y@1")
+    r = graphguard.verify(*_graphs(plugins, spec, impl, "inputs:\n  X: X@0\n"), replay=True)
+    assert r.verdict == "refines" and r.r_o_lines() == ["Y = Y@1"] and r.replay["ok"]
+
+
+def test_broadcast_and_all_reduce_avg(plugins):
+    def spec(s):
+        s.input("X", [4, 6])
+        s.op("core.scale", ["X"], "Y", name="mean", factor="1/2")
+        s.output("Y")
+
+    def impl(d):
+        for r in range(2):
+            d.input(f"X@{r}", [4, 6])
+        d.op("core.all_reduce", ["X@0", "X@1"], ["A@0", "A@1"], op="avg", group=[0, 1])
+        d.op("core.broadcast", ["A@0", "A@1"], ["B@0", "B@1"], src=1, group=[0, 1])
+        d.output("B@0")
+    r = graphguard.verify(*_graphs(plugins, spec, impl, "inputs:\n  X: sum(X@0, X@1)\n"), replay=True)
+    assert r.verdict == "refines" and r.r_o_lines() == ["Y = B@0"] and r.replay["ok"]
+
+
+def test_replicated_input_and_output_not_on_g_d_outputs(plugins):
+    """R_o keeps only expressions over G_d outputs (Listing 1, line 9)."""
+    def impl(d):
+        for r in range(2):
+            d.input(f"X@{r}", [4, 6])
+            d.op("core.relu", [f"X@{r}"], f"Y@{r}")
+        d.op("core.identity", ["Y@1"], "Z@1")
+        d.output("Z@1")
+    r = graphguard.verify(*_graphs(plugins, _relu_spec, impl, "inputs:\n  X: [X@0, X@1]\n"), replay=True)
+    assert r.verdict == "refines" and r.r_o_lines() == ["Y = Z@1"] and r.replay["ok"]
+
+    def impl2(d):
+        for r in range(2):
+            d.input(f"X@{r}", [4, 6])
+            d.op("core.relu", [f"X@{r}"], f"Y@{r}")
+            d.op("core.exp", [f"Y@{r}"], f"Z@{r}")
+        d.output("Z@0", "Z@1")
+    r = graphguard.verify(*_graphs(plugins, _relu_spec, impl2, "inputs:\n  X: [X@0, X@1]\n"))
+    assert r.verdict == "does-not-refine" and "not outputs of G_d" in r.failure.reason
+
+
+def test_cross_rank_sum_must_come_from_distinct_ranks(plugins):
+    """2*x is not a clean reconstruction of x: sum over the same rank twice is rejected."""
+    def spec(s):
+        s.input("X", [4, 6])
+        s.op("core.scale", ["X"], "Y", name="double", factor=2)
+        s.output("Y")
+
+    def impl(d):
+        for r in range(2):
+            d.input(f"X@{r}", [4, 6])
+            d.op("core.identity", [f"X@{r}"], f"Y@{r}")
+        d.output("Y@0", "Y@1")
+    r = graphguard.verify(*_graphs(plugins, spec, impl, "inputs:\n  X: [X@0, X@1]\n"))
+    assert r.verdict == "does-not-refine"
+
+
+def test_budget_exhaustion_is_inconclusive(tmp_path):
+    d = write_example(tmp_path, 4)
+    r = graphguard.verify(*files(d), budget=Budget(iterations=2))
+    assert r.verdict == "inconclusive" and r.exit_code == 3
+    assert "budget" in r.failure.reason and r.failure.node == "matmul"
+    r = graphguard.verify(*files(d), budget=Budget(enodes=5))
+    assert r.verdict == "inconclusive"
+    p = run_cli("verify", "--spec", d / "spec.gg.json", "--impl", d / "impl.gg.json", "--relation",
+                d / "relation.yaml", "--max-iterations", "2")
+    assert p.returncode == 3 and "INCONCLUSIVE" in p.stdout
+
+
+def test_self_provable_expressions_are_pruned(plugins):
+    from graphguard.engine.egraph import EGraph
+    from graphguard.engine.infer import Context, prune_self_provable
+    from graphguard.ir.relation import parse_expr
+    from graphguard.ir.scalar import Constraints
+    shapes = {"X@0": (4, 3), "Y@1": (4, 3)}
+    eg = EGraph(plugins.registry, plugins.lemmas, Constraints(), shapes.__getitem__)
+    ctx = Context(None, None, eg, Budget())
+    exprs = [parse_expr(t, plugins.registry) for t in
+             ("concat(slice(X@0, dim=0, start=0, end=2), slice(X@0, dim=0, start=2, end=4), dim=0)", "X@0", "Y@1")]
+    assert [to_text(e) for e in prune_self_provable(ctx, exprs)] == ["X@0", "Y@1"]
+
+
+def test_json_output(tmp_path):
+    import json
+    d = write_example(tmp_path)
+    out = tmp_path / "r.json"
+    p = run_cli("verify", "--spec", d / "spec.gg.json", "--impl", d / "impl.gg.json", "--relation",
+                d / "relation.yaml", "--json", out)
+    assert p.returncode == 0
+    doc = json.loads(out.read_text())
+    assert doc["verdict"] == "refines" and doc["r_o"] == {"F": ["concat(F@0, F@1, dim=0)"]}
+    assert doc["stats"]["lemma_hits"] and doc["timings"]["total"] > 0
+
+
+def test_expect_reports_differing_relations(tmp_path):
+    d = write_example(tmp_path)
+    (tmp_path / "expect.yaml").write_text("inputs: {}\nexpect:\n  F: concat(F@1, F@0, dim=0)\n")
+    r = graphguard.verify(*files(d), expect=tmp_path / "expect.yaml")
+    assert r.verdict == "does-not-refine" and r.expect["missing"][0][0] == "F"
+    (tmp_path / "expect.yaml").write_text("inputs: {}\nexpect:\n  F: concat(F@0, F@1, dim=0)\n")
+    r = graphguard.verify(*files(d), expect=tmp_path / "expect.yaml")
+    assert r.verdict == "refines" and r.expect == {"checked": 1, "missing": []}

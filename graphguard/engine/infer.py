@@ -132,9 +132,10 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
 
 def _direct_children(g_d: Graph, t_rel: set[str]) -> list[Node]:
     cands = {id(n): n for t in t_rel for n in g_d.consumers.get(t, ())}
-    for n in g_d.nodes:
-        if not n.inputs:
-            cands[id(n)] = n  # constants are always reachable
+    if not hasattr(g_d, "_sources"):
+        g_d._sources = [n for n in g_d.nodes if not n.inputs]  # type: ignore[attr-defined]
+    for n in g_d._sources:  # type: ignore[attr-defined]
+        cands[id(n)] = n  # constants are always reachable
     return [n for n in cands.values() if all(i in t_rel for i in n.inputs)]
 
 

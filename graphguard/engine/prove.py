@@ -9,7 +9,10 @@ from __future__ import annotations
 import time
 
 from ..ir import scalar as S
+from ..errors import InputError, ShapeError
+from ..ir.expr import to_text
 from ..ir.relation import parse_expr
+from ..ir.semantics import term_shape
 from ..plugins import load_plugins
 from .egraph import Budget, EGraph
 
@@ -22,6 +25,11 @@ def proves(lhs: str, rhs: str, shapes: dict[str, list], symbols: dict[str, dict]
         cx.declare(S.SymbolInfo(name, spec.get("min", 1), spec.get("max"), spec.get("multiple_of")))
     shp = {k: tuple(S.parse(d) if isinstance(d, str) else d for d in v) for k, v in shapes.items()}
     a, b = parse_expr(lhs, pl.registry), parse_expr(rhs, pl.registry)
+    for t in (a, b):
+        try:
+            term_shape(t, shp.__getitem__, pl.registry, cx)
+        except (ShapeError, KeyError) as e:
+            raise InputError(f"{to_text(t)}: {e}") from None
     eg = EGraph(pl.registry, pl.lemmas, cx, lambda n: shp[n])
     eg.push()
     eg.add(a)

@@ -180,9 +180,13 @@ def _parse(text: str, start: str, where: str, line: int = 1, col: int = 1):
         abs_line = line + ln - 1
         abs_col = (col + cl - 1) if ln == 1 else cl
         got = getattr(e, "token", None)
-        what = f"unexpected {got!r}" if got not in (None, "") else "unexpected end of expression"
-        if isinstance(got, Token) and got.type == "$END":
+        if got is None:
+            ch = getattr(e, "char", None)
+            what = f"unexpected character {ch!r}" if ch else "unexpected input"
+        elif isinstance(got, Token) and got.type == "$END" or str(got) == "":
             what = "unexpected end of expression"
+        else:
+            what = f"unexpected '{got}'"
         raise ParseError(f"{where}:{abs_line}:{abs_col}: {what} in {text!r}") from None
     except VisitError as e:
         raise ParseError(f"{where}:{line}:{col}: {e.orig_exc} in {text!r}") from None

@@ -1,0 +1,87 @@
+"""The IR: round trips, text dump, scalars, the relation language, op references vs meanings."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from graphguard.ir import scalar as S
+from graphguard.ir.expr import Leaf, app, to_text
+from graphguard.ir.relation import parse_cond, parse_expr, parse_relation_text
+from graphguard.ir.serde import graph_to_dict, load_graph
+
+from conftest import EXAMPLES
+
+
+def test_graph_round_trip_and_dump(plugins, cx, tmp_path):
+    g = load_graph(EXAMPLES / "paper-fig1" / "impl.gg.json", plugins.registry, cx)
+    out = tmp_path / "again.gg.json"
+    out.write_text(json.dumps(graph_to_dict(g)))
+    g2 = load_graph(out, plugins.registry, cx)
+    assert graph_to_dict(g2) == graph_to_dict(g)
+    text = g.dump()
+    assert "graph paper-fig1-impl (world size 2)" in text
+    assert "D@0: [4, 4], D@1: [4, 4] = core.reduce_scatter(C@0, C@1, op=sum, dim=0, group=[0, 1])" in text
+    assert [n.name for n in g.topo_order()][-1].startswith("sub@")
+
+
+def test_dump_command():
+    from conftest import run_cli
+    p = run_cli("dump", EXAMPLES / "paper-fig1" / "spec.gg.json")
+    assert p.returncode == 0 and "C: [8, 4] = core.matmul(A, B)" in p.stdout
+
+
+def test_expressions_print_flat_and_nest_left(plugins):
+    e = parse_expr("concat(A@0, A@1, A@2, dim=1)", plugins.registry)
+    assert e == app("core.concat", Leaf("A@0"), Leaf("A@1"), Leaf("A@2"), dim=1)
+    assert e.args[0].op == "core.concat"  # left-nested
+    assert to_text(e) == "concat(A@0, A@1, A@2, dim=1)"
+    s = parse_expr("slice(X@1, dim=0, start=K/2, end=K)", plugins.registry)
+    assert to_text(s) == "slice(X@1, dim=0, start=K/2, end=K)"
+    assert to_text(parse_expr("transpose(X, dims=[1, 0])", plugins.registry)) == "permute(X, dims=[1, 0])"
+
+
+def test_relation_file_positions(plugins):
+    rel = parse_relation_text("inputs:\n  A: concat(A@0, A@1, dim=1)\n  E: [E@0, E@1]\n"
+                              "symbols:\n  K: {min: 2, multiple_of: 2}\n", "r.yaml", plugins.registry)
+    assert [to_text(e) for e in rel.inputs["E"]] == ["E@0", "E@1"]
+    assert rel.symbols["K"].multiple_of == 2
+    with pytest.raises(Exception, match=r"r.yaml:3:27: unexpected '\)'"):
+        parse_relation_text("inputs:\n  A: A@0\n  B: concat(B@0, B@1, dim=)\n", "r.yaml", plugins.registry)
+
+
+def test_conditions_parse():
+    c = parse_cond("?e <= size(?p, ?d) and not ?k == ?d")
+    assert c.op == "and"
+
+
+def test_scalars(cx):
+    k = S.parse("K")
+    assert S.text(S.parse("2*K/4 + K/2")) == "K"
+    assert cx.prove("<=", S.parse("K/4"), S.parse("K/2"))  # K >= 1 by default
+    assert not cx.prove("<=", S.parse("K/2"), S.parse("K/4"))
+    assert not cx.prove("==", k, S.parse("K+1"))
+    assert not cx.integral(S.parse("K/2"))
+    cx.declare(S.SymbolInfo("K", 2, None, 2))
+    assert cx.integral(S.parse("K/2")) and cx.integral(S.parse("3*K/2 + 1"))
+    assert cx.model() == {"K": 2}
+    for bad in ("K +", "import os", "K(1)", ""):
+        with pytest.raises(ValueError):
+            S.parse(bad)
+
+
+def test_collective_references_follow_their_meaning(plugins, cx):
+    """Collectives have no reference of their own: replay evaluates their clean meaning."""
+    from graphguard.ir.builder import GraphBuilder
+    from graphguard.engine.replay import run_graph
+    d = GraphBuilder("rs", world_size=2)
+    d.input("X@0", [4, 2]); d.input("X@1", [4, 2])
+    d.op("core.reduce_scatter", ["X@0", "X@1"], ["Y@0", "Y@1"], op="sum", dim=0, group=[0, 1])
+    d.op("core.all_to_all", ["X@0", "X@1"], ["Z@0", "Z@1"], split_dim=0, concat_dim=1, group=[0, 1])
+    d.output("Y@0", "Y@1", "Z@0", "Z@1")
+    g = d.build(plugins.registry, cx)
+    x0, x1 = np.arange(8.0).reshape(4, 2), 10 + np.arange(8.0).reshape(4, 2)
+    env = run_graph(g, {"X@0": x0, "X@1": x1}, plugins.registry, {})
+    np.testing.assert_allclose(np.concatenate([env["Y@0"], env["Y@1"]]), x0 + x1)
+    np.testing.assert_allclose(env["Z@1"], np.concatenate([x0[2:], x1[2:]], axis=1))

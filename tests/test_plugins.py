@@ -1,0 +1,91 @@
+"""Plugins are found through entry points, exactly as a third party's; the core names none of them."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, ROOT, files, run_cli
+
+PLUGIN = '''
+import numpy as np
+from graphguard import hookimpl
+from graphguard.engine.lemma import L
+from graphguard.ir.ops import OpDef
+
+@hookimpl
+def graphguard_ops():
+    return [OpDef("extra.double", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: 2 * xs[0], doc="2x")]
+
+@hookimpl
+def graphguard_lemmas():
+    return [
+        L(901, "double-of-concat",
+          "extra.double(concat(?a, ?b, dim=?d)) => concat(extra.double(?a), extra.double(?b), dim=?d)"),
+        L(902, "double-is-sum-BOGUS", "extra.double(?x) => ?x"),
+    ]
+'''
+
+
+@pytest.fixture
+def third_party(tmp_path):
+    """An installed-looking third-party package registering a lemma pack by entry point."""
+    (tmp_path / "ggextra").mkdir()
+    (tmp_path / "ggextra" / "__init__.py").write_text(PLUGIN)
+    dist = tmp_path / "ggextra-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ggextra\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[graphguard.lemma_packs]\nextra = ggextra\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return env
+
+
+def _gg(env, *args):
+    return subprocess.run([sys.executable, "-m", "graphguard", *map(str, args)], capture_output=True, text=True,
+                          env=env)
+
+
+def test_builtin_plugins_are_entry_points():
+    p = run_cli("plugins")
+    assert p.returncode == 0
+    assert re.search(r"graphguard.frontends\s+ir\s+graphguard.frontends.ir", p.stdout)
+    assert re.search(r"graphguard.lemma_packs\s+core\s+lemma_packs.core", p.stdout)
+    assert "lemmas: core:" in p.stdout
+
+
+def test_third_party_pack_is_loaded_and_fuzzed(third_party):
+    p = _gg(third_party, "plugins")
+    assert "extra" in p.stdout and "lemmas: core:" in p.stdout and "extra: 2" in p.stdout
+    p = _gg(third_party, "lemmas", "check", "--ref", "901", "--ref", "902")
+    assert p.returncode == 1
+    assert re.search(r"ok\s+L901", p.stdout)
+    assert re.search(r"FAIL\s+L902 double-is-sum-BOGUS \[.*ggextra.__init__\.py:\d+\]: values differ", p.stdout)
+    assert "1 passed, 1 failed" in p.stdout
+
+
+def test_a_plugin_can_be_disabled(third_party):
+    p = _gg(third_party, "-p", "no:extra", "lemmas", "check", "--ref", "902")
+    assert p.returncode == 0 and "0 passed, 0 failed" in p.stdout
+    spec, impl, rel = files(EXAMPLES / "paper-fig1")
+    p = _gg(third_party, "-p", "no:core", "verify", "--spec", spec, "--impl", impl, "--relation", rel)
+    assert p.returncode == 2
+    assert "unknown operator 'core.matmul'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_core_never_imports_packs_or_frontends_by_name():
+    core = [p for p in (ROOT / "graphguard").rglob("*.py") if "frontends" not in p.relative_to(ROOT).parts]
+    for p in core:
+        text = p.read_text()
+        assert not re.search(r"^\s*(from|import)\s+lemma_packs", text, re.M), p
+        assert not re.search(r"frontends\.(ir|fx|hlo|onnx)\b", text), p
+
+
+def test_one_hookspec_module_lists_every_extension_point():
+    from graphguard import hookspecs
+    hooks = sorted(n for n in dir(hookspecs) if n.startswith("graphguard_"))
+    assert hooks == ["graphguard_frontends", "graphguard_lemmas", "graphguard_ops"]

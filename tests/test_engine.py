@@ -238,3 +238,52 @@ def test_expect_reports_differing_relations(tmp_path):
     (tmp_path / "expect.yaml").write_text("inputs: {}\nexpect:\n  F: concat(F@0, F@1, dim=0)\n")
     r = graphguard.verify(*files(d), expect=tmp_path / "expect.yaml")
     assert r.verdict == "refines" and r.expect == {"checked": 1, "missing": []}
+
+
+def _mlp(plugins, world: int, all_reduce: bool = True):
+    """Megatron-style MLP: column-parallel W1, relu, row-parallel W2, all-reduce, then relu."""
+    def spec(s):
+        s.input("X", [4, 8]); s.input("W1", [8, 16]); s.input("W2", [16, 8])
+        s.op("core.matmul", ["X", "W1"], "H", name="fc1", loc="mlp.py:1")
+        s.op("core.relu", ["H"], "A", name="act", loc="mlp.py:2")
+        s.op("core.matmul", ["A", "W2"], "Y", name="fc2", loc="mlp.py:3")
+        s.op("core.relu", ["Y"], "Z", name="out", loc="mlp.py:4")
+        s.output("Z")
+
+    def impl(d):
+        c = 16 // world
+        for r in range(world):
+            d.input(f"X@{r}", [4, 8]); d.input(f"W1@{r}", [8, c]); d.input(f"W2@{r}", [c, 8])
+            d.op("core.matmul", [f"X@{r}", f"W1@{r}"], f"H@{r}")
+            d.op("core.relu", [f"H@{r}"], f"A@{r}")
+            d.op("core.matmul", [f"A@{r}", f"W2@{r}"], f"P@{r}")
+        g = list(range(world))
+        if all_reduce:
+            d.op("core.all_reduce", [f"P@{r}" for r in g], [f"Y@{r}" for r in g], op="sum", group=g)
+        else:
+            for r in g:
+                d.op("core.identity", [f"P@{r}"], f"Y@{r}")
+        for r in g:
+            d.op("core.relu", [f"Y@{r}"], f"Z@{r}")
+        d.output(*[f"Z@{r}" for r in g])
+    ranks = range(world)
+    rel = (f"inputs:\n  X: [{', '.join(f'X@{r}' for r in ranks)}]\n"
+           f"  W1: concat({', '.join(f'W1@{r}' for r in ranks)}, dim=1)\n"
+           f"  W2: concat({', '.join(f'W2@{r}' for r in ranks)}, dim=0)\n")
+    return _graphs(plugins, spec, impl, rel, world)
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_tensor_parallel_mlp(plugins, world):
+    r = graphguard.verify(*_mlp(plugins, world), replay=True)
+    assert r.verdict == "refines", r.render()
+    assert sorted(r.r_o_lines()) == [f"Z = Z@{i}" for i in range(world)]
+    assert r.replay["ok"]
+
+
+def test_missing_all_reduce_after_row_parallel_is_flagged_at_the_next_nonlinearity(plugins):
+    r = graphguard.verify(*_mlp(plugins, 2, all_reduce=False), replay=True)
+    assert r.verdict == "does-not-refine"
+    assert (r.failure.node, r.failure.loc) == ("out", "mlp.py:4")
+    assert r.failure.input_relations["Y"] == ["sum(P@0, P@1)"]  # Y@r = P@r: ties go to the smaller name
+    assert r.failure.replay["max_abs_diff"] > 1e-3 and r.replay["ok"]

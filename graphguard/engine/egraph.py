@@ -24,7 +24,7 @@ import egglog.bindings as eb
 
 from ..errors import ShapeError, UnsoundLemmaError
 from ..ir import scalar as S
-from ..ir.expr import AConst, App, Leaf, PVar, Term, attr_text, rank_of
+from ..ir.expr import AConst, App, Leaf, PVar, Term, attr_text, rank_of, to_text
 from ..ir.ops import OpDef, Registry, fmt_shape
 from .lemma import EvalContext, Rule, check_condition, instantiate
 
@@ -163,7 +163,9 @@ class Snapshot:
                     if r is None:
                         continue
                     old = table.get(c)
-                    if old is None or r[0] < old[0]:
+                    # smaller first; ties broken by text so results do not depend on e-graph order
+                    if old is None or r[0] < old[0] or (r[0] == old[0] and r[1] != old[1]
+                                                        and to_text(r[1]) < to_text(old[1])):
                         table[c] = r
                         changed = True
 
@@ -226,7 +228,6 @@ class Snapshot:
         for nd in self.classes.get(c, []):
             r = self._clean_node(nd, table, allowed)
             if r is not None:
-                from ..ir.expr import to_text
                 key = to_text(r[1])
                 if key not in out or r[0] < out[key][0]:
                     out[key] = (r[0], r[1])

@@ -54,12 +54,16 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
 
 def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, cx: S.Constraints) -> None:
     """Every G_s input is mapped, by expressions over G_d inputs of the same shape."""
+    def at(name: str) -> str:
+        pos = rel.positions.get(name)
+        return f"{rel.source}:{pos[0]}:{pos[1]}" if pos else rel.source
+
     src = rel.source
     for name in rel.inputs:
         if name not in g_s.tensors:
-            raise InputError(f"{src}: '{name}' is not a tensor of the specification {g_s.source}")
+            raise InputError(f"{at(name)}: '{name}' is not a tensor of the specification {g_s.source}")
         if name not in g_s.inputs:
-            raise InputError(f"{src}: '{name}' is not an input of the specification (only inputs are related)")
+            raise InputError(f"{at(name)}: '{name}' is not an input of the specification (only inputs are related)")
     for name in g_s.inputs:
         if name not in rel.inputs:
             raise InputError(f"{src}: no relation for specification input '{name}'")
@@ -68,20 +72,20 @@ def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, 
         for e in exprs:
             for leaf in leaves(e):
                 if leaf not in g_d.tensors:
-                    raise InputError(f"{src}: '{leaf}' in the relation for {name} is not a tensor of the "
+                    raise InputError(f"{at(name)}: '{leaf}' in the relation for {name} is not a tensor of the "
                                      f"implementation {g_d.source}")
                 if name in rel.inputs and leaf not in d_inputs:
-                    raise InputError(f"{src}: '{leaf}' in the relation for {name} is not an input of the "
+                    raise InputError(f"{at(name)}: '{leaf}' in the relation for {name} is not an input of the "
                                      f"implementation")
             try:
                 shp = term_shape(e, g_d.shape, plugins.registry, cx)
             except Exception as err:
-                raise InputError(f"{src}: relation for {name}: {err}") from None
+                raise InputError(f"{at(name)}: relation for {name}: {err}") from None
             want = g_s.shape(name) if name in g_s.tensors else None
             if want is None:
-                raise InputError(f"{src}: '{name}' is not a tensor of the specification")
+                raise InputError(f"{at(name)}: '{name}' is not a tensor of the specification")
             if len(shp) != len(want) or any(S.norm(a) != S.norm(b) for a, b in zip(shp, want)):
-                raise InputError(f"{src}: relation for {name} has shape {fmt_shape(shp)} but {name} has "
+                raise InputError(f"{at(name)}: relation for {name} has shape {fmt_shape(shp)} but {name} has "
                                  f"{fmt_shape(want)}")
 
 

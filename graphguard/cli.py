@@ -67,9 +67,9 @@ def cli(ctx, plugin_opts, debug):
 @click.option("--json", "json_out", type=click.Path(), default=None, help="Also write the result as JSON here.")
 @click.option("--replay", is_flag=True, help="Check the verdict numerically with random inputs.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --replay.")
-@click.option("--max-iterations", type=int, default=40, show_default=True, help="Per-operator lemma iterations.")
-@click.option("--max-enodes", type=int, default=20000, show_default=True, help="Per-operator e-graph size.")
-@click.option("--timeout", type=float, default=60.0, show_default=True, help="Per-operator seconds.")
+@click.option("--max-iterations", type=click.IntRange(min=1), default=40, show_default=True, help="Per-operator lemma iterations.")
+@click.option("--max-enodes", type=click.IntRange(min=1), default=20000, show_default=True, help="Per-operator e-graph size.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True, help="Per-operator seconds.")
 @click.pass_context
 def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, expect, world_size, json_out,
            replay, seed, max_iterations, max_enodes, timeout):
@@ -82,7 +82,10 @@ def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, ex
                         expect=expect, plugins=_plugins(ctx))
     click.echo(result.render())
     if json_out:
-        Path(json_out).write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+        try:
+            Path(json_out).write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+        except OSError as e:
+            raise GraphGuardError(f"{json_out}: cannot write the JSON result ({e.strerror})") from None
     code = result.exit_code
     if replay and result.replay and not result.replay["ok"]:
         click.echo("graphguard: replay found a relation that does not hold numerically", err=True)
@@ -164,7 +167,7 @@ def dump(ctx, path, frontend, role):
     if role is None:
         try:
             role = "impl" if "world_size" in json.loads(Path(path).read_text()) else "spec"
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError):
             role = "spec"
     click.echo(fe.load(LoadRequest([path], role, pl.registry, Constraints())).dump())
 
@@ -177,7 +180,7 @@ def main(argv=None) -> None:
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.ClickException as e:
-        e.show()
+        click.echo(f"graphguard: error: {e.format_message()}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:
         sys.exit(2)

@@ -189,8 +189,11 @@ class Graph:
                 raise InputError(f"{where}: {op.name} produces {len(outs)} output(s), node lists "
                                  f"{len(n.outputs)}")
             shapes = [term_shape(t, self.shape, reg, cx) for t in outs]
-        except (ShapeError, ValueError) as e:
+        except (ShapeError, ValueError, ZeroDivisionError) as e:
             raise InputError(f"{where}: {e}") from None
+        except (IndexError, KeyError, TypeError) as e:
+            raise InputError(f"{where}: {op.name} cannot be applied to these inputs/attributes "
+                             f"({type(e).__name__}: {e})") from None
         dtype = self.tensors[n.inputs[0]].dtype if n.inputs else "float32"
         declared = getattr(n, "_declared", {})
         for o, t, s in zip(n.outputs, outs, shapes):

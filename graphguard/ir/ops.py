@@ -307,6 +307,7 @@ def _reduce_scatter_meaning(ins, attrs, shapes=None):
     t = _reduce(attrs["op"], ins)
     if shapes is None:
         return [t for _ in ins]
+    check_rank("reduce_scatter", shapes[0], attrs["dim"])
     n = shapes[0][attrs["dim"]]
     chunk = S.exact_div(n, w)
     return [app("core.slice", t, dim=attrs["dim"], start=S.norm(sp.sympify(chunk) * r),
@@ -318,6 +319,8 @@ def _all_to_all_meaning(ins, attrs, shapes=None):
     if shapes is None:
         return list(ins)
     sd, cd = attrs["split_dim"], attrs["concat_dim"]
+    check_rank("all_to_all", shapes[0], sd)
+    check_rank("all_to_all", shapes[0], cd)
     chunk = S.exact_div(shapes[0][sd], w)
     outs = []
     for r in range(w):

@@ -175,6 +175,9 @@ def _parse(text: str, start: str, where: str, line: int = 1, col: int = 1):
         return _ToRaw().transform(tree)
     except UnexpectedInput as e:
         ln, cl = e.line, e.column
+        tok = getattr(e, "token", None)
+        if isinstance(tok, Token) and tok.type == "$END":
+            ln, cl = tok.end_line, tok.end_column  # just past the last token
         if ln in (-1, None):
             ln, cl = 1, len(text) + 1
         abs_line = line + ln - 1
@@ -276,7 +279,16 @@ def lower(raw, reg: Registry, where: str) -> Term:
 def parse_expr(text: str, reg: Registry, where: str = "<expr>", line: int = 1, col: int = 1) -> Term:
     """Parse a relation expression (no pattern variables)."""
     raw = _parse(text, "expr", where, line, col)
+    _no_pattern_vars(raw, f"{where}:{line}:{col}")
     return lower(raw, reg, f"{where}:{line}:{col}")
+
+
+def _no_pattern_vars(raw, where: str) -> None:
+    if isinstance(raw, PVar):
+        raise ParseError(f"{where}: ?{raw.name}: pattern variables only belong in lemmas")
+    if isinstance(raw, RawCall):
+        for a in raw.args:
+            _no_pattern_vars(a, where)
 
 
 def parse_raw(text: str, where: str = "<pattern>"):
@@ -355,7 +367,19 @@ def parse_relation_text(text: str, source: str, reg: Registry) -> RelationFile:
             if not isinstance(spec, dict) or set(spec) - {"min", "max", "multiple_of"} or not all(
                     isinstance(x, int) and not isinstance(x, bool) for x in spec.values()):
                 raise InputError(f"{where}: symbol '{name}' takes integer min/max/multiple_of")
-            rel.symbols[name] = SymbolInfo(name, spec.get("min", 1), spec.get("max"), spec.get("multiple_of"))
+            lo, hi, mult = spec.get("min", 1), spec.get("max"), spec.get("multiple_of")
+            if lo < 0:
+                raise InputError(f"{where}: symbol '{name}' is a dimension: min must be >= 0")
+            if mult is not None and mult < 1:
+                raise InputError(f"{where}: symbol '{name}': multiple_of must be >= 1")
+            if hi is not None and hi < lo:
+                raise InputError(f"{where}: symbol '{name}' has no possible value (min {lo} > max {hi})")
+            info = SymbolInfo(name, lo, hi, mult)
+            try:
+                Constraints(symbols={name: info}).model()
+            except ValueError:
+                raise InputError(f"{where}: symbol '{name}' has no possible value within min/max/multiple_of") from None
+            rel.symbols[name] = info
     for section in ("inputs", "expect"):
         if section not in sections:
             continue
@@ -378,7 +402,9 @@ def parse_relation_text(text: str, source: str, reg: Registry) -> RelationFile:
 def load_relation(path: str | Path, reg: Registry) -> RelationFile:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a UTF-8 text file (wrong file or wrong --frontend?)") from None
     return parse_relation_text(text, str(path), reg)

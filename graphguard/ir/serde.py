@@ -70,7 +70,10 @@ def graph_from_dict(doc: Any, source: str, reg: Registry, cx: Constraints) -> Gr
     for i, t in enumerate(doc["inputs"]):
         if not isinstance(t, dict) or not isinstance(t.get("name"), str):
             raise InputError(f"{source}: inputs[{i}] must be an object with a name")
-        g.add_input(t["name"], _shape(t.get("shape"), f"{source}: input '{t['name']}'"), str(t.get("dtype", "float32")))
+        dtype = t.get("dtype", "float32")
+        if not isinstance(dtype, str):
+            raise InputError(f"{source}: input '{t['name']}': dtype must be a string")
+        g.add_input(t["name"], _shape(t.get("shape"), f"{source}: input '{t['name']}'"), dtype)
     for i, n in enumerate(doc["nodes"]):
         where = f"{source}: nodes[{i}]"
         if not isinstance(n, dict) or not isinstance(n.get("op"), str):
@@ -91,6 +94,9 @@ def graph_from_dict(doc: Any, source: str, reg: Registry, cx: Constraints) -> Gr
                                            **({"dtype": o["dtype"]} if "dtype" in o else {})}
             else:
                 raise InputError(f"{where} ({n['op']}): bad output entry {o!r}")
+        for key in ("name", "loc"):
+            if key in n and n[key] is not None and not isinstance(n[key], str):
+                raise InputError(f"{where} ({n['op']}): '{key}' must be a string")
         attrs = n.get("attrs", {})
         if not isinstance(attrs, dict):
             raise InputError(f"{where} ({n['op']}): 'attrs' must be an object")
@@ -104,9 +110,11 @@ def graph_from_dict(doc: Any, source: str, reg: Registry, cx: Constraints) -> Gr
 def load_graph(path: str | Path, reg: Registry, cx: Constraints) -> Graph:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a UTF-8 text file (wrong file or wrong --frontend?)") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:

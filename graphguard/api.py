@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Sequence
 
 from .engine.egraph import Budget, EGraph
 from .engine.infer import Context, compute_out_rel
@@ -11,7 +10,7 @@ from .engine.result import VerifyResult
 from .errors import InputError
 from .frontends import LoadRequest
 from .ir import scalar as S
-from .ir.expr import Leaf, leaves, to_text
+from .ir.expr import leaves, to_text
 from .ir.graph import Graph
 from .ir.ops import fmt_shape
 from .ir.relation import RelationFile, load_relation, parse_relation_text

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable
 
@@ -24,7 +24,7 @@ import egglog.bindings as eb
 
 from ..errors import ShapeError, UnsoundLemmaError
 from ..ir import scalar as S
-from ..ir.expr import AConst, App, Leaf, PVar, Term, attr_text, rank_of, to_text
+from ..ir.expr import App, Leaf, PVar, Term, attr_text, rank_of, to_text
 from ..ir.ops import OpDef, Registry, fmt_shape
 from .lemma import EvalContext, Rule, check_condition, instantiate
 

@@ -9,17 +9,17 @@ lemma is not a passed one.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
 from ..errors import ShapeError
 from ..ir import scalar as S
-from ..ir.expr import App, Leaf, PVar, Term
+from ..ir.expr import Leaf
 from ..ir.ops import Registry
 from ..ir.semantics import term_eval, term_shape
-from .lemma import EvalContext, LemmaError, Rule, check_condition, instantiate
+from .lemma import EvalContext, Rule, check_condition, instantiate
 
 
 @dataclass

@@ -20,7 +20,7 @@ lemma and its file:line) and each remembers where it was written.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable
 

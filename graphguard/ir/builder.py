@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .graph import Graph
-from .serde import graph_from_dict, graph_to_dict
+from .serde import graph_from_dict
 
 
 class GraphBuilder:

@@ -8,9 +8,8 @@ Compute operators come from lemma packs (plugins), which register :class:`OpDef`
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
-from math import prod
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -64,11 +63,6 @@ class OpDef:
             if a.name == name:
                 return a
         return None
-
-    def n_outputs(self, n_inputs: int, attrs: dict) -> int:
-        if self.meaning is None:
-            return 1
-        return len(self.meaning([App("core.identity", ()) for _ in range(n_inputs)], attrs))
 
 
 def coerce_attr(op: OpDef, spec: AttrSpec, value: Any, where: str) -> Any:

@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
 
 import yaml
 from lark import Lark, Token, Transformer, v_args
@@ -34,7 +33,7 @@ from lark.exceptions import UnexpectedInput, VisitError
 
 from ..errors import InputError, ShapeError
 from . import scalar as S
-from .expr import ABin, ACall, AConst, AExpr, AList, App, AVar, Leaf, PVar, Term, app
+from .expr import ABin, ACall, AConst, AExpr, AList, Leaf, PVar, Term, app
 from .ops import Registry, coerce_attr
 from .scalar import Constraints, SymbolInfo
 

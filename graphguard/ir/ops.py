@@ -17,7 +17,7 @@ import sympy as sp
 
 from ..errors import ShapeError
 from . import scalar as S
-from .expr import App, Term, app
+from .expr import Term, app
 
 Shape = tuple  # tuple of scalars
 

@@ -421,6 +421,10 @@ class EGraph:
 
 
 def _decode(kind: str, text: str):
+    if text == "none":
+        return None
+    if kind == "bool":
+        return text == "true"
     if kind == "int":
         return int(text)
     if kind == "scalar":

@@ -149,6 +149,8 @@ def flat_args(t: App) -> list[Term]:
 
 def attr_text(v: Any) -> str:
     """Canonical text of an attribute value (also its spelling inside the e-graph)."""
+    if v is None:
+        return "none"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (tuple, list)):

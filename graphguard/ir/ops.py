@@ -17,23 +17,26 @@ import sympy as sp
 
 from ..errors import ShapeError
 from . import scalar as S
-from .expr import Term, app
+from .expr import App, Term, app
 
 Shape = tuple  # tuple of scalars
 
-ATTR_KINDS = ("int", "ints", "scalar", "scalars", "str", "number")
+ATTR_KINDS = ("int", "ints", "scalar", "scalars", "str", "number", "bool")
 
 
 @dataclass(frozen=True)
 class AttrSpec:
+    """A typed attribute. ``kind``: int (concrete, e.g. a dim), ints, scalar (may be symbolic), scalars,
+    str, number (a rational/float constant), bool. ``optional``: None is a legal value (the default)."""
     name: str
     kind: str  # one of ATTR_KINDS
     default: Any = None
     choices: tuple = ()
+    optional: bool = False
 
     @property
     def required(self) -> bool:
-        return self.default is None
+        return self.default is None and not self.optional
 
 
 @dataclass
@@ -68,7 +71,13 @@ class OpDef:
 def coerce_attr(op: OpDef, spec: AttrSpec, value: Any, where: str) -> Any:
     """Check and normalise one attribute value; raises ShapeError with ``where`` in the message."""
     k = spec.kind
+    if value is None and spec.optional:
+        return None
     try:
+        if k == "bool":
+            if not isinstance(value, bool):
+                raise TypeError
+            return value
         if k == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError
@@ -370,6 +379,24 @@ def expand(op: OpDef, ins: list[Term], attrs: dict, shapes: list[Shape] | None) 
     if op.name in SHAPE_DEPENDENT_MEANING:
         return op.meaning(ins, attrs, shapes)
     return op.meaning(ins, attrs)
+
+
+def multi_output(name: str, arity: int | None, shapes: Callable, ref: Callable, attrs: tuple = (),
+                 n: int | None = None, doc: str = "", names: Sequence[str] = ()) -> list[OpDef]:
+    """An op with several outputs: ``name`` (used in graphs) is defined by one term op per output,
+    ``name#0``, ``name#1``, ... ``shapes(in_shapes, attrs, cx)`` returns every output shape and
+    ``ref(arrays, attrs)`` every output array; each ``name#k`` picks its own."""
+    count = n or len(names)
+    outs = [OpDef(f"{name}#{k}", arity,
+                  (lambda k: lambda s, a, cx: tuple(shapes(s, a, cx)[k]))(k),
+                  (lambda k: lambda xs, a: ref(xs, a)[k])(k), attrs,
+                  doc=f"output {k}{' (' + names[k] + ')' if names else ''} of {name}")
+            for k in range(count)]
+
+    def meaning(ins, a):
+        return [App(f"{name}#{k}", tuple(ins), tuple((spec.name, a[spec.name]) for spec in attrs))
+                for k in range(count)]
+    return [OpDef(name, arity, attrs=attrs, meaning=meaning, doc=doc)] + outs
 
 
 def builtin_ops() -> list[OpDef]:

@@ -194,9 +194,16 @@ class Graph:
         except (IndexError, KeyError, TypeError) as e:
             raise InputError(f"{where}: {op.name} cannot be applied to these inputs/attributes "
                              f"({type(e).__name__}: {e})") from None
-        dtype = self.tensors[n.inputs[0]].dtype if n.inputs else "float32"
+        in_dtypes = [self.tensors[i].dtype for i in n.inputs]
         declared = getattr(n, "_declared", {})
         for o, t, s in zip(n.outputs, outs, shapes):
+            tdef = reg.get(t.op) if isinstance(t, App) else None
+            if tdef is not None and tdef.dtype is not None:
+                dtype = tdef.dtype(in_dtypes, t.attrd)
+            elif isinstance(t, Leaf) and t.name in self.tensors:
+                dtype = self.tensors[t.name].dtype
+            else:
+                dtype = in_dtypes[0] if in_dtypes else "float32"
             self._check_dims(f"{where}: output '{o}'", s, cx)
             if o in declared and declared[o] is not None:
                 d = tuple(S.norm(x) for x in declared[o]["shape"])

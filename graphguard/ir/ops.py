@@ -60,6 +60,7 @@ class OpDef:
     collective: bool = False
     doc: str = ""
     source: str = ""  # which plugin registered it
+    dtype: Callable | None = None  # dtype(in_dtypes, attrs) -> out dtype; default: the first input's
 
     def attr_spec(self, name: str) -> AttrSpec | None:
         for a in self.attrs:
@@ -382,15 +383,18 @@ def expand(op: OpDef, ins: list[Term], attrs: dict, shapes: list[Shape] | None) 
 
 
 def multi_output(name: str, arity: int | None, shapes: Callable, ref: Callable, attrs: tuple = (),
-                 n: int | None = None, doc: str = "", names: Sequence[str] = ()) -> list[OpDef]:
+                 n: int | None = None, doc: str = "", names: Sequence[str] = (),
+                 dtypes: Callable | None = None) -> list[OpDef]:
     """An op with several outputs: ``name`` (used in graphs) is defined by one term op per output,
     ``name#0``, ``name#1``, ... ``shapes(in_shapes, attrs, cx)`` returns every output shape and
-    ``ref(arrays, attrs)`` every output array; each ``name#k`` picks its own."""
+    ``ref(arrays, attrs)`` every output array; each ``name#k`` picks its own. ``dtypes(in_dtypes, attrs)``
+    (optional) returns every output dtype."""
     count = n or len(names)
     outs = [OpDef(f"{name}#{k}", arity,
                   (lambda k: lambda s, a, cx: tuple(shapes(s, a, cx)[k]))(k),
                   (lambda k: lambda xs, a: ref(xs, a)[k])(k), attrs,
-                  doc=f"output {k}{' (' + names[k] + ')' if names else ''} of {name}")
+                  doc=f"output {k}{' (' + names[k] + ')' if names else ''} of {name}",
+                  dtype=(lambda k: (lambda d, a: dtypes(d, a)[k]) if dtypes else None)(k))
             for k in range(count)]
 
     def meaning(ins, a):

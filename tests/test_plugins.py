@@ -76,7 +76,9 @@ def test_a_plugin_can_be_disabled(third_party):
 
 
 def test_core_never_imports_packs_or_frontends_by_name():
-    core = [p for p in (ROOT / "graphguard").rglob("*.py") if "frontends" not in p.relative_to(ROOT).parts]
+    # graphguard/torch.py is the fx frontend's public namespace (graphguard.torch.capture), not the core
+    core = [p for p in (ROOT / "graphguard").rglob("*.py")
+            if "frontends" not in p.relative_to(ROOT).parts and p.name != "torch.py"]
     for p in core:
         text = p.read_text()
         assert not re.search(r"^\s*(from|import)\s+lemma_packs", text, re.M), p

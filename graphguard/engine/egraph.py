@@ -24,7 +24,7 @@ import egglog.bindings as eb
 
 from ..errors import ShapeError, UnsoundLemmaError
 from ..ir import scalar as S
-from ..ir.expr import App, Leaf, PVar, Term, attr_text, rank_of, to_text
+from ..ir.expr import VARIADIC, App, Leaf, PVar, Term, attr_text, rank_of, to_text
 from ..ir.ops import OpDef, Registry, fmt_shape
 from .lemma import EvalContext, Rule, check_condition, instantiate
 
@@ -49,8 +49,19 @@ class Hole(Term):
     cls: Any
 
 
-def _cname(op: str) -> str:
-    return "C_" + re.sub(r"[^A-Za-z0-9]", "_", op)
+MAX_OPTIONAL_ARITY = 6  # ops with a variable number of tensor inputs get one constructor per count
+
+
+def _cname(op: str, n: int | None = None) -> str:
+    base = "C_" + re.sub(r"[^A-Za-z0-9]", "_", op)
+    return base if n is None else f"{base}__{n}"
+
+
+NONE = "#none"  # an absent optional attribute, inside the e-graph (never a legal string attribute)
+
+
+def _enc(v) -> str:
+    return NONE if v is None else attr_text(v)
 
 
 def _q(s: str) -> str:
@@ -93,9 +104,9 @@ class Snapshot:
                     self.hashcons[("T", (), name)] = row.output
                     n += 1
                 continue
-            op = eg._ops_by_cname.get(fname)
-            if op is not None:
-                k = eg._arity[op.name]
+            hit = eg._ops_by_cname.get(fname)
+            if hit is not None:
+                op, k = hit
                 for row in fn.rows:
                     ch = tuple(row.inputs[:k])
                     attrs = tuple((spec.name, eg.decode(spec, op, s(v))) for spec, v in zip(op.attrs, row.inputs[k:]))
@@ -260,8 +271,7 @@ class EGraph:
         self.cx = cx
         self.leaf_shape = leaf_shape
         self._eg = eb.EGraph()
-        self._ops_by_cname: dict[str, OpDef] = {}
-        self._arity: dict[str, int] = {}
+        self._ops_by_cname: dict[str, tuple[OpDef, int]] = {}
         self._rules_by_rel: dict[str, Rule] = {}
         self._decode_cache: dict[tuple, Any] = {}
         self.commands = 0
@@ -269,16 +279,29 @@ class EGraph:
         for op in reg:
             if op.meaning is not None or op.shape is None:
                 continue
-            k = 2 if op.arity is None else op.arity
-            self._arity[op.name] = k
-            cn = _cname(op.name)
-            self._ops_by_cname[cn] = op
-            sig = " ".join(["Term"] * k + ["String"] * len(op.attrs))
-            prog.append(f"(constructor {cn} ({sig}) Term)")
+            for k, cn in self._constructors(op):
+                self._ops_by_cname[cn] = (op, k)
+                sig = " ".join(["Term"] * k + ["String"] * len(op.attrs))
+                prog.append(f"(constructor {cn} ({sig}) Term)")
         prog.append("(ruleset lemmas)")
         for r in rules:
             prog.extend(self._compile(r))
         self._run("\n".join(prog))
+
+    @staticmethod
+    def _constructors(op: OpDef) -> list[tuple[int, str]]:
+        if op.arity is not None:
+            return [(op.arity, _cname(op.name))]
+        if op.name in VARIADIC:
+            return [(2, _cname(op.name))]  # left-nested binary
+        return [(k, _cname(op.name, k)) for k in range(1, MAX_OPTIONAL_ARITY + 1)]
+
+    def cname(self, op: OpDef, n: int) -> str:
+        if op.arity is None and op.name not in VARIADIC:
+            if n > MAX_OPTIONAL_ARITY:
+                raise ShapeError(f"{op.name} with {n} inputs: at most {MAX_OPTIONAL_ARITY} supported")
+            return _cname(op.name, n)
+        return _cname(op.name)
 
     # -- low level ------------------------------------------------------------------------------
     def _run(self, text: str):
@@ -300,8 +323,8 @@ class EGraph:
         assert isinstance(t, App)
         op = self.reg.get(t.op)
         parts = [self.emit(a, snap) for a in t.args]
-        parts += [_q(attr_text(v)) for _, v in t.attrs]
-        return f"({_cname(op.name)} {' '.join(parts)})"
+        parts += [_q(_enc(v)) for _, v in t.attrs]
+        return f"({self.cname(op, len(t.args))} {' '.join(parts)})"
 
     # -- compiling rules ------------------------------------------------------------------------
     def _pat(self, p: Term, facts: list[str], fresh: list[int]) -> str:
@@ -310,8 +333,8 @@ class EGraph:
         assert isinstance(p, App)
         parts = [self._pat(a, facts, fresh) for a in p.args]
         for _, v in p.attrs:
-            parts.append("v_" + v.name if isinstance(v, PVar) else _q(attr_text(v.value)))
-        return f"({_cname(p.op)} {' '.join(parts)})"
+            parts.append("v_" + v.name if isinstance(v, PVar) else _q(_enc(v.value)))
+        return f"({self.cname(self.reg.get(p.op), len(p.args))} {' '.join(parts)})"
 
     def _query(self, p: App, root: str | None, facts: list[str], fresh: list[int]) -> None:
         """Facts that bind every node of pattern ``p`` (root bound to ``root`` when given)."""
@@ -320,10 +343,10 @@ class EGraph:
                 return "v_" + q.name
             parts = [go(a, None) for a in q.args]
             for _, v in q.attrs:
-                parts.append("v_" + v.name if isinstance(v, PVar) else _q(attr_text(v.value)))
+                parts.append("v_" + v.name if isinstance(v, PVar) else _q(_enc(v.value)))
             fresh[0] += 1
             var = name or f"p{fresh[0]}"
-            facts.append(f"(= {var} ({_cname(q.op)} {' '.join(parts)}))")
+            facts.append(f"(= {var} ({self.cname(self.reg.get(q.op), len(q.args))} {' '.join(parts)}))")
             return var
         if root is None:
             for a in p.args:
@@ -421,7 +444,7 @@ class EGraph:
 
 
 def _decode(kind: str, text: str):
-    if text == "none":
+    if text == NONE:
         return None
     if kind == "bool":
         return text == "true"
@@ -434,5 +457,8 @@ def _decode(kind: str, text: str):
         items = [x.strip() for x in inner.split(",")] if inner else []
         return tuple(int(x) for x in items) if kind == "ints" else tuple(S.parse(x) for x in items)
     if kind == "number":
-        return Fraction(text)
+        try:
+            return Fraction(text)
+        except ValueError:
+            return float(text)
     return text

@@ -37,6 +37,8 @@ class FuzzReport:
 def _shape_like(rng: random.Random, shapes: list[tuple]) -> tuple:
     base = list(rng.choice(shapes)) if shapes else [rng.randint(1, 4)]
     r = rng.random()
+    if r < 0.25 and len(base) > 1:  # a suffix (normalized_shape of a layer norm, ...)
+        return tuple(base[rng.randrange(1, len(base)):])
     if r < 0.3 and len(base) >= 2:  # merge two adjacent dims
         i = rng.randrange(len(base) - 1)
         base[i:i + 2] = [base[i] * base[i + 1]]
@@ -50,6 +52,10 @@ def _shape_like(rng: random.Random, shapes: list[tuple]) -> tuple:
 
 
 def _draw_attr(rng: random.Random, kind: str, spec, rank: int, shapes: list[tuple]):
+    if spec.optional and rng.random() < 0.3:
+        return None
+    if kind == "bool":
+        return rng.random() < 0.5
     if kind == "int":
         return rng.randrange(max(rank, 1))
     if kind == "scalar":
@@ -62,7 +68,11 @@ def _draw_attr(rng: random.Random, kind: str, spec, rank: int, shapes: list[tupl
     if kind == "scalars":
         return _shape_like(rng, shapes)
     if kind == "str":
-        return rng.choice(spec.choices) if spec.choices else "sum"
+        if spec.choices:
+            return rng.choice(spec.choices)
+        if spec.name == "dtype":
+            return rng.choice(["float64", "float32"])
+        return spec.default if isinstance(spec.default, str) else "sum"
     if kind == "number":
         return Fraction(rng.choice([-2, -1, 1, 2, 3]), rng.choice([1, 2, 4]))
     raise AssertionError(kind)
@@ -82,8 +92,11 @@ def fuzz_rule(rule: Rule, reg: Registry, trials: int = 25, attempts: int = 4000,
         shapes: dict[str, tuple] = {}
         for v in rule.tvars:
             s = list(base)
-            if rng.random() < 0.5:
+            u = rng.random()
+            if u < 0.4:
                 s[rng.randrange(rank)] = rng.randint(1, 5)
+            elif u < 0.6 and rank > 1:
+                s = s[rng.randrange(1, rank):]  # a lower-rank operand (broadcast, norm weights)
             shapes[v] = tuple(s)
         env: dict = {v: Leaf(v) for v in rule.tvars}
         for v, (op, attr) in rule.avars.items():

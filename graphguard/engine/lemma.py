@@ -28,7 +28,7 @@ import sympy as sp
 
 from ..errors import GraphGuardError, ShapeError
 from ..ir import scalar as S
-from ..ir.expr import ABin, ACall, AConst, AExpr, AList, App, Leaf, PVar, Term
+from ..ir.expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, App, Leaf, PVar, Term
 from ..ir.ops import OpDef, Registry, coerce_attr
 from ..ir.relation import ALIASES, RawCall, parse_cond, parse_raw
 
@@ -94,7 +94,7 @@ def _lower_pattern(raw, reg: Registry, lem: Lemma) -> Term:
     args = tuple(_lower_pattern(a, reg, lem) for a in raw.args)
     if op.arity is not None and len(args) != op.arity:
         raise LemmaError(f"lemma {lem.ref} ({lem.where}): {op.name} takes {op.arity} argument(s)")
-    if op.arity is None and len(args) != 2:
+    if op.arity is None and op.name in VARIADIC and len(args) != 2:
         raise LemmaError(f"lemma {lem.ref} ({lem.where}): variadic {op.name} is binary inside patterns")
     given = dict(raw.kwargs)
     unknown = set(given) - {a.name for a in op.attrs}
@@ -242,9 +242,18 @@ FUNCTIONS: dict[str, Callable] = {
     "index": lambda ctx, p, v: _perm(p).index(int(v)),
     "is_identity": lambda ctx, p: _perm(p) == tuple(range(len(p))),
     "len": lambda ctx, p: len(p),
+    # broadcasting: does tensor c (broadcast against an output of rank r) stay constant along output dim d?
+    "const_along": lambda ctx, c, r, d: _const_along(ctx.shape_of(c), int(r), int(d)),
+    # the dim of broadcast operand c that lines up with output dim d of rank r (-1: none)
+    "bdim": lambda ctx, c, r, d: int(d) - (int(r) - len(ctx.shape_of(c))),
     "at": lambda ctx, p, i: p[int(i)],
     "set_at": lambda ctx, p, i, v: tuple(v if k == int(i) else x for k, x in enumerate(p)),
 }
+
+def _const_along(shape: tuple, r: int, d: int) -> bool:
+    k = d - (r - len(shape))
+    return k < 0 or S.norm(shape[k]) == 1
+
 
 _NEG = {"==": "!=", "!=": "==", "<=": ">", "<": ">=", ">=": "<", ">": "<="}
 

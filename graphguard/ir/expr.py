@@ -150,7 +150,7 @@ def flat_args(t: App) -> list[Term]:
 def attr_text(v: Any) -> str:
     """Canonical text of an attribute value (also its spelling inside the e-graph)."""
     if v is None:
-        return "none"
+        return "None"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (tuple, list)):

@@ -103,13 +103,20 @@ def coerce_attr(op: OpDef, spec: AttrSpec, value: Any, where: str) -> Any:
             return value
         if k == "number":
             if isinstance(value, str):
-                return Fraction(value)
+                try:
+                    return Fraction(value)
+                except ValueError:
+                    f = float(value)  # "inf", "-inf", "nan"
+                    if math.isfinite(f):
+                        raise
+                    return f
             if isinstance(value, bool):
                 raise TypeError
             if isinstance(value, int):
                 return Fraction(value)
             if isinstance(value, float):
-                return Fraction(value).limit_denominator(10**9) if value == value else value
+                # non-finite constants (-inf attention masks) stay floats
+                return Fraction(value).limit_denominator(10**9) if math.isfinite(value) else value
             if isinstance(value, Fraction):
                 return value
             raise TypeError

@@ -33,7 +33,7 @@ from lark.exceptions import UnexpectedInput, VisitError
 
 from ..errors import InputError, ShapeError
 from . import scalar as S
-from .expr import ABin, ACall, AConst, AExpr, AList, Leaf, PVar, Term, app
+from .expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, Leaf, PVar, Term, app
 from .ops import Registry, coerce_attr
 from .scalar import Constraints, SymbolInfo
 
@@ -67,7 +67,7 @@ pvar: "?" NAME
 
 RANK: "@" /[0-9]+/
 CMP: "==" | "!=" | "<=" | ">=" | "<" | ">"
-NAME: /[A-Za-z_][A-Za-z0-9_.]*/
+NAME: /[A-Za-z_][A-Za-z0-9_.]*(#[0-9]+)?/
 FLOAT: /[0-9]+\.[0-9]*([eE][-+]?[0-9]+)?/
 %import common.INT
 %import common.ESCAPED_STRING
@@ -270,7 +270,7 @@ def lower(raw, reg: Registry, where: str) -> Term:
             attrs[spec.name] = coerce_attr(op, spec, c, where)
         except ShapeError as e:
             raise ParseError(str(e)) from None
-    if op.arity is None and len(args) == 1:
+    if op.name in VARIADIC and len(args) == 1:
         return args[0]  # a one-operand concat/sum is its operand
     return app(op.name, *args, **attrs)
 

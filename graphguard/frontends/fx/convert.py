@@ -1,0 +1,519 @@
+"""Normalise captured PyTorch graphs (torch.fx / torch.export) into graphguard IR.
+
+Both sources -- a live ``torch.fx.GraphModule`` and the JSON graph inside a ``.pt2`` archive -- are first
+read into :class:`TGraph` (targets as strings, arguments as :class:`Ref` or Python values, shapes and
+dtypes from the fake-tensor metadata), then :func:`to_ir` applies one set of rules:
+
+* collectives (``_c10d_functional.*`` and in-place ``c10d.*_``) become :class:`Collective` records kept
+  per rank for stitching; ``wait_tensor`` and ``copy_`` after a collective are aliases (SSA);
+* data movement becomes clean core ops (view/reshape/unsqueeze/squeeze -> ``core.reshape``,
+  t/transpose/permute -> ``core.permute``, cat -> ``core.concat``, slice/select/split/chunk ->
+  ``core.slice`` / ``core.split``), identities (clone, detach, alias, contiguous...) disappear;
+* every other op keeps its ATen name (``aten.mm``, ``aten.add.Tensor``) and is split into tensor inputs
+  and typed attributes by its schema;
+* ``getitem`` picks an output of a multi-output op; dead code is removed.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from graphguard.errors import InputError
+from graphguard.ir import scalar as S
+from graphguard.ir.ops import Registry
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference to another node's value (``index`` for a multi-output node's element)."""
+    name: str
+
+
+@dataclass
+class TNode:
+    name: str
+    op: str  # "placeholder" | "call_function" | "output"
+    target: str  # e.g. "aten.mm.default", "_c10d_functional.all_reduce.default", "getitem"
+    args: tuple
+    kwargs: dict
+    shape: tuple | None = None  # of the (first) output
+    dtype: str | None = None
+    loc: str | None = None
+
+
+@dataclass
+class TGraph:
+    nodes: list[TNode]
+    source: str
+    input_names: dict[str, str] = field(default_factory=dict)  # placeholder -> public name
+    output_names: list[str] = field(default_factory=list)  # public names of outputs, in order
+
+
+@dataclass
+class Collective:
+    """One rank's side of a collective, matched across ranks when stitching."""
+    kind: str  # all_reduce | all_gather | reduce_scatter | all_to_all | broadcast
+    group: tuple[int, ...]
+    input: str
+    output: str
+    attrs: dict
+    loc: str | None
+    where: str
+
+
+@dataclass
+class RankGraph:
+    """One rank's graph in IR terms, before stitching: inputs, nodes (dicts as in gg.json), collectives."""
+    inputs: list[dict]
+    nodes: list[dict | Collective]
+    outputs: list[str]
+
+
+IDENTITY = {"aten.clone.default", "aten.detach.default", "aten.alias.default", "aten.lift_fresh_copy.default",
+            "aten.contiguous.default", "_c10d_functional.wait_tensor.default", "aten.lift_fresh.default"}
+RESHAPE = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"}
+
+DTYPES = {"torch.float32": "float32", "torch.float64": "float64", "torch.float16": "float16",
+          "torch.bfloat16": "bfloat16", "torch.int64": "int64", "torch.int32": "int32", "torch.bool": "bool",
+          "torch.int8": "int8", "torch.uint8": "uint8"}
+
+
+def dtype_name(dt) -> str:
+    return DTYPES.get(str(dt), str(dt).replace("torch.", ""))
+
+
+def loc_from_stack(stack: str | None) -> str | None:
+    if not stack:
+        return None
+    found = re.findall(r'File "([^"]+)", line (\d+)', stack)
+    user = [f for f in found if not re.search(r"[/\\](torch|functorch|transformers)[/\\]", f[0])]
+    if not (user or found):
+        return None
+    path, line = (user or found)[-1]  # the innermost frame of the user's code
+    return f"{os.path.basename(path)}:{line}"
+
+
+def ir_op_name(target: str) -> str:
+    """``aten.add.Tensor`` stays; ``aten.mm.default`` -> ``aten.mm``."""
+    return target[: -len(".default")] if target.endswith(".default") else target
+
+
+def _scalar(v, where: str):
+    """A Python/SymInt value as an IR scalar."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return v
+    if hasattr(v, "node") and hasattr(v.node, "expr"):  # torch.SymInt
+        return S.norm(S.parse(str(v.node.expr)))
+    return v
+
+
+class _Converter:
+    def __init__(self, g: TGraph, reg: Registry, rank: int | None, groups: dict[str, tuple[int, ...]]):
+        self.g, self.reg, self.rank, self.groups = g, reg, rank, groups
+        self.alias: dict[str, str] = {}
+        self.multi: dict[str, list[str]] = {}
+        self.shape: dict[str, tuple] = {}
+        self.dtype: dict[str, str] = {}
+        self.out = RankGraph([], [], [])
+        self.counter = 0
+
+    # -- naming -------------------------------------------------------------------------------
+    def t(self, name: str) -> str:
+        """IR tensor name of a graph value (following aliases), with the rank suffix in G_d."""
+        while name in self.alias:
+            name = self.alias[name]
+        return name
+
+    def full(self, name: str) -> str:
+        return name if self.rank is None else f"{name}@{self.rank}"
+
+    def fresh(self, base: str) -> str:
+        self.counter += 1
+        return f"{base}.{self.counter}"
+
+    def where(self, n: TNode) -> str:
+        return f"{self.g.source}: node '{n.name}' ({n.target})" + (f" at {n.loc}" if n.loc else "")
+
+    def ref(self, v, n: TNode) -> str:
+        if not isinstance(v, Ref):
+            raise InputError(f"{self.where(n)}: expected a tensor argument, got {v!r}")
+        name = self.t(v.name)
+        if name in self.multi:
+            raise InputError(f"{self.where(n)}: uses a multi-output value without getitem")
+        return name
+
+    def emit(self, n: TNode, op: str, inputs: list[str], output: str | list[str], **attrs) -> None:
+        outs = [output] if isinstance(output, str) else output
+        self.out.nodes.append({"name": self.full(n.name), "op": op,
+                               "inputs": [self.full(i) for i in inputs], "outputs": [self.full(o) for o in outs],
+                               "attrs": attrs, **({"loc": n.loc} if n.loc else {})})
+        if isinstance(output, str) and n.shape is not None:
+            self.shape[output], self.dtype[output] = tuple(n.shape), n.dtype
+
+    # -- the walk -------------------------------------------------------------------------------
+    def run(self) -> RankGraph:
+        live = self._live()
+        for n in self.g.nodes:
+            if n.op == "placeholder":
+                if n.name not in live:
+                    continue
+                name = self.g.input_names.get(n.name, n.name)
+                self.alias[n.name] = name
+                self.shape[name], self.dtype[name] = tuple(n.shape or ()), n.dtype or "float32"
+                self.out.inputs.append({"name": self.full(name), "shape": list(n.shape or ()),
+                                        "dtype": n.dtype or "float32"})
+            elif n.op == "call_function":
+                if n.name in live:
+                    self.node(n)
+            elif n.op == "output":
+                outs = n.args[0] if isinstance(n.args[0], (list, tuple)) else [n.args[0]]
+                names = self.g.output_names or [f"output{i}" for i in range(len(outs))]
+                for v, public in zip(outs, names):
+                    src = self.ref(v, n)
+                    self.emit(TNode(public, "call_function", "identity", (), {}, loc=None), "core.identity",
+                              [src], public)
+                    self.out.outputs.append(self.full(public))
+        return self.out
+
+    def _live(self) -> set[str]:
+        """Dead-code elimination: names of nodes the outputs depend on."""
+        by = {n.name: n for n in self.g.nodes}
+        live: set[str] = set()
+        stack = [n for n in self.g.nodes if n.op == "output"]
+        while stack:
+            n = stack.pop()
+            for v in _refs((n.args, n.kwargs)):
+                if v.name not in live and v.name in by:
+                    live.add(v.name)
+                    stack.append(by[v.name])
+        return live
+
+    def node(self, n: TNode) -> None:
+        tgt = n.target
+        if tgt in ("getitem", "_operator.getitem"):
+            src, idx = n.args
+            parts = self.multi.get(self.t(src.name))
+            if parts is None:
+                raise InputError(f"{self.where(n)}: getitem on a value with one output")
+            self.alias[n.name] = parts[idx]
+            return
+        if tgt in IDENTITY or (tgt == "aten._to_copy.default" and _same_dtype(n, self)):
+            self.alias[n.name] = self.ref(n.args[0], n)
+            return
+        if tgt in ("aten.copy_.default", "aten.copy.default"):
+            self.alias[n.name] = self.ref(n.args[1], n)
+            return
+        if tgt.startswith("_c10d_functional.") or tgt.startswith("c10d."):
+            self.collective(n)
+            return
+        handler = _DATA_MOVEMENT.get(tgt)
+        if handler is not None:
+            handler(self, n)
+            return
+        self.generic(n)
+
+    # -- collectives ----------------------------------------------------------------------------
+    def group(self, name, n: TNode) -> tuple[int, ...]:
+        key = str(name)
+        if key not in self.groups:
+            raise InputError(f"{self.where(n)}: unknown process group '{key}' (not recorded at capture time)")
+        return self.groups[key]
+
+    def collective(self, n: TNode) -> None:
+        tgt = n.target.split(".")[1]
+        a = n.args
+        x = self.ref(a[0], n)
+        if tgt == "all_reduce":
+            kind, attrs, g = "all_reduce", {"op": _reduce_op(a[1])}, a[2]
+        elif tgt == "all_gather_into_tensor":
+            kind, attrs, g = "all_gather", {"dim": 0}, a[2]
+        elif tgt == "reduce_scatter_tensor":
+            kind, attrs, g = "reduce_scatter", {"op": _reduce_op(a[1]), "dim": 0}, a[3]
+        elif tgt == "all_to_all_single":
+            if a[1] or a[2]:
+                sizes = set(a[1] or []) | set(a[2] or [])
+                if len(sizes) > 1:
+                    raise InputError(f"{self.where(n)}: all_to_all with uneven splits {a[1]} / {a[2]} is not "
+                                     f"supported yet")
+            kind, attrs, g = "all_to_all", {"split_dim": 0, "concat_dim": 0}, a[3]
+        elif tgt == "broadcast":
+            kind, attrs, g = "broadcast", {"src": int(a[1])}, a[2]
+        else:
+            raise InputError(f"{self.where(n)}: unsupported collective {n.target}")
+        group = self.group(g, n)
+        if self.rank is None:
+            raise InputError(f"{self.where(n)}: collective in a sequential (world size 1) capture")
+        self.out.nodes.append(Collective(kind, group, self.full(x), self.full(n.name), attrs, n.loc, self.where(n)))
+        if n.shape is not None:
+            self.shape[n.name], self.dtype[n.name] = tuple(n.shape), n.dtype
+
+    # -- generic ATen ops ----------------------------------------------------------------------
+    def generic(self, n: TNode) -> None:
+        name = ir_op_name(n.target)
+        op = self.reg.get(name)
+        if op is None:
+            raise InputError(f"{self.where(n)}: unknown operator '{name}': no loaded lemma pack defines it "
+                             f"(add one: see README 'Writing a lemma pack')")
+        schema = _schema(n.target)
+        bound = _bind(schema, n.args, n.kwargs) if schema is not None else {}
+        inputs: list[str] = []
+        absent: list[int] = []
+        attrs: dict[str, Any] = {}
+        pos = 0
+        first_rank = None
+        for arg in (schema.arguments if schema is not None else []):
+            v = bound.get(arg.name, arg.default_value if arg.has_default_value() else None)
+            ty = str(arg.type)
+            if ty.startswith("Tensor") or ty.startswith("Optional[Tensor]") or "Tensor" in ty and "[]" in ty:
+                vals = v if isinstance(v, (list, tuple)) else [v]
+                for item in vals:
+                    if item is None:
+                        absent.append(pos)
+                    else:
+                        r = self.ref(item, n)
+                        inputs.append(r)
+                        if first_rank is None:
+                            first_rank = len(self.shape.get(r, ()))
+                    pos += 1
+                continue
+            spec = op.attr_spec(arg.name)
+            if spec is None:
+                continue  # device, layout, memory_format, ...: not semantic
+            attrs[arg.name] = _attr_value(v, spec.kind, arg.name, first_rank)
+        if absent:
+            if op.attr_spec("absent") is None:
+                raise InputError(f"{self.where(n)}: optional tensor argument(s) missing, which {name} does not "
+                                 f"support")
+            attrs["absent"] = absent
+        outs = self._outputs(n, op, len(inputs), attrs)
+        self.emit(n, name, inputs, outs if len(outs) > 1 else outs[0], **attrs)
+
+    def _outputs(self, n: TNode, op, n_inputs: int, attrs: dict) -> list[str]:
+        if op.meaning is None:
+            return [n.name]
+        k = len(op.meaning([None] * n_inputs, {s.name: attrs.get(s.name, s.default) for s in op.attrs}))
+        names = [f"{n.name}#{i}" for i in range(k)]
+        self.multi[n.name] = names
+        return names
+
+
+def _same_dtype(n: TNode, conv: "_Converter") -> bool:
+    src = n.args[0]
+    want = n.kwargs.get("dtype")
+    return want is None or (isinstance(src, Ref) and conv.dtype.get(conv.t(src.name)) == dtype_name(want))
+
+
+def _reduce_op(v) -> str:
+    s = str(v).lower()
+    for k in ("sum", "avg", "max"):
+        if k in s:
+            return k
+    raise InputError(f"unsupported reduction '{v}'")
+
+
+def _norm_dim(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+def _attr_value(v, kind: str, name: str, rank: int | None):
+    if v is None:
+        return None
+    if kind == "int":
+        v = int(v)
+        if "dim" in name and rank is not None:
+            v = _norm_dim(v, rank)
+        return v
+    if kind == "ints":
+        vals = [int(x) for x in v]
+        if "dim" in name and rank is not None:
+            vals = [_norm_dim(x, rank) for x in vals]
+        return vals
+    if kind == "scalar":
+        return S.text(_scalar(v, name))
+    if kind == "scalars":
+        return [S.text(_scalar(x, name)) for x in v]
+    if kind == "number":
+        if isinstance(v, bool):
+            return str(int(v))
+        if isinstance(v, float):
+            if v != v or v in (float("inf"), float("-inf")):
+                return repr(v)
+            return str(Fraction(v).limit_denominator(10**12))
+        return str(Fraction(v))
+    if kind == "bool":
+        return bool(v)
+    if kind == "str":
+        return dtype_name(v) if "torch." in str(v) else str(v)
+    return v
+
+
+def _refs(x):
+    if isinstance(x, Ref):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _refs(v)
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _refs(v)
+
+
+def _schema(target: str):
+    import torch
+    parts = target.split(".")
+    try:
+        packet = getattr(getattr(torch.ops, parts[0]), parts[1])
+        return getattr(packet, parts[2] if len(parts) > 2 else "default")._schema
+    except (AttributeError, IndexError, RuntimeError):
+        return None
+
+
+def _bind(schema, args, kwargs) -> dict:
+    out = {}
+    for a, v in zip(schema.arguments, args):
+        out[a.name] = v
+    out.update(kwargs)
+    return out
+
+
+# -- data movement -> clean core ops ------------------------------------------------------------------
+
+def _shape_of(conv: _Converter, v, n: TNode) -> tuple:
+    return conv.shape[conv.ref(v, n)]
+
+
+def _reshape(conv: _Converter, n: TNode) -> None:
+    x = conv.ref(n.args[0], n)
+    conv.emit(n, "core.reshape", [x], n.name, shape=[S.text(_scalar(d, "shape")) for d in n.shape])
+
+
+def _permute(conv: _Converter, n: TNode) -> None:
+    x = conv.ref(n.args[0], n)
+    r = len(conv.shape[x])
+    if n.target == "aten.t.default":
+        dims = [1, 0] if r == 2 else list(range(r))
+    elif n.target == "aten.transpose.int":
+        d0, d1 = _norm_dim(int(n.args[1]), r), _norm_dim(int(n.args[2]), r)
+        dims = list(range(r))
+        dims[d0], dims[d1] = dims[d1], dims[d0]
+    else:
+        dims = [_norm_dim(int(d), r) for d in n.args[1]]
+    conv.emit(n, "core.permute", [x], n.name, dims=dims)
+
+
+def _cat(conv: _Converter, n: TNode) -> None:
+    xs = [conv.ref(v, n) for v in n.args[0]]
+    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+    xs = [x for x in xs if not (len(conv.shape[x]) == 1 and conv.shape[x][0] == 0)]  # legacy empty tensors
+    r = len(conv.shape[xs[0]])
+    if len(xs) == 1:
+        conv.alias[n.name] = xs[0]
+        return
+    conv.emit(n, "core.concat", xs, n.name, dim=_norm_dim(int(dim), r))
+
+
+def _slice(conv: _Converter, n: TNode) -> None:
+    a = list(n.args) + [None] * 5
+    x = conv.ref(a[0], n)
+    shape = conv.shape[x]
+    dim = _norm_dim(int(a[1] if a[1] is not None else n.kwargs.get("dim", 0)), len(shape))
+    start = a[2] if a[2] is not None else n.kwargs.get("start", 0)
+    end = a[3] if a[3] is not None else n.kwargs.get("end")
+    step = a[4] if a[4] is not None else n.kwargs.get("step", 1)
+    if step != 1:
+        raise InputError(f"{conv.where(n)}: slices with step {step} are not supported yet")
+    size = shape[dim]
+    start = _clamp(_scalar(start if start is not None else 0, "start"), size)
+    end = size if end is None else _clamp(_scalar(end, "end"), size)
+    if start == 0 and S.norm(end) == S.norm(size):
+        conv.alias[n.name] = x
+        return
+    conv.emit(n, "core.slice", [x], n.name, dim=dim, start=S.text(start), end=S.text(end))
+
+
+def _clamp(v, size):
+    """PyTorch clamps slice bounds (``end=9223372036854775807``) and counts negatives from the end."""
+    if isinstance(v, int):
+        if v < 0:
+            v = S.norm(S.sp.sympify(size) + v)
+            return max(v, 0) if isinstance(v, int) else v
+        if isinstance(size, int):
+            return min(v, size)
+        if v >= 2**62:
+            return size
+    return v
+
+
+def _select(conv: _Converter, n: TNode) -> None:
+    x = conv.ref(n.args[0], n)
+    shape = conv.shape[x]
+    dim = _norm_dim(int(n.args[1]), len(shape))
+    idx = int(n.args[2])
+    if idx < 0:
+        idx = S.norm(S.sp.sympify(shape[dim]) + idx)
+    mid = conv.fresh(n.name)
+    sl = list(shape)
+    sl[dim] = 1
+    conv.emit(TNode(mid, "call_function", "slice", (), {}, loc=n.loc), "core.slice", [x], mid, dim=dim,
+              start=S.text(idx), end=S.text(S.norm(S.sp.sympify(idx) + 1)))
+    conv.shape[mid] = tuple(sl)
+    conv.emit(n, "core.reshape", [mid], n.name, shape=[S.text(d) for i, d in enumerate(shape) if i != dim])
+
+
+def _split(conv: _Converter, n: TNode) -> None:
+    x = conv.ref(n.args[0], n)
+    shape = conv.shape[x]
+    if n.target == "aten.split_with_sizes.default":
+        sizes = [_scalar(s, "sizes") for s in n.args[1]]
+        dim = n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0)
+    elif n.target == "aten.chunk.default":
+        chunks = int(n.args[1])
+        dim = n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0)
+        d = _norm_dim(int(dim), len(shape))
+        each = S.exact_div(shape[d], chunks)
+        sizes = [each] * chunks
+    else:  # split.Tensor(x, split_size, dim)
+        dim = n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0)
+        d = _norm_dim(int(dim), len(shape))
+        each = _scalar(n.args[1], "split_size")
+        total = shape[d]
+        if not (isinstance(each, int) and isinstance(total, int)):
+            sizes = [each] * int(S.exact_div(total, each))
+        else:
+            sizes = [each] * (total // each) + ([total % each] if total % each else [])
+    dim = _norm_dim(int(dim), len(shape))
+    names = [f"{n.name}#{i}" for i in range(len(sizes))]
+    conv.multi[n.name] = names
+    conv.emit(n, "core.split", [x], names, dim=dim, sizes=[S.text(s) for s in sizes])
+    start = 0
+    for nm, s in zip(names, sizes):
+        sh = list(shape)
+        sh[dim] = s
+        conv.shape[nm], conv.dtype[nm] = tuple(sh), conv.dtype.get(x)
+
+
+def _unsqueeze_squeeze(conv: _Converter, n: TNode) -> None:
+    x = conv.ref(n.args[0], n)
+    if tuple(S.norm(_scalar(d, "")) for d in n.shape) == tuple(S.norm(d) for d in conv.shape[x]):
+        conv.alias[n.name] = x
+        return
+    _reshape(conv, n)
+
+
+_DATA_MOVEMENT = {
+    **{t: _reshape for t in RESHAPE},
+    "aten.t.default": _permute, "aten.transpose.int": _permute, "aten.permute.default": _permute,
+    "aten.cat.default": _cat, "aten.slice.Tensor": _slice, "aten.select.int": _select,
+    "aten.split.Tensor": _split, "aten.split_with_sizes.default": _split, "aten.chunk.default": _split,
+    "aten.unsqueeze.default": _unsqueeze_squeeze, "aten.squeeze.dim": _unsqueeze_squeeze,
+    "aten.squeeze.dims": _unsqueeze_squeeze, "aten.squeeze.default": _unsqueeze_squeeze,
+}
+
+
+def to_rank_graph(g: TGraph, reg: Registry, rank: int | None, groups: dict) -> RankGraph:
+    return _Converter(g, reg, rank, groups).run()

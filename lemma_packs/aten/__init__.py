@@ -1,0 +1,15 @@
+"""The ATen lemma pack: PyTorch ATen operators (shapes, NumPy references) and their lemmas (a plugin)."""
+from graphguard.hookspecs import hookimpl
+
+from .lemmas import LEMMAS
+from .ops import OPS
+
+
+@hookimpl
+def graphguard_ops():
+    return OPS
+
+
+@hookimpl
+def graphguard_lemmas():
+    return LEMMAS

@@ -1,0 +1,95 @@
+"""Lemmas of the ATen pack. References: 3xx.
+
+Bridges to the core dialect (``aten.mm`` is ``matmul``; ``addmm`` is ``mm`` plus a broadcast bias), then
+ATen compute ops distributed over clean ops: elementwise ops (with broadcasting) over concats, batched
+matmuls over batch/row/column/contraction splits, and row-wise ops (softmax, layer norm) along an
+unsharded dimension.
+"""
+from graphguard.engine.lemma import L
+
+BRIDGES = [
+    L(301, "mm-is-matmul", "aten.mm(?a, ?b) <=> matmul(?a, ?b)"),
+    L(302, "addmm-is-mm-plus-bias", "aten.addmm(?c, ?a, ?b) => aten.add.Tensor(aten.mm(?a, ?b), ?c)"),
+    L(303, "add-is-sum", "aten.add.Tensor(?a, ?b) <=> sum(?a, ?b)", "shape(?a) == shape(?b)"),
+    L(304, "baddbmm-is-bmm-plus", "aten.baddbmm(?c, ?a, ?b) => aten.add.Tensor(aten.bmm(?a, ?b), ?c)"),
+]
+
+ELEMENTWISE = [
+    L(310, "add-of-concats",
+      "aten.add.Tensor(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k), alpha=?al) => concat(aten.add.Tensor(?a, ?c, alpha=?al), aten.add.Tensor(?b, ?e, alpha=?al), dim=?d)",
+      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"),
+    L(311, "add-of-concat-and-broadcast",
+      "aten.add.Tensor(concat(?a, ?b, dim=?d), ?c, alpha=?al) => concat(aten.add.Tensor(?a, ?c, alpha=?al), aten.add.Tensor(?b, ?c, alpha=?al), dim=?d)",
+      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
+    L(312, "add-of-broadcast-and-concat",
+      "aten.add.Tensor(?c, concat(?a, ?b, dim=?d), alpha=?al) => concat(aten.add.Tensor(?c, ?a, alpha=?al), aten.add.Tensor(?c, ?b, alpha=?al), dim=?d)",
+      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
+    L(313, "sub-of-concats",
+      "aten.sub.Tensor(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k), alpha=?al) => concat(aten.sub.Tensor(?a, ?c, alpha=?al), aten.sub.Tensor(?b, ?e, alpha=?al), dim=?d)",
+      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"),
+    L(314, "sub-of-concat-and-broadcast",
+      "aten.sub.Tensor(concat(?a, ?b, dim=?d), ?c, alpha=?al) => concat(aten.sub.Tensor(?a, ?c, alpha=?al), aten.sub.Tensor(?b, ?c, alpha=?al), dim=?d)",
+      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
+    L(315, "sub-of-broadcast-and-concat",
+      "aten.sub.Tensor(?c, concat(?a, ?b, dim=?d), alpha=?al) => concat(aten.sub.Tensor(?c, ?a, alpha=?al), aten.sub.Tensor(?c, ?b, alpha=?al), dim=?d)",
+      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
+    L(316, "mul-of-concats",
+      "aten.mul.Tensor(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k)) => concat(aten.mul.Tensor(?a, ?c), aten.mul.Tensor(?b, ?e), dim=?d)",
+      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"),
+    L(317, "mul-of-concat-and-broadcast",
+      "aten.mul.Tensor(concat(?a, ?b, dim=?d), ?c) => concat(aten.mul.Tensor(?a, ?c), aten.mul.Tensor(?b, ?c), dim=?d)",
+      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
+    L(318, "mul-of-broadcast-and-concat",
+      "aten.mul.Tensor(?c, concat(?a, ?b, dim=?d)) => concat(aten.mul.Tensor(?c, ?a), aten.mul.Tensor(?c, ?b), dim=?d)",
+      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
+    L(319, "div-of-concats",
+      "aten.div.Tensor(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k)) => concat(aten.div.Tensor(?a, ?c), aten.div.Tensor(?b, ?e), dim=?d)",
+      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"),
+    L(320, "div-of-concat-and-broadcast",
+      "aten.div.Tensor(concat(?a, ?b, dim=?d), ?c) => concat(aten.div.Tensor(?a, ?c), aten.div.Tensor(?b, ?c), dim=?d)",
+      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
+    L(321, "div-of-broadcast-and-concat",
+      "aten.div.Tensor(?c, concat(?a, ?b, dim=?d)) => concat(aten.div.Tensor(?c, ?a), aten.div.Tensor(?c, ?b), dim=?d)",
+      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
+    L(330, "gelu-of-concat", "aten.gelu(concat(?a, ?b, dim=?d), approximate=?s) => concat(aten.gelu(?a, approximate=?s), aten.gelu(?b, approximate=?s), dim=?d)"),
+    L(331, "relu-of-concat", "aten.relu(concat(?a, ?b, dim=?d)) => concat(aten.relu(?a), aten.relu(?b), dim=?d)"),
+    L(332, "silu-of-concat", "aten.silu(concat(?a, ?b, dim=?d)) => concat(aten.silu(?a), aten.silu(?b), dim=?d)"),
+    L(333, "sigmoid-of-concat", "aten.sigmoid(concat(?a, ?b, dim=?d)) => concat(aten.sigmoid(?a), aten.sigmoid(?b), dim=?d)"),
+    L(334, "tanh-of-concat", "aten.tanh(concat(?a, ?b, dim=?d)) => concat(aten.tanh(?a), aten.tanh(?b), dim=?d)"),
+    L(335, "exp-of-concat", "aten.exp(concat(?a, ?b, dim=?d)) => concat(aten.exp(?a), aten.exp(?b), dim=?d)"),
+    L(336, "log-of-concat", "aten.log(concat(?a, ?b, dim=?d)) => concat(aten.log(?a), aten.log(?b), dim=?d)"),
+    L(337, "neg-of-concat", "aten.neg(concat(?a, ?b, dim=?d)) => concat(aten.neg(?a), aten.neg(?b), dim=?d)"),
+    L(338, "rsqrt-of-concat", "aten.rsqrt(concat(?a, ?b, dim=?d)) => concat(aten.rsqrt(?a), aten.rsqrt(?b), dim=?d)"),
+    L(339, "sqrt-of-concat", "aten.sqrt(concat(?a, ?b, dim=?d)) => concat(aten.sqrt(?a), aten.sqrt(?b), dim=?d)"),
+    L(340, "cos-of-concat", "aten.cos(concat(?a, ?b, dim=?d)) => concat(aten.cos(?a), aten.cos(?b), dim=?d)"),
+    L(341, "sin-of-concat", "aten.sin(concat(?a, ?b, dim=?d)) => concat(aten.sin(?a), aten.sin(?b), dim=?d)"),
+    L(342, "pow-TensorScalar-of-concat", "aten.pow.Tensor_Scalar(concat(?a, ?b, dim=?d), exponent=?p) => concat(aten.pow.Tensor_Scalar(?a, exponent=?p), aten.pow.Tensor_Scalar(?b, exponent=?p), dim=?d)"),
+    L(343, "mul-Scalar-of-concat", "aten.mul.Scalar(concat(?a, ?b, dim=?d), other=?o) => concat(aten.mul.Scalar(?a, other=?o), aten.mul.Scalar(?b, other=?o), dim=?d)"),
+    L(344, "div-Scalar-of-concat", "aten.div.Scalar(concat(?a, ?b, dim=?d), other=?o) => concat(aten.div.Scalar(?a, other=?o), aten.div.Scalar(?b, other=?o), dim=?d)"),
+    L(345, "add-Scalar-of-concat", "aten.add.Scalar(concat(?a, ?b, dim=?d), other=?o, alpha=?al) => concat(aten.add.Scalar(?a, other=?o, alpha=?al), aten.add.Scalar(?b, other=?o, alpha=?al), dim=?d)"),
+    L(346, "sub-Scalar-of-concat", "aten.sub.Scalar(concat(?a, ?b, dim=?d), other=?o, alpha=?al) => concat(aten.sub.Scalar(?a, other=?o, alpha=?al), aten.sub.Scalar(?b, other=?o, alpha=?al), dim=?d)"),
+    L(347, "rsub-Scalar-of-concat", "aten.rsub.Scalar(concat(?a, ?b, dim=?d), other=?o, alpha=?al) => concat(aten.rsub.Scalar(?a, other=?o, alpha=?al), aten.rsub.Scalar(?b, other=?o, alpha=?al), dim=?d)"),
+    L(348, "tocopy-of-concat", "aten._to_copy(concat(?a, ?b, dim=?d), dtype=?t) => concat(aten._to_copy(?a, dtype=?t), aten._to_copy(?b, dtype=?t), dim=?d)"),
+]
+
+MATMUL = [
+    L(360, "bmm-batch", "aten.bmm(concat(?a, ?b, dim=0), concat(?c, ?e, dim=0)) => concat(aten.bmm(?a, ?c), aten.bmm(?b, ?e), dim=0)",
+      "size(?a, 0) == size(?c, 0)"),
+    L(361, "bmm-rows", "aten.bmm(concat(?a, ?b, dim=1), ?w) => concat(aten.bmm(?a, ?w), aten.bmm(?b, ?w), dim=1)"),
+    L(362, "bmm-cols", "aten.bmm(?x, concat(?a, ?b, dim=2)) => concat(aten.bmm(?x, ?a), aten.bmm(?x, ?b), dim=2)"),
+    L(363, "bmm-block-k", "aten.bmm(concat(?a, ?b, dim=2), concat(?c, ?e, dim=1)) => sum(aten.bmm(?a, ?c), aten.bmm(?b, ?e))",
+      "size(?a, 2) == size(?c, 1)"),
+]
+
+ROWWISE = [
+    L(370, "softmax-of-concat", "aten._softmax(concat(?a, ?b, dim=?d), dim=?k, half_to_float=?h)"
+      " => concat(aten._softmax(?a, dim=?k, half_to_float=?h), aten._softmax(?b, dim=?k, half_to_float=?h), dim=?d)", "?k != ?d"),
+    L(371, "log-softmax-of-concat", "aten._log_softmax(concat(?a, ?b, dim=?d), dim=?k, half_to_float=?h)"
+      " => concat(aten._log_softmax(?a, dim=?k, half_to_float=?h), aten._log_softmax(?b, dim=?k, half_to_float=?h), dim=?d)", "?k != ?d"),
+    L(372, "layer-norm-of-concat",
+      "aten.native_layer_norm#0(concat(?a, ?b, dim=?d), ?w, ?c, normalized_shape=?n, eps=?e)"
+      " => concat(aten.native_layer_norm#0(?a, ?w, ?c, normalized_shape=?n, eps=?e), aten.native_layer_norm#0(?b, ?w, ?c, normalized_shape=?n, eps=?e), dim=?d)",
+      "?d < rank(?a) - len(?n)"),
+]
+
+LEMMAS = BRIDGES + ELEMENTWISE + MATMUL + ROWWISE

@@ -175,6 +175,8 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
         lp = _lower_pattern(parse_raw(left.strip(), f"lemma {lem.ref}"), reg, lem)
         rp = _lower_pattern(parse_raw(right.strip(), f"lemma {lem.ref}"), reg, lem)
         cond = parse_cond(lem.cond, f"lemma {lem.ref}") if lem.cond.strip() else None
+    except LemmaError:
+        raise
     except GraphGuardError as e:
         raise LemmaError(f"lemma {lem.ref} ({lem.where}): {e}") from None
     pairs = [(lp, rp, "")] + ([(rp, lp, "r")] if both else [])

@@ -8,6 +8,7 @@ Compute operators come from lemma packs (plugins), which register :class:`OpDef`
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Sequence

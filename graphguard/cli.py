@@ -154,6 +154,24 @@ def plugins(ctx):
 
 
 @cli.command()
+@click.argument("model", type=click.Path())
+@click.option("--frontend", default="fx", show_default=True, help="A frontend that can capture.")
+@click.option("--world-size", type=click.IntRange(min=1), required=True)
+@click.option("--backward", is_flag=True, help="Also capture the backward graph.")
+@click.option("-o", "--out", "out_dir", type=click.Path(), required=True, help="Folder for the captured files.")
+@click.pass_context
+def capture(ctx, model, frontend, world_size, backward, out_dir):
+    """Capture a model file's sequential and distributed programs into OUT (spec, impl, relation)."""
+    pl = _plugins(ctx)
+    fe = pl.frontend(frontend)
+    if fe.capture is None:
+        raise GraphGuardError(f"frontend '{frontend}' cannot capture programs")
+    files = fe.capture(model, out_dir, world_size, backward, plugins=pl)
+    for k, v in files.items():
+        click.echo(f"{k}: {v}")
+
+
+@cli.command()
 @click.argument("path", type=click.Path())
 @click.option("--frontend", default="ir", show_default=True)
 @click.option("--role", type=click.Choice(["spec", "impl"]), default=None, help="Default: from the file.")

@@ -244,6 +244,21 @@ class Snapshot:
                     out[key] = (r[0], r[1])
         return [t for _, t in sorted(out.values(), key=lambda x: (x[0], str(x[1])))]
 
+    def leaves_below(self, classes) -> set[str]:
+        """Tensor names in the given e-classes and every e-class below them."""
+        seen, stack, out = set(), [c for c in classes if c is not None], set()
+        while stack:
+            c = stack.pop()
+            if c in seen:
+                continue
+            seen.add(c)
+            for nd in self.classes.get(c, ()):
+                if nd.op == "T":
+                    out.add(nd.attrs)
+                else:
+                    stack.extend(nd.children)
+        return out
+
     # -- lookups ---------------------------------------------------------------------------------
     def find(self, t: Term):
         """The e-class of term ``t`` if every node of it exists, else None."""

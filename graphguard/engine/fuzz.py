@@ -62,7 +62,10 @@ def _draw_attr(rng: random.Random, kind: str, spec, rank: int, shapes: list[tupl
         return rng.randint(0, 6)
     if kind == "ints":
         p = list(range(rank))
-        if rng.random() < 0.8:
+        u = rng.random()
+        if u < 0.4 and rank > 1:  # a proper subset of the dims (reductions)
+            return tuple(sorted(rng.sample(p, rng.randint(1, rank - 1))))
+        if u < 0.9:
             rng.shuffle(p)
         return tuple(p)
     if kind == "scalars":
@@ -99,9 +102,16 @@ def fuzz_rule(rule: Rule, reg: Registry, trials: int = 25, attempts: int = 4000,
                 s = s[rng.randrange(1, rank):]  # a lower-rank operand (broadcast, norm weights)
             shapes[v] = tuple(s)
         env: dict = {v: Leaf(v) for v in rule.tvars}
+        pool = list(shapes.values())
+        for x in list(pool):  # shapes a concat of two operands would have
+            for y in list(pool):
+                if len(x) == len(y):
+                    for d in range(len(x)):
+                        if all(x[i] == y[i] for i in range(len(x)) if i != d):
+                            pool.append(tuple(x[i] + y[i] if i == d else x[i] for i in range(len(x))))
         for v, (op, attr) in rule.avars.items():
             spec = op.attr_spec(attr)
-            env[v] = _draw_attr(rng, spec.kind, spec, rank, list(shapes.values()))
+            env[v] = _draw_attr(rng, spec.kind, spec, rank, pool)
         ctx = EvalContext(lambda leaf: shapes[leaf.name], cx)
         try:
             lhs = instantiate(rule.lhs, env, ctx, reg)

@@ -127,6 +127,9 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
         for root in roots:
             for e in snap.clean_variants(snap.find(root)):
                 t_rel.update(leaves(e))
+        # beyond the paper's rule: G_d tensors that are sub-results of v's output (descendants of its
+        # e-class) are related too -- e.g. partial products whose reduction G_s fused into one op
+        t_rel.update(snap.leaves_below([snap.find(r) for r in roots]))
     return snap, {t for name in explored for t in g_d_node(g_d, name).outputs}
 
 

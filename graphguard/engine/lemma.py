@@ -244,6 +244,13 @@ FUNCTIONS: dict[str, Callable] = {
     "index": lambda ctx, p, v: _perm(p).index(int(v)),
     "is_identity": lambda ctx, p: _perm(p) == tuple(range(len(p))),
     "len": lambda ctx, p: len(p),
+    "reshape_concat_ok": lambda ctx, a, b, d, t: _reshape_concat_ok(ctx, ctx.shape_of(a), ctx.shape_of(b), int(d),
+                                                                    tuple(t)),
+    "reshape_part": lambda ctx, a, d, t: _reshape_part(ctx, ctx.shape_of(a), int(d), tuple(t))[1],
+    "reshape_dim": lambda ctx, a, d, t: _reshape_part(ctx, ctx.shape_of(a), int(d), tuple(t))[0],
+    "contains": lambda ctx, p, v: int(v) in tuple(int(x) for x in p),
+    # where output dim d of a reduction over dims p (keepdim k) lands
+    "reduced_dim": lambda ctx, d, p, k: int(d) if k else int(d) - sum(1 for x in p if int(x) < int(d)),
     # broadcasting: does tensor c (broadcast against an output of rank r) stay constant along output dim d?
     "const_along": lambda ctx, c, r, d: _const_along(ctx.shape_of(c), int(r), int(d)),
     # the dim of broadcast operand c that lines up with output dim d of rank r (-1: none)
@@ -251,6 +258,34 @@ FUNCTIONS: dict[str, Callable] = {
     "at": lambda ctx, p, i: p[int(i)],
     "set_at": lambda ctx, p, i, v: tuple(v if k == int(i) else x for k, x in enumerate(p)),
 }
+
+def _prod(xs) -> S.Scalar:
+    return S.norm(sp.Mul(*[sp.sympify(x) for x in xs])) if xs else 1
+
+
+def _reshape_part(ctx, part: tuple, d: int, target: tuple) -> tuple[int, tuple]:
+    """reshape(concat(parts, dim=d), target) == concat(reshape(part_i, new_i), dim=k) when the dims
+    before d keep their product (they become target[:k]) and each part is whole slices of target dim k.
+    Returns (k, new shape of this part); raises ValueError otherwise."""
+    lead, inner = _prod(part[:d]), _prod(part[d + 1:])
+    for k in range(len(target) + 1):
+        if ctx.cx.prove("==", _prod(target[:k]), lead):
+            break
+    else:
+        raise ValueError("leading dims do not line up")
+    if k >= len(target):
+        raise ValueError("no target dim for the concatenated one")
+    rows = S.exact_div(S.norm(sp.sympify(part[d]) * sp.sympify(inner)), _prod(target[k + 1:]))
+    if not ctx.cx.integral(rows):
+        raise ValueError("a part is not whole slices of the target dim")
+    return k, tuple(target[:k]) + (rows,) + tuple(target[k + 1:])
+
+
+def _reshape_concat_ok(ctx, a: tuple, b: tuple, d: int, target: tuple) -> bool:
+    ka, sa = _reshape_part(ctx, a, d, target)
+    kb, sb = _reshape_part(ctx, b, d, target)
+    return ka == kb and ctx.cx.prove("==", S.norm(sp.sympify(sa[ka]) + sp.sympify(sb[kb])), target[ka])
+
 
 def _const_along(shape: tuple, r: int, d: int) -> bool:
     k = d - (r - len(shape))

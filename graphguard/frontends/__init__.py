@@ -30,7 +30,10 @@ class LoadRequest:
 
 @dataclass
 class Frontend:
+    """``load`` reads files into a graph. ``capture`` (optional) runs a user's model file and writes
+    ``spec.gg.json``, ``impl.gg.json`` and ``relation.yaml`` into a folder (``graphguard capture``)."""
     name: str
     description: str
     load: Callable[[LoadRequest], Graph]
     suffixes: tuple[str, ...] = ()
+    capture: Callable | None = None

@@ -92,4 +92,34 @@ ROWWISE = [
       "?d < rank(?a) - len(?n)"),
 ]
 
-LEMMAS = BRIDGES + ELEMENTWISE + MATMUL + ROWWISE
+REDUCTIONS = [
+    L(390, "sum-of-concat-other-dims",
+      "aten.sum.dim_IntList(concat(?a, ?b, dim=?d), dim=?k, keepdim=?kd, dtype=?t)"
+      " => concat(aten.sum.dim_IntList(?a, dim=?k, keepdim=?kd, dtype=?t), aten.sum.dim_IntList(?b, dim=?k, keepdim=?kd, dtype=?t), dim=reduced_dim(?d, ?k, ?kd))",
+      "not contains(?k, ?d)"),
+    L(391, "sum-of-concat-along-it",
+      "aten.sum.dim_IntList(concat(?a, ?b, dim=?d), dim=?k, keepdim=?kd, dtype=?t)"
+      " => sum(aten.sum.dim_IntList(?a, dim=?k, keepdim=?kd, dtype=?t), aten.sum.dim_IntList(?b, dim=?k, keepdim=?kd, dtype=?t))",
+      "contains(?k, ?d)"),
+    L(392, "sum-all-of-concat", "aten.sum(concat(?a, ?b, dim=?d), dtype=?t) => sum(aten.sum(?a, dtype=?t), aten.sum(?b, dtype=?t))"),
+]
+
+BACKWARD = [
+    L(380, "gelu-backward-of-concats",
+      "aten.gelu_backward(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), approximate=?s) => concat(aten.gelu_backward(?a, ?c, approximate=?s), aten.gelu_backward(?b, ?e, approximate=?s), dim=?d)",
+      "shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
+    L(381, "sigmoid-backward-of-concats",
+      "aten.sigmoid_backward(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(aten.sigmoid_backward(?a, ?c), aten.sigmoid_backward(?b, ?e), dim=?d)",
+      "shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
+    L(382, "silu-backward-of-concats",
+      "aten.silu_backward(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(aten.silu_backward(?a, ?c), aten.silu_backward(?b, ?e), dim=?d)",
+      "shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
+    L(383, "tanh-backward-of-concats",
+      "aten.tanh_backward(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(aten.tanh_backward(?a, ?c), aten.tanh_backward(?b, ?e), dim=?d)",
+      "shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
+    L(384, "threshold-backward-of-concats",
+      "aten.threshold_backward(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), threshold=?t) => concat(aten.threshold_backward(?a, ?c, threshold=?t), aten.threshold_backward(?b, ?e, threshold=?t), dim=?d)",
+      "shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
+]
+
+LEMMAS = BRIDGES + ELEMENTWISE + MATMUL + ROWWISE + REDUCTIONS + BACKWARD

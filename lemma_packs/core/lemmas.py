@@ -42,6 +42,10 @@ CLEAN = [
     L(112, "reshape-reshape", "reshape(reshape(?x, shape=?s), shape=?t) => reshape(?x, shape=?t)"),
     L(113, "reshape-identity", "reshape(?x, shape=?s) => ?x", "?s == shape(?x)"),
     L(114, "identity", "identity(?x) => ?x"),
+    L(121, "reshape-of-concat",
+      "reshape(concat(?a, ?b, dim=?d), shape=?s)"
+      " => concat(reshape(?a, shape=reshape_part(?a, ?d, ?s)), reshape(?b, shape=reshape_part(?b, ?d, ?s)), dim=reshape_dim(?a, ?d, ?s))",
+      "reshape_concat_ok(?a, ?b, ?d, ?s)"),
     L(115, "sum-of-concats",
       "sum(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(sum(?a, ?c), sum(?b, ?e), dim=?d)",
       "size(?a, ?d) == size(?c, ?d)"),

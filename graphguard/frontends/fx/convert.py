@@ -125,7 +125,9 @@ class _Converter:
     # -- naming -------------------------------------------------------------------------------
     def t(self, name: str) -> str:
         """IR tensor name of a graph value (following aliases), with the rank suffix in G_d."""
-        while name in self.alias:
+        seen = set()
+        while name in self.alias and name not in seen:
+            seen.add(name)
             name = self.alias[name]
         return name
 
@@ -163,7 +165,8 @@ class _Converter:
                 if n.name not in live:
                     continue
                 name = self.g.input_names.get(n.name, n.name)
-                self.alias[n.name] = name
+                if name != n.name:
+                    self.alias[n.name] = name
                 self.shape[name], self.dtype[name] = tuple(n.shape or ()), n.dtype or "float32"
                 self.out.inputs.append({"name": self.full(name), "shape": list(n.shape or ()),
                                         "dtype": n.dtype or "float32"})
@@ -275,7 +278,7 @@ class _Converter:
                     if item is None:
                         absent.append(pos)
                     else:
-                        r = self.ref(item, n)
+                        r = self.ref(item, n) if isinstance(item, Ref) else self.constant(item, n)
                         inputs.append(r)
                         if first_rank is None:
                             first_rank = len(self.shape.get(r, ()))
@@ -292,6 +295,17 @@ class _Converter:
             attrs["absent"] = absent
         outs = self._outputs(n, op, len(inputs), attrs)
         self.emit(n, name, inputs, outs if len(outs) > 1 else outs[0], **attrs)
+
+    def constant(self, value, n: TNode) -> str:
+        """A Python number where the schema wants a tensor (``x * 2``): a 0-dim constant tensor."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(f"{self.where(n)}: expected a tensor argument, got {value!r}")
+        name = self.fresh(f"{n.name}.const")
+        dtype = "int64" if isinstance(value, int) and (n.dtype or "").startswith("int") else (n.dtype or "float32")
+        self.emit(TNode(name, "call_function", "scalar_tensor", (), {}, loc=n.loc), "aten.scalar_tensor", [], name,
+                  s=_attr_value(value, "number", "s", None), dtype=dtype)
+        self.shape[name], self.dtype[name] = (), dtype
+        return name
 
     def _outputs(self, n: TNode, op, n_inputs: int, attrs: dict) -> list[str]:
         if op.meaning is None:

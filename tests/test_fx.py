@@ -1,0 +1,185 @@
+"""The PyTorch frontend: capture on a fake process group, .pt2 archives, normalisation and stitching."""
+from __future__ import annotations
+
+import importlib.util
+import zipfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+
+import graphguard
+import graphguard.torch as ggt
+from graphguard.errors import InputError
+
+from conftest import EXAMPLES, run_cli
+
+
+def _model_file(path):
+    spec = importlib.util.spec_from_file_location(f"m_{path.parent.name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+MLP = _model_file(EXAMPLES / "mlp-tp" / "model.py")
+
+
+def _verify(mod, world, backward, **kw):
+    s = ggt.capture(lambda r: mod.spec(), lambda r: mod.inputs(None, world), world_size=1, backward=backward)
+    d = ggt.capture(lambda r: mod.impl(r, world), lambda r: mod.inputs(r, world), world_size=world,
+                    backward=backward)
+    return graphguard.verify(s.graph(), d.graph(), mod.relation(world, backward), replay=True, **kw)
+
+
+@pytest.mark.parametrize("world,backward", [(2, False), (2, True), (4, True)])
+def test_capture_api_tp_mlp(world, backward):
+    r = _verify(MLP, world, backward)
+    assert r.verdict == "refines", r.render()
+    lines = r.r_o_lines()
+    assert "out0 = out0@0" in lines
+    if backward:
+        shards = ", ".join(f"grad.fc2.weight@{i}" for i in range(world))
+        assert f"grad.fc2.weight = concat({shards}, dim=1)" in lines
+        assert "grad.fc2.bias = grad.fc2_bias@1" in lines
+    assert r.replay["ok"]
+
+
+def test_captured_graph_is_normalised():
+    d = ggt.capture(lambda r: MLP.impl(r, 2), lambda r: MLP.inputs(r, 2), world_size=2, backward=True)
+    ops = [n["op"] for n in d.doc["nodes"]]
+    assert "core.all_reduce" in ops and "core.permute" in ops and "aten.addmm" in ops
+    assert not any("wait_tensor" in o or "_c10d" in o or o in ("aten.t", "aten.view") for o in ops)
+    ar = [n for n in d.doc["nodes"] if n["op"] == "core.all_reduce"]
+    assert all(n["attrs"]["group"] == [0, 1] and len(n["inputs"]) == 2 for n in ar)
+    assert len(ar) == 1  # g's forward; f's backward only feeds x's gradient, not requested: dead code
+    names = {t["name"] for t in d.doc["inputs"]}
+    assert {"fc1.weight@0", "x@1", "tangent.out0@0"} <= names
+    assert any(n.get("loc", "").startswith("model.py:") for n in d.doc["nodes"])
+
+
+def test_missing_allreduce_bug():
+    r = _verify(_model_file(EXAMPLES / "bugs" / "missing-allreduce" / "model.py"), 2, False)
+    assert r.verdict == "does-not-refine"
+    assert (r.failure.op, r.failure.node, r.failure.loc) == ("aten.addmm", "addmm_1", "model.py:48")
+    assert r.failure.replay["max_abs_diff"] > 1e-3
+
+
+def test_grad_scale_bug():
+    r = _verify(_model_file(EXAMPLES / "bugs" / "mlp-tp-grad-scale" / "model.py"), 2, True)
+    assert r.verdict == "does-not-refine"
+    assert r.failure.op == "aten.mm" and r.failure.node.startswith("bw.")
+    assert r.failure.replay["max_abs_diff"] > 1e-3
+
+
+class _Rowwise(torch.nn.Module):
+    """Row-parallel linear, exportable: y = all_reduce(x_r @ w_r^T) + b."""
+
+    def __init__(self, world):
+        super().__init__()
+        self.world = world
+        self.w = torch.nn.Parameter(torch.randn(4, 8 // world))
+        self.b = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        y = x @ self.w.t()
+        if self.world > 1:
+            y = funcol.all_reduce(y, "sum", dist.group.WORLD)
+        return torch.relu(y + self.b)
+
+
+def _export(module, args, path, rank=None, world=1):
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    if rank is not None:
+        dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
+    try:
+        ep = torch.export.export(module, args).run_decompositions()
+        torch.export.save(ep, str(path))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pt2")
+    torch.manual_seed(0)
+    _export(_Rowwise(1), (torch.randn(3, 8),), d / "spec.pt2")
+    for r in range(2):
+        _export(_Rowwise(2), (torch.randn(3, 4),), d / f"r{r}.pt2", rank=r, world=2)
+    (d / "rel.yaml").write_text("inputs:\n  x: concat(x@0, x@1, dim=1)\n  w: concat(w@0, w@1, dim=1)\n"
+                                "  b: [b@0, b@1]\n")
+    return d
+
+
+def test_pt2_archives_on_the_command_line(archives):
+    d = archives
+    p = run_cli("verify", "--frontend", "fx", "--spec", d / "spec.pt2", "--impl", d / "r0.pt2", d / "r1.pt2",
+                "--relation", d / "rel.yaml", "--replay")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "out0 = out0@0" in p.stdout and "replay: ok" in p.stdout
+    p = run_cli("verify", "--frontend", "fx", "--spec", d / "spec.pt2", "--impl", d / "r0.pt2", "--world-size", "2",
+                "--relation", d / "rel.yaml")
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_pt2_loading_never_unpickles(archives, tmp_path):
+    """Weights and sample inputs (pickles) are never opened: corrupting them changes nothing."""
+    src = zipfile.ZipFile(archives / "r0.pt2")
+    out = tmp_path / "r0.pt2"
+    with zipfile.ZipFile(out, "w") as z:
+        for info in src.infolist():
+            data = src.read(info.filename)
+            if not info.filename.endswith(".json"):
+                data = b"\x80\x04GARBAGE-PICKLE" + bytes(len(data))
+            z.writestr(info, data)
+    p = run_cli("verify", "--frontend", "fx", "--spec", archives / "spec.pt2", "--impl", out, "--world-size", "2",
+                "--relation", archives / "rel.yaml")
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.parametrize("data,msg", [(b"not a zip", "not a torch.export archive"),
+                                      (b"PK\x05\x06" + bytes(18), "no models/*.json")])
+def test_bad_archives(archives, tmp_path, data, msg):
+    bad = tmp_path / "bad.pt2"
+    bad.write_bytes(data)
+    p = run_cli("verify", "--frontend", "fx", "--spec", archives / "spec.pt2", "--impl", bad, "--world-size", "2",
+                "--relation", archives / "rel.yaml")
+    assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
+
+
+def test_lifted_constants_are_rejected(tmp_path):
+    class WithConstant(torch.nn.Module):
+        def forward(self, x):
+            return x * torch.tensor([2.0, 3.0])
+    _export(WithConstant(), (torch.randn(4, 2),), tmp_path / "c.pt2")
+    (tmp_path / "rel.yaml").write_text("inputs:\n  x: x@0\n")
+    p = run_cli("verify", "--frontend", "fx", "--spec", tmp_path / "c.pt2", "--impl", tmp_path / "c.pt2",
+                "--world-size", "1", "--relation", tmp_path / "rel.yaml")
+    assert p.returncode == 2 and "lifted constant" in p.stderr
+
+
+def test_unmatched_collective_is_reported_as_a_deadlock():
+    class Skips(torch.nn.Module):
+        def __init__(self, rank):
+            super().__init__()
+            self.rank = rank
+
+        def forward(self, x):
+            if self.rank == 0:
+                x = funcol.all_reduce(x, "sum", dist.group.WORLD)
+            return x * 2
+    with pytest.raises(InputError, match=r"deadlock: rank 0 waits in all_reduce #0 of group \[0, 1\].*rank\(s\) \[1\]"):
+        ggt.capture(lambda r: Skips(r), (torch.randn(2, 2),), world_size=2)
+
+
+def test_capture_cli_writes_spec_impl_relation(tmp_path):
+    p = run_cli("capture", EXAMPLES / "mlp-tp" / "model.py", "--world-size", "2", "-o", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert {f.name for f in tmp_path.iterdir()} == {"spec.gg.json", "impl.gg.json", "relation.yaml"}
+    p = run_cli("verify", "--spec", tmp_path / "spec.gg.json", "--impl", tmp_path / "impl.gg.json",
+                "--relation", tmp_path / "relation.yaml")
+    assert p.returncode == 0 and "expected relations: all 1 found" in p.stdout

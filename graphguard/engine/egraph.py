@@ -244,19 +244,35 @@ class Snapshot:
                     out[key] = (r[0], r[1])
         return [t for _, t in sorted(out.values(), key=lambda x: (x[0], str(x[1])))]
 
-    def leaves_below(self, classes) -> set[str]:
-        """Tensor names in the given e-classes and every e-class below them."""
+    def leaves_below(self, classes, invertible: frozenset = frozenset()) -> set[str]:
+        """Tensor names in the given e-classes and every e-class below them, and in the classes reached
+        from those through ``invertible`` ops (an e-node ``reshape(c)`` holds the same data as ``c``)."""
+        if invertible and not hasattr(self, "_inv_parents"):
+            self._inv_parents: dict = {}
+            for pc, nodes in self.classes.items():
+                for nd in nodes:
+                    if nd.op in invertible and len(nd.children) == 1:
+                        self._inv_parents.setdefault(nd.children[0], []).append(pc)
         seen, stack, out = set(), [c for c in classes if c is not None], set()
+        up: list = []
         while stack:
             c = stack.pop()
             if c in seen:
                 continue
             seen.add(c)
+            up.append(c)
             for nd in self.classes.get(c, ()):
                 if nd.op == "T":
                     out.add(nd.attrs)
                 else:
                     stack.extend(nd.children)
+        while up:
+            c = up.pop()
+            for pc in getattr(self, "_inv_parents", {}).get(c, ()):
+                if pc not in seen:
+                    seen.add(pc)
+                    up.append(pc)
+                    out.update(nd.attrs for nd in self.classes[pc] if nd.op == "T")
         return out
 
     # -- lookups ---------------------------------------------------------------------------------

@@ -123,14 +123,22 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
             explored.add(n.name)
             for out, term in zip(n.outputs, g_d.node_terms(n)):
                 eg.union(Leaf(out), term)
+            if n.op in INVERTIBLE:
+                # its input is a clean function of its output, so the output relates to v as much
+                # as the input does (the paper's observation (i) carries over)
+                t_rel.update(n.outputs)
         snap = eg.saturate(ctx.budget, deadline, ctx.stats)
         for root in roots:
             for e in snap.clean_variants(snap.find(root)):
                 t_rel.update(leaves(e))
         # beyond the paper's rule: G_d tensors that are sub-results of v's output (descendants of its
         # e-class) are related too -- e.g. partial products whose reduction G_s fused into one op
-        t_rel.update(snap.leaves_below([snap.find(r) for r in roots]))
+        t_rel.update(snap.leaves_below([snap.find(r) for r in roots], INVERTIBLE_TERMS))
     return snap, {t for name in explored for t in g_d_node(g_d, name).outputs}
+
+
+INVERTIBLE = frozenset({"core.reshape", "core.permute", "core.identity", "core.concat", "core.all_gather"})
+INVERTIBLE_TERMS = frozenset({"core.reshape", "core.permute", "core.identity"})
 
 
 def _direct_children(g_d: Graph, t_rel: set[str]) -> list[Node]:

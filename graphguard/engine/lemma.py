@@ -248,6 +248,12 @@ FUNCTIONS: dict[str, Callable] = {
                                                                     tuple(t)),
     "reshape_part": lambda ctx, a, d, t: _reshape_part(ctx, ctx.shape_of(a), int(d), tuple(t))[1],
     "reshape_dim": lambda ctx, a, d, t: _reshape_part(ctx, ctx.shape_of(a), int(d), tuple(t))[0],
+    # bmm(reshape(x, s), reshape(y, t)) is a reshape of x @ y when s, t only merge the batch dims
+    "bmm_view_ok": lambda ctx, x, y, s, t: _bmm_view_ok(ctx, ctx.shape_of(x), ctx.shape_of(y), tuple(s), tuple(t)),
+    # permute(reshape(x, [prod(batch), m, n]), [0, i, j]) permutes only x's last two dims
+    "batch_perm_ok": lambda ctx, x, s, p: _batch_perm_ok(ctx, ctx.shape_of(x), tuple(s), tuple(int(v) for v in p)),
+    "batch_perm": lambda ctx, x, p: tuple(range(len(ctx.shape_of(x)) - 2))
+    + tuple(len(ctx.shape_of(x)) - 3 + int(v) for v in tuple(p)[1:]),
     "contains": lambda ctx, p, v: int(v) in tuple(int(x) for x in p),
     # where output dim d of a reduction over dims p (keepdim k) lands
     "reduced_dim": lambda ctx, d, p, k: int(d) if k else int(d) - sum(1 for x in p if int(x) < int(d)),
@@ -285,6 +291,20 @@ def _reshape_concat_ok(ctx, a: tuple, b: tuple, d: int, target: tuple) -> bool:
     ka, sa = _reshape_part(ctx, a, d, target)
     kb, sb = _reshape_part(ctx, b, d, target)
     return ka == kb and ctx.cx.prove("==", S.norm(sp.sympify(sa[ka]) + sp.sympify(sb[kb])), target[ka])
+
+
+def _bmm_view_ok(ctx, x: tuple, y: tuple, s: tuple, t: tuple) -> bool:
+    eq = lambda a, b: ctx.cx.prove("==", a, b)  # noqa: E731
+    return (len(x) == len(y) >= 3 and len(s) == len(t) == 3
+            and all(eq(a, b) for a, b in zip(x[:-2], y[:-2]))
+            and eq(s[0], _prod(x[:-2])) and eq(s[1], x[-2]) and eq(s[2], x[-1])
+            and eq(t[0], _prod(y[:-2])) and eq(t[1], y[-2]) and eq(t[2], y[-1]))
+
+
+def _batch_perm_ok(ctx, x: tuple, s: tuple, p: tuple) -> bool:
+    eq = lambda a, b: ctx.cx.prove("==", a, b)  # noqa: E731
+    return (len(s) == 3 and len(p) == 3 and p[0] == 0 and len(x) >= 3 and eq(s[0], _prod(x[:-2]))
+            and eq(s[1], x[-2]) and eq(s[2], x[-1]))
 
 
 def _const_along(shape: tuple, r: int, d: int) -> bool:

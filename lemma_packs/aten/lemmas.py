@@ -12,6 +12,10 @@ BRIDGES = [
     L(302, "addmm-is-mm-plus-bias", "aten.addmm(?c, ?a, ?b) => aten.add.Tensor(aten.mm(?a, ?b), ?c)"),
     L(303, "add-is-sum", "aten.add.Tensor(?a, ?b) <=> sum(?a, ?b)", "shape(?a) == shape(?b)"),
     L(304, "baddbmm-is-bmm-plus", "aten.baddbmm(?c, ?a, ?b) => aten.add.Tensor(aten.bmm(?a, ?b), ?c)"),
+    L(306, "add-of-partial-sums",
+      "aten.add.Tensor(sum(?a, ?b), sum(?c, ?e)) => sum(aten.add.Tensor(?a, ?c), aten.add.Tensor(?b, ?e))",
+      "shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
+    L(305, "expand-to-own-shape", "aten.expand(?x, size=?s, implicit=?i) => ?x", "?s == shape(?x)"),
 ]
 
 ELEMENTWISE = [
@@ -73,6 +77,11 @@ ELEMENTWISE = [
 ]
 
 MATMUL = [
+    L(364, "bmm-of-batch-merging-views",
+      "aten.bmm(reshape(?x, shape=?s), reshape(?y, shape=?t))"
+      " => reshape(batched_matmul(?x, ?y), shape=[at(?s, 0), at(?s, 1), at(?t, 2)])",
+      "bmm_view_ok(?x, ?y, ?s, ?t)"),
+    L(365, "bmm-is-batched-matmul", "aten.bmm(?a, ?b) => batched_matmul(?a, ?b)"),
     L(360, "bmm-batch", "aten.bmm(concat(?a, ?b, dim=0), concat(?c, ?e, dim=0)) => concat(aten.bmm(?a, ?c), aten.bmm(?b, ?e), dim=0)",
       "size(?a, 0) == size(?c, 0)"),
     L(361, "bmm-rows", "aten.bmm(concat(?a, ?b, dim=1), ?w) => concat(aten.bmm(?a, ?w), aten.bmm(?b, ?w), dim=1)"),
@@ -122,4 +131,15 @@ BACKWARD = [
       "shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
 ]
 
-LEMMAS = BRIDGES + ELEMENTWISE + MATMUL + ROWWISE + REDUCTIONS + BACKWARD
+ROWWISE_BACKWARD = [
+    L(373, "softmax-backward-of-concats",
+      "aten._softmax_backward_data(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), dim=?k, input_dtype=?t)"
+      " => concat(aten._softmax_backward_data(?a, ?c, dim=?k, input_dtype=?t), aten._softmax_backward_data(?b, ?e, dim=?k, input_dtype=?t), dim=?d)",
+      "?k != ?d and shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
+    L(374, "log-softmax-backward-of-concats",
+      "aten._log_softmax_backward_data(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), dim=?k, input_dtype=?t)"
+      " => concat(aten._log_softmax_backward_data(?a, ?c, dim=?k, input_dtype=?t), aten._log_softmax_backward_data(?b, ?e, dim=?k, input_dtype=?t), dim=?d)",
+      "?k != ?d and shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
+]
+
+LEMMAS = ROWWISE_BACKWARD + BRIDGES + ELEMENTWISE + MATMUL + ROWWISE + REDUCTIONS + BACKWARD

@@ -27,7 +27,18 @@ def _full_shape(shapes, attrs, cx):
     return tuple(attrs["shape"])
 
 
+def _bmatmul_shape(shapes, attrs, cx):
+    a, b = shapes
+    if len(a) < 2 or len(a) != len(b):
+        fail(f"batched_matmul: needs two tensors of the same rank >= 2, got {fmt_shape(a)} and {fmt_shape(b)}")
+    if not all(cx.prove("==", x, y) for x, y in zip(a[:-2], b[:-2])) or not cx.prove("==", a[-1], b[-2]):
+        fail(f"batched_matmul: shapes {fmt_shape(a)} and {fmt_shape(b)} do not line up")
+    return tuple(a[:-1]) + (b[-1],)
+
+
 OPS = [
+    OpDef("core.batched_matmul", 2, _bmatmul_shape, lambda xs, a: np.matmul(xs[0], xs[1]),
+          doc="Matrix product over the last two dims, equal leading (batch) dims."),
     OpDef("core.matmul", 2, _matmul_shape, lambda xs, a: xs[0] @ xs[1], doc="Matrix product of rank-2 tensors."),
     _ew("add", np.add, "Elementwise a + b (same shapes)."),
     _ew("sub", np.subtract, "Elementwise a - b (same shapes)."),

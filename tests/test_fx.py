@@ -183,3 +183,19 @@ def test_capture_cli_writes_spec_impl_relation(tmp_path):
     p = run_cli("verify", "--spec", tmp_path / "spec.gg.json", "--impl", tmp_path / "impl.gg.json",
                 "--relation", tmp_path / "relation.yaml")
     assert p.returncode == 0 and "expected relations: all 1 found" in p.stdout
+
+
+GPT = _model_file(EXAMPLES / "gpt-tp" / "model.py")
+
+
+@pytest.mark.parametrize("world,backward", [(2, True), (4, False)])
+def test_gpt_block_tensor_parallel(world, backward):
+    r = _verify(GPT, world, backward)
+    assert r.verdict == "refines", r.render()
+    lines = r.r_o_lines()
+    assert "out0 = out0@0" in lines
+    if backward:
+        cat = lambda n, d: f"{n} = concat({', '.join(f'{n}@{i}' for i in range(world))}, dim={d})"  # noqa: E731
+        assert cat("grad.blocks.0.q.weight", 0) in lines and cat("grad.blocks.0.proj.weight", 1) in lines
+        assert "grad.blocks.0.ln2.weight = grad.blocks.0.ln2.weight@0" in lines
+    assert r.replay["ok"]

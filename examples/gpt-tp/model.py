@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
-HIDDEN, HEADS, SEQ, BATCH = 16, 4, 6, 2
+HIDDEN, HEADS, SEQ, BATCH = 32, 8, 6, 2
 LAYERS = int(os.environ.get("GG_LAYERS", "1"))
 
 

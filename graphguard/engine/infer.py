@@ -26,8 +26,12 @@ class Context:
     g_d: Graph
     egraph: EGraph
     budget: Budget
-    max_exprs: int = 16
+    max_exprs: int = 0  # expressions kept per tensor; 0: 16 + 4 per rank (replicated tensors have one per rank)
     stats: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.max_exprs:
+            self.max_exprs = 16 + 4 * ((self.g_d.world_size or 1) if self.g_d is not None else 1)
 
 
 # -- Listing 1 ------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from graphguard.engine.lemma import L
 BRIDGES = [
     L(301, "mm-is-matmul", "aten.mm(?a, ?b) <=> matmul(?a, ?b)"),
     L(302, "addmm-is-mm-plus-bias", "aten.addmm(?c, ?a, ?b) => aten.add.Tensor(aten.mm(?a, ?b), ?c)"),
-    L(303, "add-is-sum", "aten.add.Tensor(?a, ?b) <=> sum(?a, ?b)", "shape(?a) == shape(?b)"),
+    L(303, "add-is-sum", "aten.add.Tensor(?a, ?b) => sum(?a, ?b)", "shape(?a) == shape(?b)"),
     L(304, "baddbmm-is-bmm-plus", "aten.baddbmm(?c, ?a, ?b) => aten.add.Tensor(aten.bmm(?a, ?b), ?c)"),
     L(306, "add-of-partial-sums",
       "aten.add.Tensor(sum(?a, ?b), sum(?c, ?e)) => sum(aten.add.Tensor(?a, ?c), aten.add.Tensor(?b, ?e))",

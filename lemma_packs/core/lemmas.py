@@ -95,7 +95,7 @@ COMPUTE = [
     L(221, "batched-matmul-block-k",
       "batched_matmul(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k)) => sum(batched_matmul(?a, ?c), batched_matmul(?b, ?e))",
       "?d == rank(?a) - 1 and ?k == rank(?c) - 2 and size(?a, ?d) == size(?c, ?k)"),
-    L(210, "add-is-sum", "add(?a, ?b) <=> sum(?a, ?b)"),
+    L(210, "add-is-sum", "add(?a, ?b) => sum(?a, ?b)"),
     L(211, "neg-of-concat", "neg(concat(?a, ?b, dim=?d)) => concat(neg(?a), neg(?b), dim=?d)"),
     L(212, "relu-of-concat", "relu(concat(?a, ?b, dim=?d)) => concat(relu(?a), relu(?b), dim=?d)"),
     L(213, "exp-of-concat", "exp(concat(?a, ?b, dim=?d)) => concat(exp(?a), exp(?b), dim=?d)"),

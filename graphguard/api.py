@@ -120,6 +120,8 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
             from .engine.result import Failure
             t, exp, got = result.expect["missing"][0]
             node = g_s.producer.get(t)
+            while node is not None and node.op == "core.identity" and node.inputs[0] in g_s.producer:
+                node = g_s.producer[node.inputs[0]]  # the op that computed it, not the output's alias
             result.verdict = "does-not-refine"
             result.failure = Failure(op=node.op if node else "(input)", node=node.name if node else t,
                                      loc=node.loc if node else None, outputs=[t],

@@ -86,17 +86,21 @@ def fuzz_rule(rule: Rule, reg: Registry, trials: int = 25, attempts: int = 4000,
     nrng = np.random.default_rng(seed * 104729 + rule.lemma.ref)
     rep = FuzzReport(rule)
     cx = S.Constraints()
-    for _ in range(attempts):
+    seeds = list(rule.lemma.examples)
+    for attempt in range(attempts):
         if rep.trials >= trials:
             break
         rep.attempts += 1
+        seed = seeds[attempt % len(seeds)] if seeds and attempt < 5 * len(seeds) else None
         rank = rng.randint(1, 3)
         base = [rng.randint(1, 4) for _ in range(rank)]
         shapes: dict[str, tuple] = {}
         for v in rule.tvars:
             s = list(base)
             u = rng.random()
-            if u < 0.4:
+            if seed is not None and v in seed:
+                s = list(seed[v])
+            elif u < 0.4:
                 s[rng.randrange(rank)] = rng.randint(1, 5)
             elif u < 0.6 and rank > 1:
                 s = s[rng.randrange(1, rank):]  # a lower-rank operand (broadcast, norm weights)
@@ -111,7 +115,10 @@ def fuzz_rule(rule: Rule, reg: Registry, trials: int = 25, attempts: int = 4000,
                             pool.append(tuple(x[i] + y[i] if i == d else x[i] for i in range(len(x))))
         for v, (op, attr) in rule.avars.items():
             spec = op.attr_spec(attr)
-            env[v] = _draw_attr(rng, spec.kind, spec, rank, pool)
+            if seed is not None and v in seed:
+                env[v] = seed[v] if not isinstance(seed[v], list) else tuple(seed[v])
+            else:
+                env[v] = _draw_attr(rng, spec.kind, spec, rank, pool)
         ctx = EvalContext(lambda leaf: shapes[leaf.name], cx)
         try:
             lhs = instantiate(rule.lhs, env, ctx, reg)

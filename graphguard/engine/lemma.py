@@ -42,16 +42,18 @@ class Lemma:
     exists: str = "root"
     where: str = ""
     pack: str = ""
+    examples: tuple = ()  # seeds for the fuzzer: ({"a": [2, 3], "d": 0, ...}, ...) -- tensor shapes, attrs
 
     def __str__(self) -> str:
         c = f"  if {self.cond}" if self.cond else ""
         return f"[{self.ref}] {self.name}: {self.rule}{c}"
 
 
-def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root") -> Lemma:
-    """Declare a lemma (records the caller's file:line)."""
+def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root", examples: tuple = ()) -> Lemma:
+    """Declare a lemma (records the caller's file:line). ``examples`` seed the fuzzer where random shapes
+    rarely satisfy the pattern; they are checked numerically like any other instance."""
     f = sys._getframe(1)
-    return Lemma(ref, name, rule, cond, exists, f"{f.f_code.co_filename}:{f.f_lineno}")
+    return Lemma(ref, name, rule, cond, exists, f"{f.f_code.co_filename}:{f.f_lineno}", examples=tuple(examples))
 
 
 class LemmaError(GraphGuardError):

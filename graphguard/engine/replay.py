@@ -161,6 +161,13 @@ def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg:
               "mismatches": mismatches, "symbols": sv}
     if result.failure is not None and result.failure.outputs and result.failure.outputs[0] in s_env:
         result.failure.replay = _closest(result, g_s, g_d, s_env, d_env)
+        missing = (result.expect or {}).get("missing") or []
+        if missing:  # an expectation failed: how far is the expected relation from the specification?
+            t, exp_text, _ = missing[0]
+            exp = next(e for e in rel.expect[t] if to_text(e) == exp_text)
+            got = term_eval(_concrete_attrs(exp, sv), d_env.__getitem__, reg)
+            result.failure.replay = {"output": t, "candidate": f"{exp_text} (expected)",
+                                     "max_abs_diff": _diff(got, s_env[t])}
     result.replay = report
     return report
 

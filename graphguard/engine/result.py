@@ -81,7 +81,8 @@ class VerifyResult:
             loc = f" at {f.loc}" if f.loc else ""
             lines.append(f"stopped at G_s operator {f.op} (node '{f.node}' -> {', '.join(f.outputs)}){loc}")
             lines.append(f"  reason: {f.reason}")
-            lines.append("  relations known for its inputs:")
+            if f.input_relations:
+                lines.append("  relations known for its inputs:")
             for t, exprs in f.input_relations.items():
                 for e in exprs or ["(none)"]:
                     lines.append(f"    {t} = {e}")
@@ -89,8 +90,9 @@ class VerifyResult:
                 lines.append(f"  G_d tensors explored for it: {', '.join(f.explored)}")
             if f.replay:
                 r = f.replay
-                lines.append(f"  replay: closest G_d reconstruction {r['candidate']} differs from {r['output']} by "
-                             f"max |diff| = {r['max_abs_diff']:.3g}")
+                what = (f"the expected {r['candidate'][:-len(' (expected)')]}" if r["candidate"].endswith("(expected)")
+                        else f"closest G_d reconstruction {r['candidate']}")
+                lines.append(f"  replay: {what} differs from {r['output']} by max |diff| = {r['max_abs_diff']:.3g}")
         if self.replay is not None:
             r = self.replay
             status = "ok" if r["ok"] else "MISMATCH"

@@ -1,0 +1,27 @@
+"""Bug (paper §6 bug 5; Megatron-LM #1446): LayerNorm gradients not all-reduced under sequence parallelism.
+
+The gpt-tp-sp block without the all-reduce of the LayerNorm parameters' gradients. Every rank's gradient
+covers only its sequence shard. graphguard finds a mapping -- grad.ln1.weight = sum(grad.ln1.weight@0,
+grad.ln1.weight@1) -- but the user's expected relation (every rank holds the full gradient:
+grad.ln1.weight = grad.ln1.weight@0) is not in R_o, so the verdict is "does not refine".
+"""
+import importlib.util
+from pathlib import Path
+
+_spec = importlib.util.spec_from_file_location("gpt_tp_sp", Path(__file__).resolve().parents[2] / "gpt-tp-sp" / "model.py")
+base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(base)
+
+spec, inputs = base.spec, base.inputs
+
+
+def impl(rank, world):
+    return base.Block(world, sync_ln=False)
+
+
+def relation(world, backward):
+    return base.relation(world, True)
+
+
+def expect(world, backward):
+    return base.expect(world, True)

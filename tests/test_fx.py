@@ -225,3 +225,11 @@ def test_layernorm_grads_not_allreduced_under_sp():
     missing = {t: got for t, _, got in r.expect["missing"]}
     assert missing["grad.ln1.weight"] == ["sum(grad.ln1.weight@0, grad.ln1.weight@1)"]
     assert r.replay["ok"]  # the relation graphguard did find holds numerically: the bug is the expectation
+
+
+def test_sharded_experts_under_sp():
+    r = _verify(_model_file(EXAMPLES / "bugs" / "sharded-experts-sp" / "model.py"), 2, False)
+    assert r.verdict == "does-not-refine"
+    assert (r.failure.op, r.failure.node, r.failure.loc) == ("aten.mm", "mm", "model.py:21")
+    assert r.failure.input_relations["A"] == ["concat(A@0, A@1, dim=1)"]
+    assert r.failure.replay["candidate"].startswith("block_diag") and r.failure.replay["max_abs_diff"] > 1e-3

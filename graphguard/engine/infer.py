@@ -42,6 +42,9 @@ def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
     result = VerifyResult(relations=R)
     for v in ctx.g_s.topo_order():
         t0 = time.monotonic()
+        if not v.inputs:  # a constant is its own definition: nothing of G_d is needed to know it
+            R.update(zip(v.outputs, ([t] for t in ctx.g_s.node_terms(v))))
+            continue
         try:
             r_v, explored = compute_node_out_rel(ctx, v, R)
         except BudgetExceeded as e:

@@ -46,7 +46,7 @@ class Captured:
 
 def _public_name(source_name: str) -> str:
     """``L['self']._modules['fc1']._parameters['weight']`` -> ``fc1.weight``; ``L['x']`` -> ``x``."""
-    keys = re.findall(r"\[['\"]([^'\"]+)['\"]\]", source_name)
+    keys = [a or b for a, b in re.findall(r"\[(?:['\"]([^'\"]+)['\"]|(\d+))\]", source_name)]
     if not keys:
         keys = re.findall(r"\.(\w+)", source_name) or [source_name]
     if any(tag in source_name for tag in ("_parameters", "_buffers", "_modules")) and len(keys) > 1:
@@ -83,7 +83,20 @@ def _fx_to_tnodes(gm, prefix: str = "") -> list[TNode]:
     return out
 
 
-def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, groups: dict):
+def _decompositions(reg) -> dict:
+    from torch._decomp import core_aten_decompositions
+
+    from .convert import IDENTITY, RESHAPE, _DATA_MOVEMENT, ir_op_name
+    handled = set(_DATA_MOVEMENT) | IDENTITY | RESHAPE
+    out = {}
+    for op, fn in core_aten_decompositions().items():
+        target = str(op)
+        if target not in handled and ir_op_name(target) not in reg:
+            out[op] = fn
+    return out
+
+
+def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, groups: dict, reg=None):
     import torch
     import torch.distributed as dist
     from functorch.compile import make_boxed_func
@@ -104,7 +117,8 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         def bw(g, ex):
             seen["bw"] = g
             return make_boxed_func(g.forward)
-        return aot_autograd(fw_compiler=fw, bw_compiler=bw)(gm, example_inputs)
+        # decompose (into core ATen) exactly the ops no loaded pack defines: mse_loss, ...
+        return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=_decompositions(reg))(gm, example_inputs)
 
     torch._dynamo.reset()
     compiled = torch.compile(module, backend=backend, fullgraph=True, dynamic=False)
@@ -178,11 +192,14 @@ def _join(seen: dict, names: list[str], n_user: int, backward: bool, source: str
 
 
 def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool = False,
-            name: str = "model", plugins=None) -> Captured:
-    """Capture ``build(rank)`` on every rank (``world_size`` > 1: a distributed G_d; 1: a sequential G_s).
+            name: str = "model", plugins=None, distributed: bool | None = None) -> Captured:
+    """Capture ``build(rank)`` on every rank: a distributed G_d, or with ``world_size=1`` a sequential G_s
+    (``distributed=True`` makes a one-rank G_d, e.g. gradient accumulation on one device).
 
     ``example_inputs`` is a tuple of tensors, or a callable ``rank -> tuple`` when ranks get different
     inputs (e.g. sequence-sharded activations)."""
+    if distributed is None:
+        distributed = world_size > 1
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: F401  (registers "fake")
 
@@ -190,10 +207,10 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
     pl = plugins or load_plugins()
     reg = pl.registry
     source = f"<capture {name}>"
-    if world_size == 1:
+    if not distributed:
         if dist.is_initialized():
             dist.destroy_process_group()
-        seen, names, n_user = _capture_rank(build, example_inputs, None, backward, {})
+        seen, names, n_user = _capture_rank(build, example_inputs, None, backward, {}, reg)
         rg = to_rank_graph(_join(seen, names, n_user, backward, source), reg, None, {})
         doc = {"graphguard": 1, "name": name, "inputs": rg.inputs, "nodes": rg.nodes, "outputs": rg.outputs}
         return Captured(doc, outputs=rg.outputs)
@@ -204,7 +221,7 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
             if dist.is_initialized():
                 dist.destroy_process_group()
             dist.init_process_group("fake", rank=r, world_size=world_size, store=FakeStore())
-            seen, names, n_user = _capture_rank(build, example_inputs, r, backward, groups)
+            seen, names, n_user = _capture_rank(build, example_inputs, r, backward, groups, reg)
             ranks.append(to_rank_graph(_join(seen, names, n_user, backward, source), reg, r, groups))
     finally:
         if dist.is_initialized():

@@ -45,7 +45,7 @@ def capture_model_file(path, out_dir, world_size: int, backward: bool = False, p
     s = capture(lambda r: mod.spec(), lambda r: mod.inputs(None, world_size), world_size=1, backward=backward,
                 name=f"{name}-spec", plugins=plugins)
     d = capture(lambda r: mod.impl(r, world_size), lambda r: mod.inputs(r, world_size), world_size=world_size,
-                backward=backward, name=f"{name}-impl", plugins=plugins)
+                backward=backward, name=f"{name}-impl", plugins=plugins, distributed=True)
     rel = mod.relation(world_size, backward)
     if hasattr(mod, "expect"):
         rel = dict(rel, expect=mod.expect(world_size, backward))

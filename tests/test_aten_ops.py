@@ -218,6 +218,11 @@ COMPARE = [(n, "other") for n in ("lt.Scalar", "le.Scalar", "gt.Scalar", "ge.Sca
 UNARY_F = ["neg", "exp", "tanh", "sigmoid", "silu", "relu", "cos", "sin"]
 
 CASES = [
+    ("mse_loss", [f(3, 4), f(3, 4)], {}),
+    ("mse_loss", [f(3, 4), f(3, 4)], {"reduction": 0}),
+    ("mse_loss", [f(3, 4), f(3, 4)], {"reduction": 2}),
+    ("mse_loss_backward", [f(), f(3, 4), f(3, 4)], {"reduction": 1}),
+    ("mse_loss_backward", [f(3, 4), f(3, 4), f(3, 4)], {"reduction": 0}),
     ("mm", [f(3, 4), f(4, 5)], {}),
     ("addmm", [f(5), f(3, 4), f(4, 5)], {"beta": 0.5, "alpha": 2}),
     ("addmm", [f(3, 5), f(3, 4), f(4, 5)], {}),

@@ -177,8 +177,8 @@ def test_replicated_input_and_output_not_on_g_d_outputs(plugins):
     assert r.verdict == "does-not-refine" and "not outputs of G_d" in r.failure.reason
 
 
-def test_cross_rank_sum_must_come_from_distinct_ranks(plugins):
-    """2*x is not a clean reconstruction of x: sum over the same rank twice is rejected."""
+def test_a_clean_sum_never_adds_a_value_to_itself(plugins):
+    """2*x is not a clean reconstruction: summing provably equal values (replicas) would be a scaling."""
     def spec(s):
         s.input("X", [4, 6])
         s.op("core.scale", ["X"], "Y", name="double", factor=2)

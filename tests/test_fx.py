@@ -233,3 +233,29 @@ def test_sharded_experts_under_sp():
     assert (r.failure.op, r.failure.node, r.failure.loc) == ("aten.mm", "mm", "model.py:21")
     assert r.failure.input_relations["A"] == ["concat(A@0, A@1, dim=1)"]
     assert r.failure.replay["candidate"].startswith("block_diag") and r.failure.replay["max_abs_diff"] > 1e-3
+
+
+GA = _model_file(EXAMPLES / "grad-accum" / "model.py")
+
+
+def _verify_one_device(mod):
+    s = ggt.capture(lambda r: mod.spec(), lambda r: mod.inputs(None, 1), backward=True)
+    d = ggt.capture(lambda r: mod.impl(r, 1), lambda r: mod.inputs(r, 1), world_size=1, backward=True,
+                    distributed=True)
+    return graphguard.verify(s.graph(), d.graph(), dict(mod.relation(1, True), expect=mod.expect(1, True)),
+                             replay=True)
+
+
+def test_gradient_accumulation():
+    r = _verify_one_device(GA)
+    assert r.verdict == "refines", r.render()
+    assert set(r.r_o_lines()) == {"out0 = out0@0", "grad.fc.weight = grad.fc.weight@0",
+                                  "grad.fc.bias = grad.fc.bias@0"}
+    assert r.replay["ok"]
+
+
+def test_gradient_accumulation_without_loss_scaling():
+    r = _verify_one_device(_model_file(EXAMPLES / "bugs" / "grad-accum-scale" / "model.py"))
+    assert r.verdict == "does-not-refine"
+    assert (r.failure.op, r.failure.loc) == ("aten.mse_loss", "model.py:23")
+    assert r.failure.replay["max_abs_diff"] > 1e-3

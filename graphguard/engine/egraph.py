@@ -201,27 +201,28 @@ class Snapshot:
 
     # -- clean extraction -----------------------------------------------------------------------
     def _clean_node(self, nd: ENode, table: dict, allowed: frozenset | None = None):
+        """(cost, term, summands) of the best clean term through e-node ``nd``; ``summands``: for a sum/max,
+        the e-classes of its operands (flattened), which must be pairwise distinct -- a clean reduction
+        combines different values (ranks' partials, micro-batches), never a value with itself (that
+        would be a scaling: exactly the bug class of a missing 1/TP or 1/micro-batch factor)."""
         eg = self.eg
         if nd.op == "T":
             if allowed is not None and nd.attrs not in allowed:
                 return None
-            r = rank_of(nd.attrs)
-            return (1, Leaf(nd.attrs), frozenset() if r is None else frozenset([r]))
+            return (1, Leaf(nd.attrs), None)
         op = eg.reg.get(nd.op)
         if not op.clean or not all(ch in table for ch in nd.children):
             return None
         kids = [table[ch] for ch in nd.children]
-        ranks: frozenset = frozenset()
+        summands = None
         if op.name in ("core.sum", "core.max"):
-            # a cross-rank reduction: every operand from its own ranks
-            for k in kids:
-                if ranks & k[2]:
+            summands = frozenset()
+            for ch, k in zip(nd.children, kids):
+                part = k[2] if (k[2] is not None and isinstance(k[1], App) and k[1].op == op.name) else frozenset([ch])
+                if summands & part:
                     return None
-                ranks = ranks | k[2]
-        else:
-            for k in kids:
-                ranks = ranks | k[2]
-        return (1 + sum(k[0] for k in kids), App(nd.op, tuple(k[1] for k in kids), nd.attrs), ranks)
+                summands = summands | part
+        return (1 + sum(k[0] for k in kids), App(nd.op, tuple(k[1] for k in kids), nd.attrs), summands)
 
     def clean_table(self, allowed: frozenset | None = None) -> dict:
         table = self._clean.get(allowed)
@@ -393,6 +394,8 @@ class EGraph:
         facts: list[str] = []
         root = "root" if r.exists == "root" else None
         self._query(r.lhs, root, facts, [0])
+        if r.when is not None:
+            self._query(r.when, "when", facts, [100])
         cols = (["root"] if root else []) + ["v_" + v for v in r.tvars] + ["v_" + v for v in r.avars]
         sorts = (["Term"] if root else []) + ["Term"] * len(r.tvars) + ["String"] * len(r.avars)
         rel = f"M_{r.id}"

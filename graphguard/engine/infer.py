@@ -28,6 +28,7 @@ class Context:
     budget: Budget
     max_exprs: int = 0  # expressions kept per tensor; 0: 16 + 4 per rank (replicated tensors have one per rank)
     stats: dict = field(default_factory=dict)
+    aliases: dict = field(default_factory=dict)  # G_d tensor -> G_d tensors proven equal to it (same e-class)
 
     def __post_init__(self):
         if not self.max_exprs:
@@ -92,13 +93,17 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
             subst[t] = exprs[0]
             for e in exprs[1:]:
                 eg.union(exprs[0], e)
+        for leaf in _input_leaves(v, R):  # equalities proven for earlier operators
+            for other in ctx.aliases.get(leaf, ()):
+                eg.union(Leaf(leaf), Leaf(other))
         roots = [_substitute(term, subst) for term in ctx.g_s.node_terms(v)]
         for r in roots:
             eg.add(r)
         # Step 2: rewrite_using_lemma
         snap = eg.saturate(ctx.budget, deadline, ctx.stats)
         # Step 3 (Listing 3): rewrite_expr_to_t over the explored frontier of G_d
-        t_rel = {leaf for t in v.inputs for e in R[t] for leaf in leaves(e)}
+        t_rel = set(_input_leaves(v, R))
+        t_rel |= {a for leaf in list(t_rel) for a in ctx.aliases.get(leaf, ())}
         snap, explored = explore_frontier(ctx, snap, roots, t_rel, deadline)
         # Step 4: keep the clean expressions
         found = {}
@@ -110,6 +115,11 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
             if out in s_outputs:  # R_o needs expressions over G_d outputs: extract those too
                 exprs += [e for e in snap.clean_variants(c, d_outputs) if e not in exprs]
             found[out] = exprs
+            for e in exprs:  # remember which G_d tensors are equal to the ones kept
+                for leaf in leaves(e):
+                    same = {nd.attrs for nd in snap.classes.get(snap.find(Leaf(leaf)), ()) if nd.op == "T"}
+                    if len(same) > 1:
+                        ctx.aliases.setdefault(leaf, set()).update(same - {leaf})
     finally:
         eg.pop()
     # ... only the simplest of each self-provable class (checked without G_d facts or R)
@@ -130,7 +140,7 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
             explored.add(n.name)
             for out, term in zip(n.outputs, g_d.node_terms(n)):
                 eg.union(Leaf(out), term)
-            if n.op in INVERTIBLE:
+            if n.op in INVERTIBLE or not n.inputs:  # (constants relate to everything)
                 # its input is a clean function of its output, so the output relates to v as much
                 # as the input does (the paper's observation (i) carries over)
                 t_rel.update(n.outputs)
@@ -195,6 +205,10 @@ def prune_self_provable(ctx: Context, exprs: list[Term]) -> list[Term]:
 
 
 # -- helpers --------------------------------------------------------------------------------------
+
+def _input_leaves(v: Node, R: Relation) -> list[str]:
+    return list(dict.fromkeys(leaf for t in v.inputs for e in R[t] for leaf in leaves(e)))
+
 
 def _substitute(t: Term, subst: dict[str, Term]) -> Term:
     if isinstance(t, Leaf):

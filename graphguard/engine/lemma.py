@@ -43,17 +43,20 @@ class Lemma:
     where: str = ""
     pack: str = ""
     examples: tuple = ()  # seeds for the fuzzer: ({"a": [2, 3], "d": 0, ...}, ...) -- tensor shapes, attrs
+    when: str = ""  # a pattern that must also exist as an e-node (a constrained lemma, §4.3)
 
     def __str__(self) -> str:
         c = f"  if {self.cond}" if self.cond else ""
         return f"[{self.ref}] {self.name}: {self.rule}{c}"
 
 
-def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root", examples: tuple = ()) -> Lemma:
+def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root", examples: tuple = (),
+      when: str = "") -> Lemma:
     """Declare a lemma (records the caller's file:line). ``examples`` seed the fuzzer where random shapes
     rarely satisfy the pattern; they are checked numerically like any other instance."""
     f = sys._getframe(1)
-    return Lemma(ref, name, rule, cond, exists, f"{f.f_code.co_filename}:{f.f_lineno}", examples=tuple(examples))
+    return Lemma(ref, name, rule, cond, exists, f"{f.f_code.co_filename}:{f.f_lineno}", examples=tuple(examples),
+                 when=when)
 
 
 class LemmaError(GraphGuardError):
@@ -73,6 +76,7 @@ class Rule:
     avars: dict[str, tuple[OpDef, str]]  # attr var -> (op, attr name) where it is bound
     native: bool = False
     hits: int = 0
+    when: App | None = None
 
     @property
     def ref(self) -> int:
@@ -177,6 +181,7 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
         lp = _lower_pattern(parse_raw(left.strip(), f"lemma {lem.ref}"), reg, lem)
         rp = _lower_pattern(parse_raw(right.strip(), f"lemma {lem.ref}"), reg, lem)
         cond = parse_cond(lem.cond, f"lemma {lem.ref}") if lem.cond.strip() else None
+        when = _lower_pattern(parse_raw(lem.when.strip(), f"lemma {lem.ref}"), reg, lem) if lem.when.strip() else None
     except LemmaError:
         raise
     except GraphGuardError as e:
@@ -189,6 +194,10 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
         tv: list[str] = []
         av: dict[str, tuple] = {}
         _vars(lhs, tv, av, lem, True)
+        if when is not None:
+            if both:
+                raise LemmaError(f"lemma {lem.ref} ({lem.where}): 'when' needs a one-way rule (=>)")
+            _vars(when, tv, av, lem, True)
         bound = set(tv) | set(av)
         used: set[str] = set()
         _expr_vars(rhs, used)
@@ -209,8 +218,8 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
                 raise LemmaError(f"lemma {lem.ref} ({lem.where}): with exists='args' every top-level "
                                  f"?variable must occur inside another argument ({loose})")
         avars = {k: (reg.get(op), name) for k, (op, name) in av.items()}
-        native = cond is None and lem.exists == "root" and _is_plain(rhs)
-        rules.append(Rule(lem, f"L{lem.ref}{suffix}", lhs, rhs, cond, lem.exists, tv, avars, native))
+        native = cond is None and when is None and lem.exists == "root" and _is_plain(rhs)
+        rules.append(Rule(lem, f"L{lem.ref}{suffix}", lhs, rhs, cond, lem.exists, tv, avars, native, when=when))
     return rules
 
 

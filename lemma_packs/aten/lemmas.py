@@ -174,4 +174,33 @@ ROWWISE_BACKWARD = [
       "?k != ?d and shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
 ]
 
-LEMMAS = LAYER_NORM + ROWWISE_BACKWARD + BRIDGES + ELEMENTWISE + MATMUL + ROWWISE + REDUCTIONS + BACKWARD
+# Scalar constants: every multiplication or division by a constant becomes ``mul.Scalar`` and constants
+# are folded, so (x * 1/2) * (t / 2) and (x * 1/4) * t meet. Needed for means and loss scaling.
+CONSTANTS = [
+    L(400, "div-by-constant", "aten.div.Tensor(?x, aten.scalar_tensor(s=?c, dtype=?t)) => aten.mul.Scalar(?x, other=1 / ?c)",
+      "?c != 0"),
+    L(401, "mul-by-constant", "aten.mul.Tensor(?x, aten.scalar_tensor(s=?c, dtype=?t)) => aten.mul.Scalar(?x, other=?c)"),
+    L(402, "constant-times", "aten.mul.Tensor(aten.scalar_tensor(s=?c, dtype=?t), ?x) => aten.mul.Scalar(?x, other=?c)"),
+    L(403, "fold-scalar-factors", "aten.mul.Scalar(aten.mul.Scalar(?x, other=?a), other=?b) => aten.mul.Scalar(?x, other=?a * ?b)"),
+    L(404, "scalar-factor-out-left", "aten.mul.Tensor(aten.mul.Scalar(?x, other=?a), ?y) => aten.mul.Scalar(aten.mul.Tensor(?x, ?y), other=?a)"),
+    L(405, "scalar-factor-out-right", "aten.mul.Tensor(?y, aten.mul.Scalar(?x, other=?a)) => aten.mul.Scalar(aten.mul.Tensor(?y, ?x), other=?a)"),
+    L(406, "times-one", "aten.mul.Scalar(?x, other=1) => ?x"),
+    L(407, "plus-zero", "aten.add.Tensor(?x, aten.scalar_tensor(s=0, dtype=?t)) => ?x"),
+    L(408, "zero-plus", "aten.add.Tensor(aten.scalar_tensor(s=0, dtype=?t), ?x) => ?x"),
+    L(409, "scalar-factor-of-sum", "aten.mul.Scalar(sum(?a, ?b), other=?c) <=> sum(aten.mul.Scalar(?a, other=?c), aten.mul.Scalar(?b, other=?c))"),
+    L(411, "mse-of-equal-halves",
+      "aten.mse_loss(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), reduction=1)"
+      " => aten.mul.Scalar(sum(aten.mse_loss(?a, ?c, reduction=1), aten.mse_loss(?b, ?e, reduction=1)), other=0.5)",
+      "shape(?a) == shape(?b) and shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
+    L(412, "mse-backward-of-equal-halves",
+      "aten.mse_loss_backward(?g, concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), reduction=1)"
+      " => concat(aten.mse_loss_backward(aten.mul.Scalar(?g, other=0.5), ?a, ?c, reduction=1),"
+      " aten.mse_loss_backward(aten.mul.Scalar(?g, other=0.5), ?b, ?e, reduction=1), dim=?d)",
+      "rank(?g) == 0 and shape(?a) == shape(?b) and shape(?a) == shape(?c) and shape(?b) == shape(?e)",
+      examples=[{"g": [], "a": [2, 3], "b": [2, 3], "c": [2, 3], "e": [2, 3], "d": 0}]),
+    L(410, "mean-of-equal-halves",
+      "aten.mean(concat(?a, ?b, dim=?d), dtype=?t) => aten.mul.Scalar(sum(aten.mean(?a, dtype=?t), aten.mean(?b, dtype=?t)), other=0.5)",
+      "shape(?a) == shape(?b)"),
+]
+
+LEMMAS = CONSTANTS + LAYER_NORM + ROWWISE_BACKWARD + BRIDGES + ELEMENTWISE + MATMUL + ROWWISE + REDUCTIONS + BACKWARD

@@ -25,7 +25,7 @@ import numpy as np
 import sympy as sp
 
 from graphguard.ir import scalar as S
-from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, multi_output, numel
+from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, multi_output, numel, same_shapes
 
 # =================================================================================================
 # Helpers: dims, broadcasting, optional inputs, attribute values, dtypes
@@ -1109,3 +1109,36 @@ ATTENTION_OPS = [
 
 OPS: list[OpDef] = (MATMUL_OPS + ELEMENTWISE_OPS + SOFTMAX_OPS + NORM_OPS + [DROPOUT_BACKWARD] + REDUCTION_OPS
                     + INDEX_OPS + FACTORY_OPS + ATTENTION_OPS)
+
+
+# -- losses --------------------------------------------------------------------------------------------
+
+_REDUCTION = AttrSpec("reduction", "int", 1)  # 0 none, 1 mean, 2 sum (torch's Reduction enum)
+
+
+def _mse_shape(shapes, attrs, cx):
+    same_shapes("mse_loss", shapes)
+    return tuple(shapes[0]) if attrs["reduction"] == 0 else ()
+
+
+def _mse_ref(xs, attrs):
+    d = (xs[0] - xs[1]) ** 2
+    return d if attrs["reduction"] == 0 else (d.mean() if attrs["reduction"] == 1 else d.sum())
+
+
+def _mse_bw_shape(shapes, attrs, cx):
+    same_shapes("mse_loss_backward", shapes[1:])
+    return tuple(shapes[1])
+
+
+def _mse_bw_ref(xs, attrs):
+    g, x, y = xs
+    out = 2.0 * (x - y) * g
+    return out / x.size if attrs["reduction"] == 1 else out
+
+
+OPS += [
+    OpDef("aten.mse_loss", 2, _mse_shape, _mse_ref, (_REDUCTION,), doc="Mean/sum/none of (self - target)^2."),
+    OpDef("aten.mse_loss_backward", 3, _mse_bw_shape, _mse_bw_ref, (AttrSpec("reduction", "int"),),
+          doc="Gradient of mse_loss w.r.t. self: 2 (self - target) grad_output [/ numel for mean]."),
+]

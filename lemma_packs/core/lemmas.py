@@ -64,6 +64,8 @@ CLEAN = [
       "max(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(max(?a, ?c), max(?b, ?e), dim=?d)",
       "size(?a, ?d) == size(?c, ?d)"),
     L(118, "sum-assoc", "sum(?a, sum(?b, ?c)) => sum(sum(?a, ?b), ?c)"),
+    # commutativity only where the mirrored sum already exists (full AC would explode 8-way sums)
+    L(125, "sum-commutes-where-mirrored", "sum(?a, ?b) => sum(?b, ?a)", when="sum(?b, ?a)"),
 ]
 
 COMPUTE = [

@@ -9,7 +9,7 @@ import pytest
 import graphguard
 from conftest import EXAMPLES, files
 
-EXAMPLE_DIRS = sorted(p.parent for p in EXAMPLES.glob("*/run") if p.parent.name != "_lib")
+EXAMPLE_DIRS = sorted(p.parent for p in EXAMPLES.glob("*/run") if p.parent.name != "bugs")
 BUG_DIRS = sorted(p.parent for p in (EXAMPLES / "bugs").glob("*/run"))
 
 

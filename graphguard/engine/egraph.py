@@ -24,7 +24,7 @@ import egglog.bindings as eb
 
 from ..errors import ShapeError, UnsoundLemmaError
 from ..ir import scalar as S
-from ..ir.expr import VARIADIC, App, Leaf, PVar, Term, attr_text, rank_of, to_text
+from ..ir.expr import VARIADIC, App, Leaf, PVar, Term, attr_text, to_text
 from ..ir.ops import OpDef, Registry, fmt_shape
 from .lemma import EvalContext, Rule, check_condition, instantiate
 
@@ -127,6 +127,7 @@ class Snapshot:
         self._shape: dict[Any, tuple] = {}
         self._repr: dict[Any, Term] = {}
         self._clean: dict[Any, dict] = {}
+        self._inv_parents: dict | None = None  # class -> classes holding reshape/permute/identity of it
         self._compute_shapes()
 
     # -- shapes ---------------------------------------------------------------------------------
@@ -248,8 +249,8 @@ class Snapshot:
     def leaves_below(self, classes, invertible: frozenset = frozenset()) -> set[str]:
         """Tensor names in the given e-classes and every e-class below them, and in the classes reached
         from those through ``invertible`` ops (an e-node ``reshape(c)`` holds the same data as ``c``)."""
-        if invertible and not hasattr(self, "_inv_parents"):
-            self._inv_parents: dict = {}
+        if invertible and self._inv_parents is None:
+            self._inv_parents = {}
             for pc, nodes in self.classes.items():
                 for nd in nodes:
                     if nd.op in invertible and len(nd.children) == 1:
@@ -269,7 +270,7 @@ class Snapshot:
                     stack.extend(nd.children)
         while up:
             c = up.pop()
-            for pc in getattr(self, "_inv_parents", {}).get(c, ()):
+            for pc in (self._inv_parents or {}).get(c, ()):
                 if pc not in seen:
                     seen.add(pc)
                     up.append(pc)

@@ -131,13 +131,13 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
 def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set[str], deadline: float):
     """Listing 3: add G_d operators whose inputs are all related tensors, until nothing new is reachable."""
     g_d, eg = ctx.g_d, ctx.egraph
-    explored: set[str] = set()
+    explored: dict[str, Node] = {}
     while True:
         r_d = [n for n in _direct_children(g_d, t_rel) if n.name not in explored]
         if not r_d:
             break
         for n in r_d:
-            explored.add(n.name)
+            explored[n.name] = n
             for out, term in zip(n.outputs, g_d.node_terms(n)):
                 eg.union(Leaf(out), term)
             if n.op in INVERTIBLE or not n.inputs:  # (constants relate to everything)
@@ -151,7 +151,7 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
         # beyond the paper's rule: G_d tensors that are sub-results of v's output (descendants of its
         # e-class) are related too -- e.g. partial products whose reduction G_s fused into one op
         t_rel.update(snap.leaves_below([snap.find(r) for r in roots], INVERTIBLE_TERMS))
-    return snap, {t for name in explored for t in g_d_node(g_d, name).outputs}
+    return snap, {t for n in explored.values() for t in n.outputs}
 
 
 INVERTIBLE = frozenset({"core.reshape", "core.permute", "core.identity", "core.concat", "core.all_gather"})
@@ -160,17 +160,10 @@ INVERTIBLE_TERMS = frozenset({"core.reshape", "core.permute", "core.identity"})
 
 def _direct_children(g_d: Graph, t_rel: set[str]) -> list[Node]:
     cands = {id(n): n for t in t_rel for n in g_d.consumers.get(t, ())}
-    if not hasattr(g_d, "_sources"):
-        g_d._sources = [n for n in g_d.nodes if not n.inputs]  # type: ignore[attr-defined]
-    for n in g_d._sources:  # type: ignore[attr-defined]
+    for n in g_d.sources:
         cands[id(n)] = n  # constants are always reachable
     return [n for n in cands.values() if all(i in t_rel for i in n.inputs)]
 
-
-def g_d_node(g_d: Graph, name: str) -> Node:
-    if not hasattr(g_d, "_by_name"):
-        g_d._by_name = {n.name: n for n in g_d.nodes}  # type: ignore[attr-defined]
-    return g_d._by_name[name]  # type: ignore[attr-defined]
 
 
 # -- §4.3: keep only the simplest expression of each self-provable class -------------------------

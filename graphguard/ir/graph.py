@@ -59,6 +59,7 @@ class Graph:
         self.tensors: dict[str, TensorInfo] = {}
         self.producer: dict[str, Node] = {}
         self.consumers: dict[str, list[Node]] = {}
+        self.sources: list[Node] = []
         self.world_size: int | None = None
         self._terms: dict[str, Term] = {}
 
@@ -115,6 +116,7 @@ class Graph:
             if o not in defined:
                 raise InputError(f"{src}: graph output '{o}' is not defined anywhere (dangling tensor)")
         self.producer = {o: n for n in self.nodes for o in n.outputs}
+        self.sources = [n for n in self.nodes if not n.inputs]  # constants
         self.consumers = {}
         for n in self.nodes:
             for i in n.inputs:

@@ -172,18 +172,24 @@ class Constraints:
             raise ValueError(f"cannot translate scalar {x} for z3")
         return go(sp.expand(num)), q
 
+    def _declared(self) -> list:
+        """The user's constraints as z3 facts."""
+        facts = []
+        for info in self.symbols.values():
+            v = self._var(info.name)
+            if info.min is not None:
+                facts.append(v >= info.min)
+            if info.max is not None:
+                facts.append(v <= info.max)
+            if info.multiple_of:
+                facts.append(v % info.multiple_of == 0)
+        return facts
+
     def _solver_with_constraints(self) -> z3.Solver:
         if self._solver is None:
             s = z3.Solver()
             s.set("timeout", 2000)
-            for info in self.symbols.values():
-                v = self._var(info.name)
-                if info.min is not None:
-                    s.add(v >= info.min)
-                if info.max is not None:
-                    s.add(v <= info.max)
-                if info.multiple_of:
-                    s.add(v % info.multiple_of == 0)
+            s.add(*self._declared())
             self._solver = s
         return self._solver
 
@@ -257,14 +263,9 @@ class Constraints:
     def model(self) -> dict[str, int]:
         """Small concrete values for every declared symbol satisfying the constraints (for replay)."""
         s = z3.Optimize()
+        s.add(*self._declared())
         for info in self.symbols.values():
             v = self._var(info.name)
-            if info.min is not None:
-                s.add(v >= info.min)
-            if info.max is not None:
-                s.add(v <= info.max)
-            if info.multiple_of:
-                s.add(v % info.multiple_of == 0)
             s.add(v >= 1)
             s.minimize(v)
         if s.check() != z3.sat:

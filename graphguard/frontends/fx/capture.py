@@ -12,7 +12,6 @@ outputs are ``out0, out1, ...``; with ``backward=True`` the incoming gradients a
 """
 from __future__ import annotations
 
-import inspect
 import operator
 import re
 from dataclasses import dataclass, field
@@ -134,12 +133,7 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         torch.autograd.backward(tensors, [torch.ones_like(o) for o in tensors])
     if "fw" not in seen:
         raise InputError(f"rank {rank}: nothing was captured (was the module called?)")
-    # the names of the forward's inputs, from dynamo's graph arguments
-    sig_names = list(inspect.signature(module.forward).parameters)
-    names = []
-    for src in seen["sources"]:
-        nm = _public_name(src)
-        names.append(nm)
+    names = [_public_name(src) for src in seen["sources"]]  # the forward's inputs, from dynamo's graph args
     if dist.is_initialized():
         from torch.distributed.distributed_c10d import _resolve_process_group
         for n in list(seen["fw"].graph.nodes) + (list(seen["bw"].graph.nodes) if "bw" in seen else []):
@@ -150,7 +144,6 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
                             groups[a] = tuple(dist.get_process_group_ranks(_resolve_process_group(a)))
                         except Exception:
                             pass
-    del sig_names
     return seen, names, len(outs)
 
 

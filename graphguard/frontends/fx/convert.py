@@ -504,7 +504,6 @@ def _split(conv: _Converter, n: TNode) -> None:
     names = [f"{n.name}#{i}" for i in range(len(sizes))]
     conv.multi[n.name] = names
     conv.emit(n, "core.split", [x], names, dim=dim, sizes=[S.text(s) for s in sizes])
-    start = 0
     for nm, s in zip(names, sizes):
         sh = list(shape)
         sh[dim] = s

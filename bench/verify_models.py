@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark (run by hand): capture + verification of the PyTorch workloads per degree and layer count.
 
-    python bench/verify_models.py [--models gpt-tp,mlp-tp] [--degrees 2,4,8] [--layers 1,2] [--repeat 3]
+    python bench/verify_models.py [--models gpt-tp,llama-tp,moe-ep] [--degrees 2,4,8] [--layers 1,2] [--repeat 3]
 
 For each case: G_s/G_d op counts, capture time, median verification time (forward, then forward+backward)
 and milliseconds per G_d node. Targets from the issue (this 2-core machine): one GPT block at degree 2
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+LAYERED = {"gpt-tp", "llama-tp"}  # examples whose depth GG_LAYERS sets
 
 
 def main():
@@ -29,11 +30,11 @@ def main():
     from graphguard.frontends.fx.model_file import capture_model_file
     from graphguard.plugins import load_plugins
     pl = load_plugins()
-    print(f"{'model':8} {'deg':>3} {'lay':>3} {'pass':8} {'verdict':16} {'G_s':>5} {'G_d':>5} {'capture s':>9} "
+    print(f"{'model':14} {'deg':>3} {'lay':>3} {'pass':8} {'verdict':16} {'G_s':>5} {'G_d':>5} {'capture s':>9} "
           f"{'verify s':>9} {'ms/G_d node':>11}")
     for model in a.models.split(","):
         for layers in [int(x) for x in a.layers.split(",")]:
-            if model != "gpt-tp" and layers > 1:
+            if model not in LAYERED and layers > 1:
                 continue
             os.environ["GG_LAYERS"] = str(layers)
             for deg in [int(x) for x in a.degrees.split(",")]:
@@ -49,7 +50,7 @@ def main():
                             times.append(time.perf_counter() - t)
                     med = statistics.median(times)
                     n_d = r.timings["n_impl_ops"]
-                    print(f"{model:8} {deg:>3} {layers:>3} {'fwd+bwd' if backward else 'fwd':8} {r.verdict:16} "
+                    print(f"{model:14} {deg:>3} {layers:>3} {'fwd+bwd' if backward else 'fwd':8} {r.verdict:16} "
                           f"{r.timings['n_spec_ops']:>5} {n_d:>5} {cap:>9.2f} {med:>9.2f} {1000 * med / n_d:>11.2f}",
                           flush=True)
 

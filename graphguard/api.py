@@ -118,10 +118,16 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
         result.expect = check_expect(result, rel)
         if result.expect["missing"] and result.verdict == "refines":
             from .engine.result import Failure
-            t, exp, got = result.expect["missing"][0]
-            node = g_s.producer.get(t)
-            while node is not None and node.op == "core.identity" and node.inputs[0] in g_s.producer:
-                node = g_s.producer[node.inputs[0]]  # the op that computed it, not the output's alias
+            def computed_by(t):  # the op that computed t, not the output's alias
+                node = g_s.producer.get(t)
+                while node is not None and node.op == "core.identity" and node.inputs[0] in g_s.producer:
+                    node = g_s.producer[node.inputs[0]]
+                return node
+            order = {n.name: i for i, n in enumerate(g_s.topo_order())}
+            # the first G_s operator (topological order) whose outputs are not as expected
+            t, exp, got = min(result.expect["missing"],
+                              key=lambda m: order.get(getattr(computed_by(m[0]), "name", None), -1))
+            node = computed_by(t)
             result.verdict = "does-not-refine"
             result.failure = Failure(op=node.op if node else "(input)", node=node.name if node else t,
                                      loc=node.loc if node else None, outputs=[t],

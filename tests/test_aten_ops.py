@@ -269,6 +269,7 @@ CASES = [
     ("eq.Scalar", [i(3, 6)], {"other": 1}),
     ("ne.Scalar", [i(3, 6)], {"other": 1}),
     ("lt.Tensor", [f(2, 3), f(3)], {}),
+    ("le.Tensor", [i(2, 1, 3), i(1, 4, 1)], {}),
     ("eq.Tensor", [i(3, 2, 3), i(3, 1, 3)], {}),
     ("bitwise_or.Tensor", [b(2, 3), b(3)], {}),
     ("bitwise_and.Tensor", [i(8, 4), i(8, 4)], {}),

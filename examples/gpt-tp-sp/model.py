@@ -5,7 +5,7 @@ sequence shard; before the column-parallel q/k/v and fc1 the shard is all-gather
 after the row-parallel projections the partial sums are reduce-scattered back to sequence shards
 (Megatron's gather/scatter operators, as custom autograd Functions). The LayerNorm parameters are
 replicated but see only the local tokens, so their gradients must be all-reduced across the group
-(``sync_layernorm_grads``): ``ALL_REDUCE_LN_GRADS=0`` reproduces the bug class of Megatron-LM #1446.
+(as must the row-parallel biases added after the reduce-scatter): ``ALL_REDUCE_LN_GRADS=0`` reproduces the bug class of Megatron-LM #1446.
 """
 import math
 import os
@@ -73,6 +73,9 @@ class Block(torch.nn.Module):
             return torch.nn.functional.layer_norm(x, (HIDDEN,), _SyncGrad.apply(ln.weight), _SyncGrad.apply(ln.bias))
         return ln(x)
 
+    def _sync(self, p):  # replicated parameters applied to sequence shards: all-reduce their gradients
+        return _SyncGrad.apply(p) if self.world > 1 else p
+
     def _gather(self, x):
         return _GatherSeq.apply(x) if self.world > 1 else x
 
@@ -88,10 +91,10 @@ class Block(torch.nn.Module):
         v = self.v(a).view(s, b, self.heads, hd).permute(1, 2, 0, 3)
         probs = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(hd), dim=-1)
         ctx = torch.matmul(probs, v).permute(2, 0, 1, 3).reshape(s, b, self.heads * hd)
-        x = x + self._scatter(self.proj(ctx)) + self.proj_bias
+        x = x + self._scatter(self.proj(ctx)) + self._sync(self.proj_bias)
         m = self._gather(self._ln(self.ln2, x))
         m = self.fc2(torch.nn.functional.gelu(self.fc1(m)))
-        return x + self._scatter(m) + self.fc2_bias
+        return x + self._scatter(m) + self._sync(self.fc2_bias)
 
 
 def spec():
@@ -129,5 +132,6 @@ def relation(world, backward):
 def expect(world, backward):
     exp = {"out0": _cat("out0", world, 0)}
     if backward:  # replicated parameters: every rank holds the full gradient
-        exp.update({"grad.ln1.weight": "grad.ln1.weight@0", "grad.ln2.bias": "grad.ln2.bias@0"})
+        exp.update({f"grad.{p}": f"grad.{p}@0" for p in ("ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias",
+                                                           "proj_bias", "fc2_bias")})
     return exp

@@ -24,7 +24,7 @@ import egglog.bindings as eb
 
 from ..errors import ShapeError, UnsoundLemmaError
 from ..ir import scalar as S
-from ..ir.expr import VARIADIC, App, Leaf, PVar, Term, attr_text, to_text
+from ..ir.expr import VARIADIC, App, Leaf, PVar, Term, app, attr_text, to_text
 from ..ir.ops import OpDef, Registry, fmt_shape
 from .lemma import EvalContext, Rule, check_condition, instantiate
 
@@ -57,6 +57,8 @@ def _cname(op: str, n: int | None = None) -> str:
     return base if n is None else f"{base}__{n}"
 
 
+SHARES = "#shares"  # a virtual e-node of the clean extraction: x as the sum of n shares x/n (Snapshot)
+CONSTANT = frozenset({"#constant"})  # marks a constant in the clean table
 NONE = "#none"  # an absent optional attribute, inside the e-graph (never a legal string attribute)
 
 
@@ -129,6 +131,14 @@ class Snapshot:
         self._clean: dict[Any, dict] = {}
         self._inv_parents: dict | None = None  # class -> classes holding reshape/permute/identity of it
         self._compute_shapes()
+        # a class holding scale(x, 1/n) is a share of x: n different tensors of it add up to x
+        self._shares: dict[Any, list[ENode]] = {}
+        self._shared: dict[Any, dict] = {}  # per clean table: the classes clean only as a sum of shares
+        for h, nodes in self.classes.items():
+            for nd in nodes:
+                f = dict(nd.attrs).get("factor") if nd.op == "core.scale" else None
+                if isinstance(f, Fraction) and f.numerator == 1 and f.denominator > 1:
+                    self._shares.setdefault(nd.children[0], []).append(ENode(SHARES, (h,), f.denominator))
 
     # -- shapes ---------------------------------------------------------------------------------
     def _compute_shapes(self) -> None:
@@ -165,12 +175,12 @@ class Snapshot:
         return self._shape[c]
 
     # -- representatives (smallest terms) ---------------------------------------------------------
-    def _fix(self, table: dict, cost_of: Callable) -> None:
+    def _fix(self, table: dict, cost_of: Callable, extra: dict | None = None) -> None:
         changed = True
         while changed:
             changed = False
             for c, nodes in self.classes.items():
-                for nd in nodes:
+                for nd in nodes + extra.get(c, []) if extra else nodes:
                     r = cost_of(nd)
                     if r is None:
                         continue
@@ -205,13 +215,25 @@ class Snapshot:
         """(cost, term, summands) of the best clean term through e-node ``nd``; ``summands``: for a sum/max,
         the e-classes of its operands (flattened), which must be pairwise distinct -- a clean reduction
         combines different values (ranks' partials, micro-batches), never a value with itself (that
-        would be a scaling: exactly the bug class of a missing 1/TP or 1/micro-batch factor)."""
+        would be a scaling: exactly the bug class of a missing 1/TP or 1/micro-batch factor) -- except
+        shares: x is the sum of n different tensors holding x/n (n ranks' part of a replicated loss
+        divided by the world size, the fix of that bug)."""
         eg = self.eg
         if nd.op == "T":
             if allowed is not None and nd.attrs not in allowed:
                 return None
             return (1, Leaf(nd.attrs), None)
+        if nd.op == SHARES:
+            names = sorted(x.attrs for x in self.classes[nd.children[0]]
+                           if x.op == "T" and (allowed is None or x.attrs in allowed))[:nd.attrs]
+            if len(names) < nd.attrs:
+                return None
+            return (1 + len(names), app("core.sum", *map(Leaf, names)), frozenset(("share", x) for x in names))
         op = eg.reg.get(nd.op)
+        if op.arity == 0:
+            # a constant (the zeros of a padding) may stand in an intermediate relation as data; never in
+            # R_o (G_d must compute its outputs) and never as a summand (x + c is not a reduction)
+            return None if allowed is not None else (1, App(nd.op, (), nd.attrs), CONSTANT)
         if not op.clean or not all(ch in table for ch in nd.children):
             return None
         kids = [table[ch] for ch in nd.children]
@@ -219,6 +241,8 @@ class Snapshot:
         if op.name in ("core.sum", "core.max"):
             summands = frozenset()
             for ch, k in zip(nd.children, kids):
+                if k[2] is CONSTANT:
+                    return None
                 part = k[2] if (k[2] is not None and isinstance(k[1], App) and k[1].op == op.name) else frozenset([ch])
                 if summands & part:
                     return None
@@ -230,7 +254,11 @@ class Snapshot:
         if table is None:
             table = {}
             self._fix(table, lambda nd: self._clean_node(nd, table, allowed))
-            self._clean[allowed] = table
+            # shares only where nothing else is clean (a replicated x never becomes a sum of its shares)
+            shares = {c: nodes for c, nodes in self._shares.items() if c not in table}
+            if shares:
+                self._fix(table, lambda nd: self._clean_node(nd, table, allowed), shares)
+            self._clean[allowed], self._shared[allowed] = table, shares
         return table
 
     def clean_variants(self, c, allowed: frozenset | None = None) -> list[Term]:
@@ -238,7 +266,7 @@ class Snapshot:
         (only over the leaves in ``allowed`` when given)."""
         table = self.clean_table(allowed)
         out: dict[str, tuple[int, Term]] = {}
-        for nd in self.classes.get(c, []):
+        for nd in self.classes.get(c, []) + self._shared[allowed].get(c, []):
             r = self._clean_node(nd, table, allowed)
             if r is not None:
                 key = to_text(r[1])
@@ -389,14 +417,18 @@ class EGraph:
             go(p, root)
 
     def _compile(self, r: Rule) -> list[str]:
+        guards = list(dict.fromkeys(_two_values(r.lhs) + _two_values(r.rhs)
+                                    + (_two_values(r.when) if r.when is not None else [])))
         if r.native:
             facts: list[str] = []
-            return [f"(rewrite {self._pat(r.lhs, facts, [0])} {self._pat(r.rhs, facts, [0])} :ruleset lemmas)"]
+            when = f" :when ({' '.join(guards)})" if guards else ""
+            return [f"(rewrite {self._pat(r.lhs, facts, [0])} {self._pat(r.rhs, facts, [0])}{when} :ruleset lemmas)"]
         facts: list[str] = []
         root = "root" if r.exists == "root" else None
         self._query(r.lhs, root, facts, [0])
         if r.when is not None:
             self._query(r.when, "when", facts, [100])
+        facts += guards
         cols = (["root"] if root else []) + ["v_" + v for v in r.tvars] + ["v_" + v for v in r.avars]
         sorts = (["Term"] if root else []) + ["Term"] * len(r.tvars) + ["String"] * len(r.avars)
         rel = f"M_{r.id}"
@@ -476,6 +508,18 @@ class EGraph:
                 stats["lemma_hits"][r.lemma.ref] += 1
                 merged += 1
         return merged
+
+
+def _two_values(p: Term) -> list[str]:
+    """``(!= a b)`` for every ``sum(?a, ?b)`` in a pattern: the algebra of partial sums (distributing,
+    reassociating) is about two different values; no lemma makes or takes apart a value added to itself (a
+    scaling). Distributing a share x/2 over x = sum(x/2, x/2) would never end (x/4, x/8, ...)."""
+    if not isinstance(p, App):
+        return []
+    out = [g for a in p.args for g in _two_values(a)]
+    if p.op == "core.sum" and all(isinstance(a, PVar) for a in p.args) and p.args[0].name != p.args[1].name:
+        out.append(f"(!= v_{p.args[0].name} v_{p.args[1].name})")
+    return out
 
 
 def _decode(kind: str, text: str):

@@ -19,7 +19,7 @@ from ..ir import scalar as S
 from ..ir.expr import Leaf
 from ..ir.ops import Registry
 from ..ir.semantics import term_eval, term_shape
-from .lemma import EvalContext, Rule, check_condition, instantiate
+from .lemma import EvalContext, Rule, check_condition, evaluate, instantiate
 
 
 @dataclass
@@ -128,6 +128,11 @@ def fuzz_rule(rule: Rule, reg: Registry, trials: int = 25, attempts: int = 4000,
         if not check_condition(rule, env, ctx):
             continue
         values = {v: nrng.standard_normal(shapes[v]) for v in rule.tvars}
+        try:  # index tensors: integers where the left side is defined
+            for v, bound in (rule.index or {}).items():
+                values[v] = nrng.integers(0, max(int(evaluate(bound, env, ctx)), 1), shapes[v])
+        except (ValueError, TypeError, KeyError, ZeroDivisionError):
+            continue
         where = _describe(rule, shapes, env)
         try:
             rhs = instantiate(rule.rhs, env, ctx, reg)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..ir.expr import App, Leaf, Term, leaves, size, to_text
+from ..ir.expr import App, Leaf, Term, flat_args, leaves, size, to_text
 from ..ir.graph import Graph, Node
 from .egraph import Budget, BudgetExceeded, EGraph, Snapshot
 from .result import Failure, NodeStat, VerifyResult
@@ -41,10 +41,13 @@ def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
     """Listing 1: walk G_s in topological order, extending R operator by operator."""
     R: Relation = {t: list(exprs) for t, exprs in r_i.items()}
     result = VerifyResult(relations=R)
+    replica_aliases(ctx, R)
     for v in ctx.g_s.topo_order():
         t0 = time.monotonic()
-        if not v.inputs:  # a constant is its own definition: nothing of G_d is needed to know it
-            R.update(zip(v.outputs, ([t] for t in ctx.g_s.node_terms(v))))
+        if all(not list(leaves(R[t][0])) for t in v.inputs):
+            # a constant (or an op of constants) is its own definition: nothing of G_d is needed to know it
+            subst = {t: R[t][0] for t in v.inputs}
+            R.update(zip(v.outputs, ([_substitute(t, subst)] for t in ctx.g_s.node_terms(v))))
             continue
         try:
             r_v, explored = compute_node_out_rel(ctx, v, R)
@@ -65,7 +68,7 @@ def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
     # Listing 1, line 9: R_o keeps the expressions over G_d outputs only
     d_out = set(ctx.g_d.outputs)
     for o in ctx.g_s.outputs:
-        exprs = [e for e in R.get(o, []) if set(leaves(e)) <= d_out]
+        exprs = [e for e in R.get(o, []) if set(leaves(e)) <= d_out and any(True for _ in leaves(e))]
         if not exprs:
             v = ctx.g_s.producer.get(o)
             known = ", ".join(to_text(e) for e in R.get(o, [])) or "none"
@@ -104,7 +107,7 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
         # Step 3 (Listing 3): rewrite_expr_to_t over the explored frontier of G_d
         t_rel = set(_input_leaves(v, R))
         t_rel |= {a for leaf in list(t_rel) for a in ctx.aliases.get(leaf, ())}
-        snap, explored = explore_frontier(ctx, snap, roots, t_rel, deadline)
+        snap, explored = explore_frontier(ctx, snap, roots, t_rel, deadline, v.op)
         # Step 4: keep the clean expressions
         found = {}
         d_outputs = frozenset(ctx.g_d.outputs)
@@ -118,8 +121,11 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
             for e in exprs:  # remember which G_d tensors are equal to the ones kept
                 for leaf in leaves(e):
                     same = {nd.attrs for nd in snap.classes.get(snap.find(Leaf(leaf)), ()) if nd.op == "T"}
-                    if len(same) > 1:
-                        ctx.aliases.setdefault(leaf, set()).update(same - {leaf})
+                    # (not e's other operands: equal ones are shares, sum(x/2@0, x/2@1), which must stay a sum
+                    # of two values for the operators that use it)
+                    same -= set(leaves(e))
+                    if same:
+                        ctx.aliases.setdefault(leaf, set()).update(same)
     finally:
         eg.pop()
     # ... only the simplest of each self-provable class (checked without G_d facts or R)
@@ -128,7 +134,8 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
 
 # -- Listing 3 ------------------------------------------------------------------------------------
 
-def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set[str], deadline: float):
+def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set[str], deadline: float,
+                     op: str | None = None):
     """Listing 3: add G_d operators whose inputs are all related tensors, until nothing new is reachable."""
     g_d, eg = ctx.g_d, ctx.egraph
     explored: dict[str, Node] = {}
@@ -140,9 +147,10 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
             explored[n.name] = n
             for out, term in zip(n.outputs, g_d.node_terms(n)):
                 eg.union(Leaf(out), term)
-            if n.op in INVERTIBLE or not n.inputs:  # (constants relate to everything)
+            if n.op in INVERTIBLE or not n.inputs or _scaling(g_d, n) or n.op == op:  # (constants relate to everything)
                 # its input is a clean function of its output, so the output relates to v as much
-                # as the input does (the paper's observation (i) carries over)
+                # as the input does (the paper's observation (i) carries over); v's own operator on related
+                # tensors is a rank's partial result of v (DTensor adds a replicated bias before the all-reduce)
                 t_rel.update(n.outputs)
         snap = eg.saturate(ctx.budget, deadline, ctx.stats)
         for root in roots:
@@ -154,8 +162,21 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
     return snap, {t for n in explored.values() for t in n.outputs}
 
 
-INVERTIBLE = frozenset({"core.reshape", "core.permute", "core.identity", "core.concat", "core.all_gather"})
+# all_to_all and split: their outputs, together, hold exactly the data of their inputs (so do the slices
+# a backward takes of a concatenation)
+INVERTIBLE = frozenset({"core.reshape", "core.permute", "core.identity", "core.concat", "core.all_gather",
+                        "core.all_to_all", "core.split", "core.slice"})
 INVERTIBLE_TERMS = frozenset({"core.reshape", "core.permute", "core.identity"})
+
+
+def _scaling(g_d: Graph, n: Node) -> bool:
+    """``x * c`` or ``x / c`` for a constant c (DTensor adds a replicated bias to a partial sum as bias / W):
+    x is the output scaled back, so the output relates to v as much as x does."""
+    consts = [i for i in n.inputs if i in g_d.producer and not g_d.producer[i].inputs]
+    return n.op in SCALINGS and len(n.inputs) == 2 and len(consts) == 1
+
+
+SCALINGS = frozenset({"aten.mul.Tensor", "aten.div.Tensor"})
 
 
 def _direct_children(g_d: Graph, t_rel: set[str]) -> list[Node]:
@@ -195,6 +216,27 @@ def prune_self_provable(ctx: Context, exprs: list[Term]) -> list[Term]:
         return kept[: ctx.max_exprs]
     finally:
         eg.pop()
+
+
+def replica_aliases(ctx: Context, R: Relation) -> None:
+    """Two concatenations of G_d leaves equal to one G_s tensor, cut at the same places, have equal
+    pieces: ``k = concat(k@0, k@2, dim=0) = concat(k@1, k@3, dim=0)`` gives ``k@0 = k@1``, ``k@2 = k@3``
+    (a KV head replicated on two ranks)."""
+    for exprs in R.values():
+        cuts: dict[tuple, list[str]] = {}
+        for e in exprs:
+            if isinstance(e, App) and e.op == "core.concat":
+                parts = flat_args(e)
+                if all(isinstance(p, Leaf) for p in parts):
+                    d = dict(e.attrs)["dim"]
+                    key = (d, tuple(ctx.g_d.shape(p.name)[d] for p in parts))
+                    cuts.setdefault(key, []).append([p.name for p in parts])
+        for same in cuts.values():
+            for other in same[1:]:
+                for a, b in zip(same[0], other):
+                    if a != b:
+                        ctx.aliases.setdefault(a, set()).add(b)
+                        ctx.aliases.setdefault(b, set()).add(a)
 
 
 # -- helpers --------------------------------------------------------------------------------------

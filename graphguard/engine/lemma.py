@@ -44,6 +44,7 @@ class Lemma:
     pack: str = ""
     examples: tuple = ()  # seeds for the fuzzer: ({"a": [2, 3], "d": 0, ...}, ...) -- tensor shapes, attrs
     when: str = ""  # a pattern that must also exist as an e-node (a constrained lemma, §4.3)
+    index: tuple = ()  # ((var, bound), ...): tensor variables holding indices, fuzzed as integers in [0, bound)
 
     def __str__(self) -> str:
         c = f"  if {self.cond}" if self.cond else ""
@@ -51,12 +52,14 @@ class Lemma:
 
 
 def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root", examples: tuple = (),
-      when: str = "") -> Lemma:
+      when: str = "", index: dict | None = None) -> Lemma:
     """Declare a lemma (records the caller's file:line). ``examples`` seed the fuzzer where random shapes
-    rarely satisfy the pattern; they are checked numerically like any other instance."""
+    rarely satisfy the pattern; they are checked numerically like any other instance. ``index``
+    (``{"i": "size(?a, 0)"}``) names tensor variables that hold indices and the bound of the left side's
+    domain (torch raises outside [0, bound)); the fuzzer draws them as integers in [0, bound)."""
     f = sys._getframe(1)
     return Lemma(ref, name, rule, cond, exists, f"{f.f_code.co_filename}:{f.f_lineno}", examples=tuple(examples),
-                 when=when)
+                 when=when, index=tuple((index or {}).items()))
 
 
 class LemmaError(GraphGuardError):
@@ -77,6 +80,7 @@ class Rule:
     native: bool = False
     hits: int = 0
     when: App | None = None
+    index: dict = None  # index tensor variable -> the bound of its values (an attribute expression)
 
     @property
     def ref(self) -> int:
@@ -219,7 +223,19 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
                                  f"?variable must occur inside another argument ({loose})")
         avars = {k: (reg.get(op), name) for k, (op, name) in av.items()}
         native = cond is None and when is None and lem.exists == "root" and _is_plain(rhs)
-        rules.append(Rule(lem, f"L{lem.ref}{suffix}", lhs, rhs, cond, lem.exists, tv, avars, native, when=when))
+        index = {}
+        for v, limit in lem.index:
+            try:
+                index[v] = parse_cond(limit, f"lemma {lem.ref}")
+            except GraphGuardError as e:
+                raise LemmaError(f"lemma {lem.ref} ({lem.where}): {e}") from None
+            used = set()
+            _expr_vars(index[v], used)
+            if v not in tv or used - bound:
+                raise LemmaError(f"lemma {lem.ref} ({lem.where}): index variable ?{v} or its bound is not bound "
+                                 f"by the left side")
+        rules.append(Rule(lem, f"L{lem.ref}{suffix}", lhs, rhs, cond, lem.exists, tv, avars, native, when=when,
+                          index=index))
     return rules
 
 
@@ -259,6 +275,9 @@ FUNCTIONS: dict[str, Callable] = {
                                                                     tuple(t)),
     "reshape_part": lambda ctx, a, d, t: _reshape_part(ctx, ctx.shape_of(a), int(d), tuple(t))[1],
     "reshape_dim": lambda ctx, a, d, t: _reshape_part(ctx, ctx.shape_of(a), int(d), tuple(t))[0],
+    # slice(reshape(x, s), dim=d) is a slice of x along reshape_src_dim, from reshape_src_index of its bounds
+    "reshape_src_dim": lambda ctx, x, s, d: _reshape_src(ctx, ctx.shape_of(x), tuple(s), int(d))[0],
+    "reshape_src_index": lambda ctx, x, s, d, i: _reshape_src_index(ctx, ctx.shape_of(x), tuple(s), int(d), i),
     # bmm(reshape(x, s), reshape(y, t)) is a reshape of x @ y when s, t only merge the batch dims
     "bmm_view_ok": lambda ctx, x, y, s, t: _bmm_view_ok(ctx, ctx.shape_of(x), ctx.shape_of(y), tuple(s), tuple(t)),
     # permute(reshape(x, [prod(batch), m, n]), [0, i, j]) permutes only x's last two dims
@@ -273,6 +292,9 @@ FUNCTIONS: dict[str, Callable] = {
     # the dim of broadcast operand c that lines up with output dim d of rank r (-1: none)
     "bdim": lambda ctx, c, r, d: int(d) - (int(r) - len(ctx.shape_of(c))),
     "at": lambda ctx, p, i: p[int(i)],
+    # the one dim where expand(x, t) is a narrower copy of expand(x, s) (x has size 1 there)
+    "narrower_dim": lambda ctx, s, t: _narrower_dim(ctx, tuple(s), tuple(t)),
+    "expand_split_dim": lambda ctx, x, s, t: _expand_split_dim(ctx, ctx.shape_of(x), tuple(s), tuple(t)),
     "set_at": lambda ctx, p, i, v: tuple(v if k == int(i) else x for k, x in enumerate(p)),
 }
 
@@ -285,17 +307,56 @@ def _reshape_part(ctx, part: tuple, d: int, target: tuple) -> tuple[int, tuple]:
     before d keep their product (they become target[:k]) and each part is whole slices of target dim k.
     Returns (k, new shape of this part); raises ValueError otherwise."""
     lead, inner = _prod(part[:d]), _prod(part[d + 1:])
-    for k in range(len(target) + 1):
-        if ctx.cx.prove("==", _prod(target[:k]), lead):
-            break
-    else:
+    ks = [k for k in range(len(target) + 1) if ctx.cx.prove("==", _prod(target[:k]), lead)]
+    if not ks:
         raise ValueError("leading dims do not line up")
+    k = ks[-1]  # past size-1 target dims: two parts never fit in one of those
     if k >= len(target):
         raise ValueError("no target dim for the concatenated one")
     rows = S.exact_div(S.norm(sp.sympify(part[d]) * sp.sympify(inner)), _prod(target[k + 1:]))
     if not ctx.cx.integral(rows):
         raise ValueError("a part is not whole slices of the target dim")
     return k, tuple(target[:k]) + (rows,) + tuple(target[k + 1:])
+
+
+def _reshape_src(ctx, x: tuple, s: tuple, d: int) -> tuple[int, Any]:
+    """(k, m): reshape(x, s) lays its dim d over x's dim k, index i of it starting at row i*m of x's dim k --
+    when the dims before line up (same product) and m (a whole number: dim k is split, or the inverse of
+    one: dim d merges k with the dims after it) exists. Raises ValueError otherwise. So
+    slice(reshape(x, s), d, a, b) == reshape(slice(x, k, a*m, b*m), s with s[d] = b - a) when a*m, b*m
+    are whole."""
+    before, after = _prod(s[:d]), _prod(s[d + 1:])
+    for k in range(len(x)):
+        if ctx.cx.prove("==", _prod(x[:k]), before):
+            m = S.norm(sp.sympify(after) / sp.sympify(_prod(x[k + 1:])))
+            if ctx.cx.integral(m) or ctx.cx.integral(S.norm(1 / sp.sympify(m))):
+                return k, m
+    raise ValueError("the reshape does not keep that dim as whole rows of one input dim")
+
+
+def _reshape_src_index(ctx, x: tuple, s: tuple, d: int, i) -> S.Scalar:
+    k, m = _reshape_src(ctx, x, s, d)
+    j = S.norm(sp.sympify(i) * sp.sympify(m))
+    if not ctx.cx.integral(j):
+        raise ValueError("the slice bound falls inside a merged block")
+    return j
+
+
+def _narrower_dim(ctx, s: tuple, t: tuple) -> int:
+    """The one dim k where shape t is narrower than shape s (0 < t[k] < s[k], equal elsewhere)."""
+    eq = lambda a, b: ctx.cx.prove("==", a, b)  # noqa: E731
+    diff = [k for k in range(len(s)) if not eq(s[k], t[k])] if len(s) == len(t) else []
+    if len(diff) != 1 or not (ctx.cx.prove("<", 0, t[diff[0]]) and ctx.cx.prove("<", t[diff[0]], s[diff[0]])):
+        raise ValueError("not narrower along exactly one dim")
+    return diff[0]
+
+
+def _expand_split_dim(ctx, x: tuple, s: tuple, t: tuple) -> int:
+    k = _narrower_dim(ctx, s, t)
+    lead = len(s) - len(x)
+    if k < lead or not ctx.cx.prove("==", x[k - lead], 1):
+        raise ValueError("not a broadcast dim of x")
+    return k
 
 
 def _reshape_concat_ok(ctx, a: tuple, b: tuple, d: int, target: tuple) -> bool:
@@ -392,7 +453,8 @@ def evaluate(e, env: dict[str, Any], ctx: EvalContext):
             return _cmp(ctx, e.op, a, b)
         if isinstance(a, Fraction) or isinstance(b, Fraction):
             a, b = Fraction(a), Fraction(b)
-            return {"+": a + b, "-": a - b, "*": a * b, "/": a / b, "//": a // b}[e.op]
+            return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,  # lazily: b may be 0
+                    "//": lambda: a // b}[e.op]()
         if e.op == "+":
             return S.norm(sp.sympify(a) + sp.sympify(b))
         if e.op == "-":

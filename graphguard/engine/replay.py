@@ -161,8 +161,8 @@ def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg:
               "mismatches": mismatches, "symbols": sv}
     if result.failure is not None and result.failure.outputs and result.failure.outputs[0] in s_env:
         result.failure.replay = _closest(result, g_s, g_d, s_env, d_env)
-        missing = (result.expect or {}).get("missing") or []
-        if missing:  # an expectation failed: how far is the expected relation from the specification?
+        missing = [m for m in (result.expect or {}).get("missing") or [] if m[0] == result.failure.outputs[0]]
+        if missing:  # the failure is an expectation: how far is the expected relation from the specification?
             t, exp_text, _ = missing[0]
             exp = next(e for e in rel.expect[t] if to_text(e) == exp_text)
             got = term_eval(_concrete_attrs(exp, sv), d_env.__getitem__, reg)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import InputError, ShapeError
 from . import scalar as S
-from .expr import App, Leaf, Term, rank_of
+from .expr import App, Leaf, Term, app, rank_of
 from .ops import OpDef, Registry, Shape, expand, fmt_shape, normalize_attrs
 from .scalar import Constraints
 from .semantics import term_shape
@@ -186,7 +186,7 @@ class Graph:
             if op.meaning is not None:
                 outs = expand(op, leaves, n.attrs, in_shapes)
             else:
-                outs = [App(op.name, tuple(leaves), attrs)]
+                outs = [app(op.name, *leaves, **dict(attrs))]  # n-ary concat/sum: left-nested, as in terms
             if len(outs) != len(n.outputs):
                 raise InputError(f"{where}: {op.name} produces {len(outs)} output(s), node lists "
                                  f"{len(n.outputs)}")

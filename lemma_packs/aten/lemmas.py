@@ -7,6 +7,9 @@ unsharded dimension.
 """
 from graphguard.engine.lemma import L
 
+from .moe import LEMMAS as MOE
+from .vocab import LEMMAS as VOCAB
+
 BRIDGES = [
     L(301, "mm-is-matmul", "aten.mm(?a, ?b) <=> matmul(?a, ?b)"),
     L(302, "addmm-is-mm-plus-bias", "aten.addmm(?c, ?a, ?b) => aten.add.Tensor(aten.mm(?a, ?b), ?c)"),
@@ -198,9 +201,55 @@ CONSTANTS = [
       " aten.mse_loss_backward(aten.mul.Scalar(?g, other=0.5), ?b, ?e, reduction=1), dim=?d)",
       "rank(?g) == 0 and shape(?a) == shape(?b) and shape(?a) == shape(?c) and shape(?b) == shape(?e)",
       examples=[{"g": [], "a": [2, 3], "b": [2, 3], "c": [2, 3], "e": [2, 3], "d": 0}]),
+    # any two parts (world size 4 nests concat(concat(concat(a, b), c), d)): a mean weighted by the parts' sizes
+    L(440, "mse-of-concats",
+      "aten.mse_loss(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), reduction=1)"
+      " => sum(aten.mul.Scalar(aten.mse_loss(?a, ?c, reduction=1), other=1.0 * numel(?a) / (numel(?a) + numel(?b))),"
+      " aten.mul.Scalar(aten.mse_loss(?b, ?e, reduction=1), other=1.0 * numel(?b) / (numel(?a) + numel(?b))))",
+      "shape(?a) == shape(?c) and shape(?b) == shape(?e)",
+      examples=[{"a": [3, 2], "b": [1, 2], "c": [3, 2], "e": [1, 2], "d": 0}]),
+    L(441, "mse-backward-of-concats",
+      "aten.mse_loss_backward(?g, concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), reduction=1)"
+      " => concat(aten.mse_loss_backward(aten.mul.Scalar(?g, other=1.0 * numel(?a) / (numel(?a) + numel(?b))), ?a, ?c, reduction=1),"
+      " aten.mse_loss_backward(aten.mul.Scalar(?g, other=1.0 * numel(?b) / (numel(?a) + numel(?b))), ?b, ?e, reduction=1), dim=?d)",
+      "rank(?g) == 0 and shape(?a) == shape(?c) and shape(?b) == shape(?e)",
+      examples=[{"g": [], "a": a, "b": b, "c": a, "e": b, "d": d}
+                for a, b, d in (([3, 2], [1, 2], 0), ([2, 3], [2, 1], 1), ([4], [2], 0), ([1, 2, 3], [2, 2, 3], 0),
+                                ([2, 2], [2, 2], 0))]),
+    # the backward of x[..., :k] and x[..., k:] (slice_scatter into zeros) adds two zero-padded halves;
+    # stated for the whole pattern: "x + 0 = x" alone would put x inside its own class (sum(0, x))
+    L(425, "add-of-complementary-zero-pads",
+      "aten.add.Tensor(concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d), concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d))"
+      " => concat(?a, ?b, dim=?d)", "shape(?a) == ?u and shape(?b) == ?s"),
+    L(426, "add-of-complementary-zero-pads-mirrored",
+      "aten.add.Tensor(concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d), concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d))"
+      " => concat(?a, ?b, dim=?d)", "shape(?a) == ?u and shape(?b) == ?s"),
+    L(428, "neg-of-partial-sum", "aten.neg(sum(?a, ?b)) => sum(aten.neg(?a), aten.neg(?b))", "shape(?a) == shape(?b)"),
     L(410, "mean-of-equal-halves",
       "aten.mean(concat(?a, ?b, dim=?d), dtype=?t) => aten.mul.Scalar(sum(aten.mean(?a, dtype=?t), aten.mean(?b, dtype=?t)), other=0.5)",
       "shape(?a) == shape(?b)"),
+    # a replicated bias added to each partial sum as bias / W (DTensor's Replicate -> Partial redistribution)
+    L(490, "partial-sums-of-scaled-bias",
+      "sum(aten.add.Tensor(?a, aten.mul.Scalar(?c, other=?f)), aten.add.Tensor(?b, aten.mul.Scalar(?c, other=?g)))"
+      " => aten.add.Tensor(sum(?a, ?b), aten.mul.Scalar(?c, other=?f + ?g))",
+      "shape(?a) == shape(?b)"),
 ]
 
-LEMMAS = CONSTANTS + LAYER_NORM + ROWWISE_BACKWARD + BRIDGES + ELEMENTWISE + MATMUL + ROWWISE + REDUCTIONS + BACKWARD
+# broadcasting views (grouped-query attention repeats each KV head for its query heads)
+_XD = "?d + len(?s) - rank(?a)"  # the concat dim in expand's output (expand may add leading dims)
+VIEWS = [
+    L(420, "expand-of-concat",
+      f"aten.expand(concat(?a, ?b, dim=?d), size=?s, implicit=?i) => concat(aten.expand(?a, size=set_at(?s, {_XD}, size(?a, ?d)), implicit=?i),"
+      f" aten.expand(?b, size=set_at(?s, {_XD}, size(?b, ?d)), implicit=?i), dim={_XD})",
+      f"at(?s, {_XD}) == size(?a, ?d) + size(?b, ?d) or at(?s, {_XD}) == -1",
+      examples=[{"a": [2, 1, 3], "b": [1, 1, 3], "d": 0, "s": [2, 3, 4, 3], "i": False}]),
+    # constrained (§4.3): a broadcast copy splits where a narrower copy of the same tensor exists
+    L(421, "expand-splits-at-narrower-copy",
+      "aten.expand(?x, size=?s, implicit=?i) => concat(aten.expand(?x, size=?t, implicit=?i),"
+      " aten.expand(?x, size=set_at(?s, expand_split_dim(?x, ?s, ?t), at(?s, expand_split_dim(?x, ?s, ?t)) - at(?t, expand_split_dim(?x, ?s, ?t))), implicit=?i),"
+      " dim=expand_split_dim(?x, ?s, ?t))",
+      "expand_split_dim(?x, ?s, ?t) >= 0", when="aten.expand(?x, size=?t, implicit=?i)",
+      examples=[{"x": [2, 1, 3], "s": [2, 4, 3], "t": [2, 1, 3], "i": False}]),
+]
+
+LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + ROWWISE_BACKWARD + BRIDGES + ELEMENTWISE + MATMUL + ROWWISE + REDUCTIONS + BACKWARD + MOE + VOCAB

@@ -1142,3 +1142,7 @@ OPS += [
     OpDef("aten.mse_loss_backward", 3, _mse_bw_shape, _mse_bw_ref, (AttrSpec("reduction", "int"),),
           doc="Gradient of mse_loss w.r.t. self: 2 (self - target) grad_output [/ numel for mean]."),
 ]
+
+OPS += [  # HF transformers' causal mask (examples/hf-llama-tp)
+    _bin("le.Tensor", lambda x, y, a: np.less_equal(x, y), "self <= other (broadcasting), bool.", dtype=_bool),
+]

@@ -24,6 +24,10 @@ CLEAN = [
       "slice(concat(?p, ?q, dim=?d), dim=?d, start=?s, end=?e)"
       " => slice(?q, dim=?d, start=?s - size(?p, ?d), end=?e - size(?p, ?d))",
       "?s >= size(?p, ?d)"),
+    L(128, "slice-across-concat",
+      "slice(concat(?p, ?q, dim=?d), dim=?d, start=?s, end=?e)"
+      " => concat(slice(?p, dim=?d, start=?s, end=size(?p, ?d)), slice(?q, dim=?d, start=0, end=?e - size(?p, ?d)), dim=?d)",
+      "?s < size(?p, ?d) and size(?p, ?d) < ?e"),
     L(106, "slice-of-concat-other-dim",
       "slice(concat(?p, ?q, dim=?d), dim=?k, start=?s, end=?e)"
       " => concat(slice(?p, dim=?k, start=?s, end=?e), slice(?q, dim=?k, start=?s, end=?e), dim=?d)",
@@ -63,6 +67,14 @@ CLEAN = [
     L(117, "max-of-concats",
       "max(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(max(?a, ?c), max(?b, ?e), dim=?d)",
       "size(?a, ?d) == size(?c, ?d)"),
+    L(126, "concat-interchange",
+      "concat(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), dim=?k) => concat(concat(?a, ?c, dim=?k), concat(?b, ?e, dim=?k), dim=?d)",
+      "?k != ?d and size(?a, ?d) == size(?c, ?d)"),
+    # the other association, only into groups that tile the first part (pairs of ranks, quads...): views
+    # that split a sharded dim into groups need concat((a, b), (c, d)), left nesting gives (((a, b), c), d)
+    L(127, "concat-regroup",
+      "concat(concat(?a, ?b, dim=?d), ?c, dim=?d) => concat(?a, concat(?b, ?c, dim=?d), dim=?d)",
+      "size(?a, ?d) // (size(?b, ?d) + size(?c, ?d)) * (size(?b, ?d) + size(?c, ?d)) == size(?a, ?d)"),
     L(118, "sum-assoc", "sum(?a, sum(?b, ?c)) => sum(sum(?a, ?b), ?c)"),
     # commutativity only where the mirrored sum already exists (full AC would explode 8-way sums)
     L(125, "sum-commutes-where-mirrored", "sum(?a, ?b) => sum(?b, ?a)", when="sum(?b, ?a)"),

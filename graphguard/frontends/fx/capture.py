@@ -9,6 +9,13 @@ group is alive. ``world_size=1`` captures the sequential specification (no proce
 Names: parameters and buffers keep their module paths (``fc1.weight``), inputs their argument names,
 outputs are ``out0, out1, ...``; with ``backward=True`` the incoming gradients are inputs
 ``tangent.out0`` and the gradients are outputs ``grad.<input name>``. In G_d every name gets ``@rank``.
+aot_autograd's descriptors say which graph input or output is which (a DTensor is flattened into its local
+tensor and its mesh; only the local tensor is kept).
+
+DTensor programs (``parallelize_module``): the placements of parameters and inputs become the input
+relation, ``Captured.relation`` (see :mod:`.dtensor`). Dynamic shapes: ``dynamic={"x": {0: "S"}}`` (or a
+function of the rank) marks input dims dynamic and names their sizes; the ShapeEnv's ranges become the
+relation's ``symbols:`` (see :mod:`.symints`).
 """
 from __future__ import annotations
 
@@ -20,22 +27,29 @@ from typing import Any, Callable
 from graphguard.errors import InputError
 
 from .convert import Ref, TGraph, TNode, dtype_name, loc_from_stack, to_rank_graph
+from .dtensor import graph_layouts
 from .stitch import stitch
+from .symints import Symbols, merge_symbols
 
 
 @dataclass
 class Captured:
-    """The result of a capture: a gg.json document (sequential or distributed) and what was derived."""
+    """The result of a capture: a gg.json document (sequential or distributed) and what was derived: the
+    input relation stated by DTensor placements and the constraints of dynamic dims, in the shape of a
+    relation file (``{"inputs": {...}, "symbols": {...}}``)."""
     doc: dict
-    relation: dict[str, list[str]] = field(default_factory=dict)  # derived input relations (DTensor)
+    relation: dict = field(default_factory=lambda: {"inputs": {}})
     outputs: list[str] = field(default_factory=list)
 
     def graph(self, plugins=None):
+        from graphguard.ir.scalar import Constraints, SymbolInfo
         from graphguard.ir.serde import graph_from_dict
-        from graphguard.ir.scalar import Constraints
         from graphguard.plugins import load_plugins
         pl = plugins or load_plugins()
-        return graph_from_dict(self.doc, f"<capture {self.doc['name']}>", pl.registry, Constraints())
+        cx = Constraints()
+        for name, spec in self.relation.get("symbols", {}).items():
+            cx.declare(SymbolInfo(name, spec.get("min", 1), spec.get("max"), spec.get("multiple_of")))
+        return graph_from_dict(self.doc, f"<capture {self.doc['name']}>", pl.registry, cx)
 
     def save(self, path) -> None:
         import json
@@ -53,12 +67,16 @@ def _public_name(source_name: str) -> str:
     return ".".join(keys)
 
 
-def _fx_to_tnodes(gm, prefix: str = "") -> list[TNode]:
+def _fx_to_tnodes(gm, sym: Symbols, prefix: str = "") -> list[TNode]:
     import torch
+    symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
     def conv(a):
         if isinstance(a, torch.fx.Node):
-            return Ref(prefix + a.name)
+            val = a.meta.get("val", a.meta.get("example_value"))
+            return sym.scalar(val) if isinstance(val, symbolic) else Ref(prefix + a.name)  # sizes: values
+        if isinstance(a, symbolic):
+            return sym.scalar(a)
         if isinstance(a, (list, tuple)):
             return type(a)(conv(x) for x in a)
         if isinstance(a, dict):
@@ -67,10 +85,13 @@ def _fx_to_tnodes(gm, prefix: str = "") -> list[TNode]:
 
     out = []
     for n in gm.graph.nodes:
+        if n.op == "get_attr":
+            out.append(_constant(gm, n, prefix))
+            continue
         val = n.meta.get("val", n.meta.get("example_value"))
         shape = dtype = None
         if isinstance(val, torch.Tensor):
-            shape, dtype = tuple(val.shape), dtype_name(val.dtype)
+            shape, dtype = tuple(sym.scalar(d) for d in val.shape), dtype_name(val.dtype)
         if n.target is operator.getitem:
             target = "getitem"
         elif n.op == "call_function":
@@ -80,6 +101,22 @@ def _fx_to_tnodes(gm, prefix: str = "") -> list[TNode]:
         out.append(TNode(prefix + n.name, n.op, target, conv(tuple(n.args)), conv(dict(n.kwargs)), shape, dtype,
                          loc_from_stack(n.meta.get("stack_trace"))))
     return out
+
+
+def _constant(gm, n, prefix: str):
+    """A tensor constant the graph reads (``torch.tensor(0.0)`` lifted by TorchDynamo) as ``aten.full``:
+    only a real tensor holding one value throughout; any other is refused, never guessed."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.fx.graph_module import _get_attr
+    v, loc = _get_attr(gm, n.target), loc_from_stack(n.meta.get("stack_trace"))
+    if (not isinstance(v, torch.Tensor) or isinstance(v, FakeTensor) or v.numel() == 0
+            or not bool((v == v.flatten()[0]).all())):
+        what = f"tensor{list(v.shape)}" if isinstance(v, torch.Tensor) else type(v).__name__
+        raise InputError(f"constant '{n.target}' ({what})" + (f" at {loc}" if loc else "") + " does not hold one "
+                         "known value; only such constants are supported (graphguard does not guess the others)")
+    return TNode(prefix + n.name, "call_function", "aten.full.default", (list(v.shape), v.flatten()[0].item()),
+                 {"dtype": v.dtype}, tuple(v.shape), dtype_name(v.dtype), loc)
 
 
 def _decompositions(reg) -> dict:
@@ -95,19 +132,56 @@ def _decompositions(reg) -> dict:
     return out
 
 
-def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, groups: dict, reg=None):
+def _named_args(module, args) -> dict:
+    """The example inputs by argument name (``args.0`` for varargs), as TorchDynamo's sources name them."""
+    import inspect
+    try:
+        bound = inspect.signature(module.forward).bind(*args)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"the example inputs do not fit {type(module).__name__}.forward: {e}") from None
+    out = {}
+    for k, v in bound.arguments.items():
+        if isinstance(v, tuple):
+            out.update({f"{k}.{i}": x for i, x in enumerate(v)})
+        else:
+            out[k] = v
+    return out
+
+
+def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, groups: dict, reg=None,
+                  dynamic=None) -> dict:
     import torch
     import torch.distributed as dist
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
-    module = build(rank if rank is not None else 0)
-    args = inputs(rank if rank is not None else 0) if callable(inputs) else inputs
+    where = "capture" + (f" of rank {rank}" if rank is not None else "")
+    try:  # the user's code: say what failed, in one line
+        module = build(rank if rank is not None else 0)
+        args = inputs(rank if rank is not None else 0) if callable(inputs) else inputs
+    except InputError:
+        raise
+    except Exception as e:
+        raise InputError(f"{where}: building the model or its inputs failed: {type(e).__name__}: "
+                         f"{(str(e).strip().splitlines() or [''])[0]}") from None
     args = tuple(args) if isinstance(args, (list, tuple)) else (args,)
-    seen: dict[str, Any] = {}
+    dyn = (dynamic(rank) if callable(dynamic) else dynamic) or {}
+    by_name = _named_args(module, args) if dyn else {}
+    for name, dims in dyn.items():
+        if not isinstance(by_name.get(name), torch.Tensor):
+            raise InputError(f"{where}: dynamic dims given for '{name}', which is not a tensor argument "
+                             f"(arguments: {', '.join(by_name)})")
+        for d in dims:
+            torch._dynamo.mark_dynamic(by_name[name], d)
+    seen: dict[str, Any] = {"sym": Symbols(where)}
 
     def backend(gm, example_inputs):
-        seen["sources"] = [n.meta["grapharg"].source.name for n in gm.graph.nodes if n.op == "placeholder"]
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        seen["names"] = names = [_public_name(n.meta["grapharg"].source.name) for n in phs]
+        seen["layouts"] = graph_layouts(gm, example_inputs, names, f"{where}: ")
+        for n, name in zip(phs, names):
+            for d, text in dyn.get(name, {}).items():
+                seen["sym"].bind(name, d, n.meta["example_value"].shape[d], text)
 
         def fw(g, ex):
             seen["fw"] = g
@@ -120,11 +194,16 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=_decompositions(reg))(gm, example_inputs)
 
     torch._dynamo.reset()
-    compiled = torch.compile(module, backend=backend, fullgraph=True, dynamic=False)
+    compiled = torch.compile(module, backend=backend, fullgraph=True, dynamic=None if dyn else False)
     try:
         out = compiled(*args)
+    except InputError:
+        raise
     except Exception as e:  # capture failures are the user's program: say where, briefly
-        raise InputError(f"capture of rank {rank} failed: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+        cause = e.inner_exception if isinstance(getattr(e, "inner_exception", None), InputError) else None
+        if cause is not None:
+            raise cause from None
+        raise InputError(f"{where} failed: {type(e).__name__}: {str(e).strip().splitlines()[0]}") from None
     outs = out if isinstance(out, (list, tuple)) else (out,)
     if backward:
         tensors = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
@@ -133,7 +212,8 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         torch.autograd.backward(tensors, [torch.ones_like(o) for o in tensors])
     if "fw" not in seen:
         raise InputError(f"rank {rank}: nothing was captured (was the module called?)")
-    names = [_public_name(src) for src in seen["sources"]]  # the forward's inputs, from dynamo's graph args
+    seen["sym"].finish()
+    seen["n_user"] = len(outs)
     if dist.is_initialized():
         from torch.distributed.distributed_c10d import _resolve_process_group
         for n in list(seen["fw"].graph.nodes) + (list(seen["bw"].graph.nodes) if "bw" in seen else []):
@@ -144,56 +224,108 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
                             groups[a] = tuple(dist.get_process_group_ranks(_resolve_process_group(a)))
                         except Exception:
                             pass
-    return seen, names, len(outs)
+    return seen
 
 
-def _join(seen: dict, names: list[str], n_user: int, backward: bool, source: str) -> TGraph:
-    fw_nodes = _fx_to_tnodes(seen["fw"])
-    placeholders = [n for n in fw_nodes if n.op == "placeholder"]
-    input_names = {p.name: names[i] for i, p in enumerate(placeholders)}
-    out_node = next(n for n in fw_nodes if n.op == "output")
-    fw_outs = list(out_node.args[0])
+def _desc(d) -> tuple[Any, bool]:
+    """An aot_autograd descriptor without its subclass wrappers, and whether it is a DTensor's local tensor
+    (or a plain value) rather than another attribute (its device mesh)."""
+    local = True
+    while type(d).__name__.startswith("SubclassGetAttrAOT"):
+        local = local and d.attr == "_local_tensor"
+        d = d.base
+    return d, local
+
+
+def _join(seen: dict, backward: bool, source: str) -> TGraph:
+    """One TGraph from the forward (and backward) graph, with public input and output names."""
+    names, n_user, sym = seen["names"], seen["n_user"], seen["sym"]
+    fw_nodes = _fx_to_tnodes(seen["fw"], sym)
+    fw_descs = [n.meta.get("desc") for n in seen["fw"].graph.nodes]
+    input_names = {}
+    for t, d in zip(fw_nodes, fw_descs):
+        base, local = _desc(d)
+        if t.op == "placeholder" and local and type(base).__name__ == "PlainAOTInput":
+            input_names[t.name] = names[base.idx]
+    out_node = next(n for n in seen["fw"].graph.nodes if n.op == "output")
+    fw_out = next(t for t in fw_nodes if t.op == "output")
+    user: dict[int, Any] = {}
+    saved = []
+    for v, d in zip(fw_out.args[0], out_node.meta["desc"]):
+        base, local = _desc(d)
+        kind = type(base).__name__
+        if kind == "PlainAOTOutput" and local:
+            user[base.idx] = v
+        elif kind.startswith("SavedForBackwards"):
+            saved.append(v)
+    user_names = [f"out{i}" for i in range(n_user) if i in user]
+    outs = [user[i] for i in range(n_user) if i in user]
     body = [n for n in fw_nodes if n.op != "output"]
-    user_names = [f"out{i}" for i in range(n_user)]
     if not backward or "bw" not in seen:
-        body.append(TNode("output", "output", "output", (tuple(fw_outs[:n_user]),), {}))
+        body.append(TNode("output", "output", "output", (tuple(outs),), {}))
         return TGraph(body, source, input_names, user_names)
-    bw_nodes = _fx_to_tnodes(seen["bw"], prefix="bw.")
-    bw_ph = [n for n in bw_nodes if n.op == "placeholder"]
-    saved = fw_outs[n_user:]
-    tangents = [p for p in bw_ph if re.match(r"bw\.tangents_\d+", p.name)]
-    others = [p for p in bw_ph if p not in tangents]
+    bw_nodes = _fx_to_tnodes(seen["bw"], sym, prefix="bw.")
+    bw_graph = list(seen["bw"].graph.nodes)
+    joined, others = list(body), []
+    for t, n in zip(bw_nodes, bw_graph):
+        if t.op != "placeholder":
+            continue
+        base, local = _desc(n.meta.get("desc"))
+        if type(base).__name__ == "TangentAOTInput":
+            if local:
+                input_names[t.name] = f"tangent.out{base.output.idx}"
+                joined.append(t)
+        else:
+            others.append(t)
+    # saved tensors pair up in order; saved sizes and meshes (before the tensors in the backward's inputs,
+    # after them in the forward's outputs) are not tensors: their uses were replaced by their values
+    shapes = {t.name: t.shape for t in fw_nodes}
+    saved = [v for v in saved if isinstance(v, Ref) and shapes.get(v.name) is not None]
+    others = [t for t in others if t.shape is not None]
     if len(others) != len(saved):
         raise InputError(f"{source}: cannot join forward and backward graphs ({len(others)} saved inputs, "
                          f"{len(saved)} saved outputs)")
-    joined = list(body)
     for p, s in zip(others, saved):
         joined.append(TNode(p.name, "call_function", "aten.alias.default", (s,), {}, p.shape, p.dtype))
-    for i, p in enumerate(tangents):
-        input_names[p.name] = f"tangent.{user_names[i] if i < len(user_names) else i}"
-        joined.append(p)
-    bw_out = next(n for n in bw_nodes if n.op == "output")
-    grads = list(bw_out.args[0])
-    joined += [n for n in bw_nodes if n.op not in ("placeholder", "output")]
-    outs, out_names = list(fw_outs[:n_user]), list(user_names)
-    for i, gv in enumerate(grads):
-        if gv is not None and i < len(placeholders):
+    joined += [t for t in bw_nodes if t.op not in ("placeholder", "output")]
+    bw_out = next(n for n in bw_graph if n.op == "output")
+    out_names = list(user_names)
+    for gv, d in zip(next(t for t in bw_nodes if t.op == "output").args[0], bw_out.meta["desc"]):
+        base, local = _desc(d)
+        if gv is not None and local and type(base).__name__ == "GradAOTOutput":
             outs.append(gv)
-            out_names.append(f"grad.{names[i]}")
+            out_names.append(f"grad.{names[base.grad_of.idx]}")
     joined.append(TNode("output", "output", "output", (tuple(outs),), {}))
     return TGraph(joined, source, input_names, out_names)
 
 
+def _relation(per_rank: list[dict], what: str, source: str, convert) -> dict:
+    """One relation per tensor from every rank's layouts; ranks must agree."""
+    rel: dict = {}
+    for r, layouts in enumerate(per_rank):
+        for key, lay in layouts.items():
+            name, text = convert(key, lay)
+            if name in rel and rel[name] != text:
+                raise InputError(f"{source}: ranks disagree on the placements of {what} '{name}' "
+                                 f"(rank {r}: {text})")
+            rel[name] = text
+    return rel
+
+
 def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool = False,
-            name: str = "model", plugins=None, distributed: bool | None = None) -> Captured:
+            name: str = "model", plugins=None, distributed: bool | None = None, dynamic=None) -> Captured:
     """Capture ``build(rank)`` on every rank: a distributed G_d, or with ``world_size=1`` a sequential G_s
     (``distributed=True`` makes a one-rank G_d, e.g. gradient accumulation on one device).
 
     ``example_inputs`` is a tuple of tensors, or a callable ``rank -> tuple`` when ranks get different
-    inputs (e.g. sequence-sharded activations)."""
+    inputs (e.g. sequence-sharded activations). ``dynamic`` (a dict, or a callable ``rank -> dict``; rank is
+    None for the sequential program) names dynamic input dims: ``{"x": {0: "S"}}``; on a rank holding a
+    sequence shard of x that is ``{"x": {0: "S/2"}}``. The result's ``relation`` holds the input relations
+    DTensor placements state (and, for DTensor outputs, their tangents) and the symbols' constraints."""
     if distributed is None:
         distributed = world_size > 1
     import torch.distributed as dist
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
     from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: F401  (registers "fake")
 
     from graphguard.plugins import load_plugins
@@ -203,21 +335,34 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
     if not distributed:
         if dist.is_initialized():
             dist.destroy_process_group()
-        seen, names, n_user = _capture_rank(build, example_inputs, None, backward, {}, reg)
-        rg = to_rank_graph(_join(seen, names, n_user, backward, source), reg, None, {})
+        seen = _capture_rank(build, example_inputs, None, backward, {}, reg, dynamic)
+        rg = to_rank_graph(_join(seen, backward, source), reg, None, {})
         doc = {"graphguard": 1, "name": name, "inputs": rg.inputs, "nodes": rg.nodes, "outputs": rg.outputs}
-        return Captured(doc, outputs=rg.outputs)
-    ranks = []
+        return Captured(doc, _relation_doc({}, seen["sym"].constraints), outputs=rg.outputs)
+    ranks, seens = [], []
     groups: dict[str, tuple[int, ...]] = {}
     try:
         for r in range(world_size):
             if dist.is_initialized():
                 dist.destroy_process_group()
             dist.init_process_group("fake", rank=r, world_size=world_size, store=FakeStore())
-            seen, names, n_user = _capture_rank(build, example_inputs, r, backward, groups, reg)
-            ranks.append(to_rank_graph(_join(seen, names, n_user, backward, source), reg, r, groups))
+            _clear_sharding_prop_cache()  # DTensor caches output specs holding the previous rank's mesh
+            seens.append(_capture_rank(build, example_inputs, r, backward, groups, reg, dynamic))
+            ranks.append(to_rank_graph(_join(seens[-1], backward, source), reg, r, groups))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
     doc = stitch(ranks, name, source)
-    return Captured(doc, outputs=doc["outputs"])
+    inputs = {n["name"].rsplit("@", 1)[0] for n in doc["inputs"]}
+    rel = _relation([{k: v for k, v in s["layouts"][0].items() if k in inputs} for s in seens], "input", source,
+                    lambda k, lay: (k, lay.relation(k, f"{source}: ")))
+    if backward:
+        rel.update(_relation([s["layouts"][1] for s in seens], "output", source,
+                             lambda i, lay: (f"tangent.out{i}", lay.gradient().relation(f"tangent.out{i}"))))
+        rel = {k: v for k, v in rel.items() if k in inputs}
+    return Captured(doc, _relation_doc(rel, merge_symbols(*(s["sym"].constraints for s in seens))),
+                    outputs=doc["outputs"])
+
+
+def _relation_doc(inputs: dict, symbols: dict) -> dict:
+    return {"inputs": inputs, **({"symbols": symbols} if symbols else {})}

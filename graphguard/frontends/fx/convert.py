@@ -74,6 +74,9 @@ class RankGraph:
 
 IDENTITY = {"aten.clone.default", "aten.detach.default", "aten.alias.default", "aten.lift_fresh_copy.default",
             "aten.contiguous.default", "_c10d_functional.wait_tensor.default", "aten.lift_fresh.default"}
+FILLS = {"aten.new_zeros.default": 0, "aten.zeros_like.default": 0, "aten.new_ones.default": 1,
+         "aten.ones_like.default": 1, "aten.new_full.default": None, "aten.full_like.default": None,
+         "aten.new_empty.default": 0, "aten.empty_like.default": 0}  # empty: never read before written
 RESHAPE = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"}
 
 DTYPES = {"torch.float32": "float32", "torch.float64": "float64", "torch.float16": "float16",
@@ -121,6 +124,7 @@ class _Converter:
         self.dtype: dict[str, str] = {}
         self.out = RankGraph([], [], [])
         self.counter = 0
+        self.fills: dict[str, tuple] = {}  # fill constants (zeros...): name -> (value, dtype)
 
     # -- naming -------------------------------------------------------------------------------
     def t(self, name: str) -> str:
@@ -149,9 +153,10 @@ class _Converter:
             raise InputError(f"{self.where(n)}: uses a multi-output value without getitem")
         return name
 
-    def emit(self, n: TNode, op: str, inputs: list[str], output: str | list[str], **attrs) -> None:
+    def emit(self, n: TNode, op: str, inputs: list[str], output: str | list[str], node: str | None = None,
+             **attrs) -> None:
         outs = [output] if isinstance(output, str) else output
-        self.out.nodes.append({"name": self.full(n.name), "op": op,
+        self.out.nodes.append({"name": self.full(node or n.name), "op": op,
                                "inputs": [self.full(i) for i in inputs], "outputs": [self.full(o) for o in outs],
                                "attrs": attrs, **({"loc": n.loc} if n.loc else {})})
         if isinstance(output, str) and n.shape is not None:
@@ -168,7 +173,8 @@ class _Converter:
                 if name != n.name:
                     self.alias[n.name] = name
                 self.shape[name], self.dtype[name] = tuple(n.shape or ()), n.dtype or "float32"
-                self.out.inputs.append({"name": self.full(name), "shape": list(n.shape or ()),
+                self.out.inputs.append({"name": self.full(name), "shape": [S.text(d) if not isinstance(d, int) else d
+                                                                           for d in n.shape or ()],
                                         "dtype": n.dtype or "float32"})
             elif n.op == "call_function":
                 if n.name in live:
@@ -204,6 +210,9 @@ class _Converter:
             if parts is None:
                 raise InputError(f"{self.where(n)}: getitem on a value with one output")
             self.alias[n.name] = parts[idx]
+            if n.shape is not None:  # multi-output ops carry their outputs' metadata on the getitems
+                self.shape.setdefault(parts[idx], tuple(n.shape))
+                self.dtype.setdefault(parts[idx], n.dtype)
             return
         if tgt in IDENTITY or (tgt == "aten._to_copy.default" and _same_dtype(n, self)):
             self.alias[n.name] = self.ref(n.args[0], n)
@@ -218,7 +227,20 @@ class _Converter:
         if handler is not None:
             handler(self, n)
             return
+        if tgt in FILLS and "aten.full" in self.reg:
+            self.fill(n)
+            return
         self.generic(n)
+
+    def fill(self, n: TNode) -> None:
+        """``new_zeros(x, size)``, ``zeros_like(x)``...: x gives only shape/dtype, so the result is a
+        constant (``aten.full``) -- the same value on every rank, whatever x holds."""
+        value = FILLS[n.target]
+        if value is None:  # new_full / full_like
+            value = n.args[2] if n.target == "aten.new_full.default" else n.args[1]
+        size = [S.text(_scalar(d, "size")) for d in n.shape]
+        self.fills[n.name] = (_attr_value(value, "number", "fill_value", None), n.dtype)
+        self.emit(n, "aten.full", [], n.name, size=size, fill_value=self.fills[n.name][0], dtype=n.dtype)
 
     # -- collectives ----------------------------------------------------------------------------
     def group(self, name, n: TNode) -> tuple[int, ...]:
@@ -272,7 +294,7 @@ class _Converter:
         for arg in (schema.arguments if schema is not None else []):
             v = bound.get(arg.name, arg.default_value if arg.has_default_value() else None)
             ty = str(arg.type)
-            if ty.startswith("Tensor") or ty.startswith("Optional[Tensor]") or "Tensor" in ty and "[]" in ty:
+            if ty.startswith(("Tensor", "Optional[Tensor]")) or "Tensor" in ty and ("[]" in ty or "List[" in ty):
                 vals = v if isinstance(v, (list, tuple)) else [v]
                 for item in vals:
                     if item is None:
@@ -450,6 +472,82 @@ def _slice(conv: _Converter, n: TNode) -> None:
     conv.emit(n, "core.slice", [x], n.name, dim=dim, start=S.text(start), end=S.text(end))
 
 
+def _slice_scatter(conv: _Converter, n: TNode) -> None:
+    """``slice_scatter(base, src, dim, start, end)`` (backward of a slice) is data movement:
+    ``concat(base[:start], src, base[end:], dim)``."""
+    a = list(n.args) + [None] * 6
+    base, src = conv.ref(a[0], n), conv.ref(a[1], n)
+    shape = conv.shape[base]
+    dim = _norm_dim(int(a[2] if a[2] is not None else n.kwargs.get("dim", 0)), len(shape))
+    start = a[3] if a[3] is not None else n.kwargs.get("start", 0)
+    end = a[4] if a[4] is not None else n.kwargs.get("end")
+    step = a[5] if a[5] is not None else n.kwargs.get("step", 1)
+    if step != 1:
+        raise InputError(f"{conv.where(n)}: slice_scatter with step {step} is not supported yet")
+    size = shape[dim]
+    start = _clamp(_scalar(start if start is not None else 0, "start"), size)
+    end = size if end is None else _clamp(_scalar(end, "end"), size)
+    parts = []
+
+    def piece(tag, a, b):  # base[a:b] along dim: a slice, or a smaller fill when base is one (zeros)
+        name = conv.fresh(f"{n.name}.{tag}")
+        conv.shape[name] = tuple(S.norm(S.sp.sympify(b) - S.sp.sympify(a)) if i == dim else x
+                                 for i, x in enumerate(shape))
+        if base in conv.fills:
+            value, dtype = conv.fills[base]
+            conv.emit(n, "aten.full", [], name, node=name, size=[S.text(x) for x in conv.shape[name]],
+                      fill_value=value, dtype=dtype)
+        else:
+            conv.emit(n, "core.slice", [base], name, node=name, dim=dim, start=S.text(a), end=S.text(b))
+        parts.append(name)
+    if S.norm(start) != 0:
+        piece("before", 0, start)
+    parts.append(src)
+    if S.norm(end) != S.norm(size):
+        piece("after", end, size)
+    if len(parts) == 1:
+        conv.alias[n.name] = src
+        return
+    conv.emit(n, "core.concat", parts, n.name, dim=dim)
+
+
+def _constant_pad(conv: _Converter, n: TNode) -> None:
+    """``constant_pad_nd(x, pad, value)`` is data movement: per padded dim, ``concat(fill, x, fill)``
+    (a negative pad slices)."""
+    x = conv.ref(n.args[0], n)
+    pad = list(n.args[1] if len(n.args) > 1 else n.kwargs["pad"])
+    value = n.args[2] if len(n.args) > 2 else n.kwargs.get("value", 0)
+    fill_value = _attr_value(value, "number", "value", None)
+    cur, dtype = x, conv.dtype.get(x, n.dtype)
+    for i in range(len(pad) // 2):
+        dim = len(conv.shape[cur]) - 1 - i
+        lo, hi = int(pad[2 * i]), int(pad[2 * i + 1])
+        shape = conv.shape[cur]
+        if lo < 0 or hi < 0:
+            start, end = max(-lo, 0), S.norm(S.sp.sympify(shape[dim]) - max(-hi, 0))
+            name = conv.fresh(f"{n.name}.crop")
+            conv.emit(n, "core.slice", [cur], name, node=name, dim=dim, start=str(start), end=S.text(end))
+            conv.shape[name] = tuple(S.norm(S.sp.sympify(end) - start) if k == dim else d for k, d in enumerate(shape))
+            cur, shape, lo, hi = name, conv.shape[name], max(lo, 0), max(hi, 0)
+        parts = []
+        for tag, width in (("before", lo), ("x", None), ("after", hi)):
+            if width is None:
+                parts.append(cur)
+            elif width:
+                name = conv.fresh(f"{n.name}.{tag}")
+                conv.shape[name] = tuple(width if k == dim else d for k, d in enumerate(shape))
+                conv.emit(n, "aten.full", [], name, node=name, size=[S.text(d) for d in conv.shape[name]],
+                          fill_value=fill_value, dtype=dtype)
+                parts.append(name)
+        if len(parts) > 1:
+            name = conv.fresh(f"{n.name}.pad")
+            conv.emit(n, "core.concat", parts, name, node=name, dim=dim)
+            conv.shape[name] = tuple(sum(conv.shape[p_][dim] for p_ in parts) if k == dim else d
+                                     for k, d in enumerate(shape))
+            cur = name
+    conv.alias[n.name] = cur
+
+
 def _clamp(v, size):
     """PyTorch clamps slice bounds (``end=9223372036854775807``) and counts negatives from the end."""
     if isinstance(v, int):
@@ -521,7 +619,8 @@ def _unsqueeze_squeeze(conv: _Converter, n: TNode) -> None:
 _DATA_MOVEMENT = {
     **{t: _reshape for t in RESHAPE},
     "aten.t.default": _permute, "aten.transpose.int": _permute, "aten.permute.default": _permute,
-    "aten.cat.default": _cat, "aten.slice.Tensor": _slice, "aten.select.int": _select,
+    "aten.cat.default": _cat, "aten.slice.Tensor": _slice, "aten.slice_scatter.default": _slice_scatter,
+    "aten.constant_pad_nd.default": _constant_pad, "aten.select.int": _select,
     "aten.split.Tensor": _split, "aten.split_with_sizes.default": _split, "aten.chunk.default": _split,
     "aten.unsqueeze.default": _unsqueeze_squeeze, "aten.squeeze.dim": _unsqueeze_squeeze,
     "aten.squeeze.dims": _unsqueeze_squeeze, "aten.squeeze.default": _unsqueeze_squeeze,

@@ -7,13 +7,20 @@ A model file is plain Python defining::
     def inputs(rank, world):    -> tuple of tensors    # rank is None for the sequential model
     def relation(world, backward): -> dict             # {"inputs": {name: expr or [exprs]}, "symbols": ...}
 
-Optional: ``expect(world, backward) -> dict`` (relations expected in R_o). The file is the user's own
-code and is executed like a test file.
+``relation`` is optional where the program states its sharding (DTensor placements, see
+:mod:`.relations`); it may also be the path of a relation file (``relation = "relation.yaml"``, next to the
+model file). What it gives overrides the derived relation tensor by tensor. Optional too:
+``expect(world, backward) -> dict`` (relations expected in R_o) and ``dynamic_dims(rank, world) -> dict``
+naming dynamic input dims by their size on that rank (``{"x": {0: "S"}}``, ``{"x": {0: f"S/{world}"}}`` for a
+sequence shard; see :mod:`.symints`). The file is the user's own code and is executed like a test file.
+The relation written next to the graphs is the one verification uses.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -21,35 +28,63 @@ import yaml
 from graphguard.errors import InputError
 
 from .capture import capture
+from .relations import input_relation
 
 
 def load_model_file(path: str | Path):
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such model file")
-    spec = importlib.util.spec_from_file_location(f"graphguard_model_{path.stem}", path)
+    name = "graphguard_model_" + re.sub(r"\W", "_", str(path.resolve().with_suffix("")))
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    for fn in ("spec", "impl", "inputs", "relation"):
+    sys.modules[name] = mod  # TorchDynamo imports a module by name to inline its functions from another module
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:  # the user's code: say what failed, in one line
+        why = type(e).__name__ + (f": {str(e).splitlines()[0]}" if str(e).strip() else "")
+        raise InputError(f"{path}: cannot run the model file: {why}") from None
+    for fn in ("spec", "impl", "inputs"):
         if not callable(getattr(mod, fn, None)):
             raise InputError(f"{path}: a model file defines spec(), impl(rank, world), inputs(rank, world) and "
-                             f"relation(world, backward); {fn}() is missing")
+                             f"optionally relation(world, backward); {fn}() is missing")
     return mod
 
 
+def _user_relation(mod, path: Path, world: int, backward: bool) -> dict:
+    rel = getattr(mod, "relation", None)
+    if rel is None:
+        rel = {}
+    elif isinstance(rel, (str, Path)):
+        file = path.parent / rel
+        try:
+            rel = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise InputError(f"{file}: cannot read the relation file named in {path.name} ({why})") from None
+    elif callable(rel):
+        rel = rel(world, backward)
+    if not isinstance(rel, dict) or not isinstance(rel.get("inputs", {}), dict):
+        raise InputError(f"{path}: relation must give a mapping like {{'inputs': {{name: expression}}}}")
+    if hasattr(mod, "expect"):
+        rel = dict(rel, expect=mod.expect(world, backward))
+    return rel
+
+
 def capture_model_file(path, out_dir, world_size: int, backward: bool = False, plugins=None) -> dict:
+    path = Path(path)
     mod = load_model_file(path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    name = Path(path).parent.name or Path(path).stem
+    name = path.parent.name or path.stem
+    dyn = getattr(mod, "dynamic_dims", None)
     s = capture(lambda r: mod.spec(), lambda r: mod.inputs(None, world_size), world_size=1, backward=backward,
-                name=f"{name}-spec", plugins=plugins)
+                name=f"{name}-spec", plugins=plugins, dynamic=dyn and (lambda r: dyn(None, world_size)))
     d = capture(lambda r: mod.impl(r, world_size), lambda r: mod.inputs(r, world_size), world_size=world_size,
-                backward=backward, name=f"{name}-impl", plugins=plugins, distributed=True)
-    rel = mod.relation(world_size, backward)
-    if hasattr(mod, "expect"):
-        rel = dict(rel, expect=mod.expect(world_size, backward))
+                backward=backward, name=f"{name}-impl", plugins=plugins, distributed=True,
+                dynamic=dyn and (lambda r: dyn(r, world_size)))
+    rel = input_relation(s, d, _user_relation(mod, path, world_size, backward), plugins, str(path))
     (out / "spec.gg.json").write_text(json.dumps(s.doc, indent=1) + "\n")
     (out / "impl.gg.json").write_text(json.dumps(d.doc, indent=1) + "\n")
-    (out / "relation.yaml").write_text(yaml.safe_dump(rel, sort_keys=False, width=1000))
+    (out / "relation.yaml").write_text(yaml.safe_dump(rel, sort_keys=False, width=1000, default_flow_style=None))
     return {"spec": out / "spec.gg.json", "impl": out / "impl.gg.json", "relation": out / "relation.yaml"}

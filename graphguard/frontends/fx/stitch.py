@@ -2,7 +2,8 @@
 
 Collectives are matched by (group rank set, per-group sequence index); kind, attributes and shapes must
 agree. A rank that issues a collective its peers never reach is reported like a deadlock: which rank
-waits on which collective.
+waits on which collective. A gather or scatter on dim d written around a dim-0 collective is folded into
+one collective on dim d.
 """
 from __future__ import annotations
 
@@ -54,4 +55,56 @@ def stitch(ranks: list[RankGraph], name: str, source: str) -> dict:
             doc["nodes"].append({"name": f"{first.kind}.g{'_'.join(map(str, group))}.{i}", "op": KIND_OP[first.kind],
                                  "inputs": [c.input for c in parts], "outputs": [c.output for c in parts],
                                  "attrs": attrs, **({"loc": first.loc} if first.loc else {})})
+    return fold_collective_dims(doc)
+
+
+def fold_collective_dims(doc: dict) -> dict:
+    """Collectives act on dim 0; a gather or scatter on dim d is written around one (funcol, DTensor):
+
+    * ``all_gather(x, dim 0) -> split(dim 0, W equal) -> concat(dim d)`` is ``all_gather(x, dim d)``;
+    * ``split(x, dim d, W equal) -> concat(dim 0) -> reduce_scatter(dim 0)`` is ``reduce_scatter(x, dim d)``.
+
+    Folded only where every rank has the pattern and nothing else reads its intermediates."""
+    nodes = doc["nodes"]
+    producer = {o: n for n in nodes for o in n["outputs"]}
+    users: dict[str, list] = {}
+    for n in nodes:
+        for i in n["inputs"]:
+            users.setdefault(i, []).append(n)
+    outputs, drop = set(doc["outputs"]), set()
+
+    def only_user(t: str):
+        u = users.get(t, [])
+        return u[0] if len(u) == 1 and t not in outputs else None
+
+    def even_split(n, world: int, dim: int | None = None) -> bool:
+        a = n.get("attrs", {})
+        return (n["op"] == "core.split" and len(a.get("sizes", [])) == world and len(set(map(str, a["sizes"]))) == 1
+                and (dim is None or a["dim"] == dim))
+
+    for c in [n for n in nodes if n["op"] in ("core.all_gather", "core.reduce_scatter") and n["attrs"].get("dim") == 0]:
+        w, found = len(c["attrs"]["group"]), []
+        for t_in, t_out in zip(c["inputs"], c["outputs"]):
+            if c["op"] == "core.all_gather":
+                sp = only_user(t_out)
+                cat = sp and only_user(sp["outputs"][0])
+                ok = sp is not None and even_split(sp, w, 0) and cat is not None and cat["op"] == "core.concat" \
+                    and cat["inputs"] == sp["outputs"] and all(only_user(o) is cat for o in sp["outputs"])
+                found.append((sp, cat, cat and cat["attrs"]["dim"]) if ok else None)
+            else:
+                cat = producer.get(t_in)
+                sp = cat and producer.get(cat["inputs"][0])
+                ok = cat is not None and cat["op"] == "core.concat" and cat["attrs"]["dim"] == 0 \
+                    and only_user(t_in) is c and sp is not None and even_split(sp, w) \
+                    and cat["inputs"] == sp["outputs"] and all(only_user(o) is cat for o in sp["outputs"])
+                found.append((sp, cat, sp and sp["attrs"]["dim"]) if ok else None)
+        if None in found or len({f[2] for f in found}) != 1 or found[0][2] == 0:
+            continue
+        c["attrs"] = dict(c["attrs"], dim=found[0][2])
+        if c["op"] == "core.all_gather":
+            c["outputs"] = [cat["outputs"][0] for _, cat, _ in found]
+        else:
+            c["inputs"] = [sp["inputs"][0] for sp, _, _ in found]
+        drop |= {id(n) for sp, cat, _ in found for n in (sp, cat)}
+    doc["nodes"] = [n for n in nodes if id(n) not in drop]
     return doc

@@ -1,0 +1,137 @@
+"""Input relations from DTensor placements.
+
+A DTensor holds a local tensor ``name@r`` on every rank r of its device mesh, and one placement per mesh dim
+says how the local tensors make the global one (mesh dims nest outer to inner, DTensor's default shard
+order; rank r at mesh coordinate i along a dim holds chunk i):
+
+* ``Shard(d)``  -> ``concat(name@.., ..., dim=d)`` over that mesh dim;
+* ``Replicate()`` -> every rank along that mesh dim holds the whole tensor: one relation per replica (the
+  list form ``[name@0, name@1]``);
+* ``Partial()`` (sum) -> ``sum(name@.., ...)`` over that mesh dim.
+
+Where placements come from, in the TorchDynamo graph of one rank: a DTensor argument or parameter carries
+them; a plain tensor argument gets the placements of the ``DTensor.from_local(x, mesh, placements)`` that
+reads it (what ``parallelize_module``'s input hooks do). A DTensor *output* gives the relation of its
+incoming gradient (the tangent): a gradient is laid out like the tensor it is the gradient of, except that
+the gradient of a partial sum is the same on every rank (``d sum(y@r) / d y@r = 1``), so Partial becomes
+Replicate. Anything else (``_StridedShard``, ``_MaskPartial``, ``Partial("avg")``, a non-default shard
+order, a shard that does not divide its dim evenly) is refused with an :class:`InputError`: graphguard
+does not guess a relation.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from graphguard.errors import InputError
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one tensor is laid out over a device mesh: ``mesh`` is a nested list of global ranks with one
+    level per placement."""
+    placements: tuple
+    mesh: list
+    ndim: int
+
+    def relation(self, name: str, where: str = "") -> str | list[str]:
+        """The relation of G_s tensor ``name`` to the local tensors ``name@r`` (a list when replicated)."""
+        import numpy as np
+        from torch.distributed.tensor import Partial, Replicate, Shard
+        for p in self.placements:
+            if type(p) not in (Shard, Replicate, Partial):
+                raise InputError(f"{where}{name}: unsupported DTensor placement {p!r} (only Shard, Replicate and "
+                                 f"Partial('sum') map to a relation)")
+            if type(p) is Partial and p.reduce_op != "sum":
+                raise InputError(f"{where}{name}: unsupported DTensor placement {p!r} (only Partial('sum'))")
+        mesh = np.array(self.mesh, dtype=object)
+        rep = [i for i, p in enumerate(self.placements) if type(p) is Replicate]
+        keep = [i for i in range(len(self.placements)) if i not in rep]
+        out = []
+        for pick in itertools.product(*(range(mesh.shape[i]) for i in rep)):
+            index = [slice(None)] * mesh.ndim
+            for i, j in zip(rep, pick):
+                index[i] = j
+            out.append(self._expr(name, [self.placements[i] for i in keep], mesh[tuple(index)]))
+        return out[0] if len(out) == 1 else out
+
+    def _expr(self, name: str, placements: list, mesh) -> str:
+        from torch.distributed.tensor import Shard
+        if not placements:
+            return f"{name}@{int(mesh)}"
+        parts = [self._expr(name, placements[1:], sub) for sub in mesh]
+        if len(parts) == 1:
+            return parts[0]
+        p = placements[0]
+        if type(p) is Shard:
+            return f"concat({', '.join(parts)}, dim={p.dim % self.ndim})"
+        return f"sum({', '.join(parts)})"
+
+    def gradient(self) -> Layout:
+        """The layout of this tensor's gradient: Partial becomes Replicate, the rest stays."""
+        from torch.distributed.tensor import Partial, Replicate
+        return Layout(tuple(Replicate() if type(p) is Partial else p for p in self.placements), self.mesh, self.ndim)
+
+
+def _check_even(name: str, dt, where: str) -> None:
+    """Refuse shards that do not divide their dim evenly, and non-default shard orders."""
+    from torch.distributed.tensor import Shard
+    spec = dt._spec
+    for entry in getattr(spec, "shard_order", None) or ():
+        if list(entry.mesh_dims) != sorted(entry.mesh_dims):
+            raise InputError(f"{where}{name}: DTensor shard order {tuple(entry.mesh_dims)} on dim "
+                             f"{entry.tensor_dim} is not the default (mesh dims in order); not supported")
+    local = dt._local_tensor.shape
+    for d in range(dt.ndim):
+        k = 1
+        for i, p in enumerate(dt.placements):
+            if type(p) is Shard and p.dim % dt.ndim == d:
+                k *= dt.device_mesh.size(i)
+        if k > 1 and dt.shape[d] != local[d] * k:
+            raise InputError(f"{where}{name}: dim {d} of size {dt.shape[d]} is sharded unevenly over {k} ranks "
+                             f"(local size {local[d]}); only even shards map to a relation")
+
+
+def _layout_of(dt, name: str, where: str) -> Layout:
+    _check_even(name, dt, where)
+    return Layout(tuple(dt.placements), dt.device_mesh.mesh.tolist(), dt.ndim)
+
+
+def graph_layouts(gm, example_inputs, names: list[str], where: str = "") -> tuple[dict, dict]:
+    """From one rank's TorchDynamo graph: the :class:`Layout` of every input (by public name) that states
+    its placements, and of every DTensor output (by output index)."""
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor
+
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    value = {n: v for n, v in zip(phs, example_inputs)}
+    inputs: dict[str, Layout] = {}
+    for n, name in zip(phs, names):
+        v = value[n]
+        if isinstance(v, DTensor):
+            inputs[name] = _layout_of(v, name, where)
+            continue
+        if not isinstance(v, torch.Tensor):
+            continue
+        for user in n.users:
+            if getattr(user.target, "__name__", None) != "from_local" or user.args[0] is not n:
+                continue
+            mesh = user.args[1] if len(user.args) > 1 else user.kwargs.get("device_mesh")
+            placements = user.args[2] if len(user.args) > 2 else user.kwargs.get("placements")
+            mesh = value.get(mesh, mesh)
+            if not isinstance(mesh, DeviceMesh) or placements is None:
+                raise InputError(f"{where}{name}: DTensor.from_local without a device mesh and placements")
+            lay = Layout(tuple(placements), mesh.mesh.tolist(), v.dim())
+            if name in inputs and inputs[name] != lay:
+                raise InputError(f"{where}{name}: read by DTensor.from_local with two placements "
+                                 f"{inputs[name].placements} and {lay.placements}")
+            inputs[name] = lay
+    outputs: dict[int, Layout] = {}
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    vals = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    for i, v in enumerate(vals):
+        ev = v.meta.get("example_value") if isinstance(v, torch.fx.Node) else None
+        if isinstance(ev, DTensor):
+            outputs[i] = Layout(tuple(ev.placements), ev.device_mesh.mesh.tolist(), ev.ndim)
+    return inputs, outputs

@@ -1,0 +1,108 @@
+"""The input relation of a captured pair: what the program states, what the user wrote, and the tangents.
+
+``input_relation(spec, impl, user)`` starts from the relations the distributed capture derived (DTensor
+placements, dynamic dims' constraints), lets the user's relation override them tensor by tensor (and
+narrow the symbols' ranges), keeps only G_s inputs, and completes the tangents of a backward capture:
+
+A tangent is the gradient fed into an output, and a gradient is laid out like the tensor it is the gradient
+of. Where a DTensor output states its placements the capture already derived the tangent's relation (see
+:mod:`.dtensor`). For a plain output (``to_local()``, ``use_local_output=True``) the layout is what the
+forward certificate proves: graphguard verifies the forward alone and reads R_o for the output. Each
+``out@r`` becomes ``tangent.out@r``; a concat stays a concat; a replicated output (``out = out@r`` for every
+r) and a partial sum (``out = sum(out@0, ...)``, whose gradient is the same on every rank) give the list
+form. If the forward does not refine, no tangent is derived and the error says so.
+"""
+from __future__ import annotations
+
+from graphguard.errors import InputError
+from graphguard.ir.expr import App, Leaf, Term, leaves, to_text
+
+from .symints import merge_symbols
+
+
+def input_relation(spec, impl, user: dict | None = None, plugins=None, where: str = "<capture>") -> dict:
+    """A relation-file dict for verifying ``impl`` (a :class:`Captured` G_d) against ``spec`` (G_s)."""
+    user = user or {}
+    names = [i["name"] for i in spec.doc["inputs"]]
+    derived = impl.relation.get("inputs", {})
+    inputs = {**{k: v for k, v in derived.items() if k in names}, **user.get("inputs", {})}  # typos: reported
+    rel = {"inputs": inputs}
+    symbols = merge_symbols(spec.relation.get("symbols", {}), impl.relation.get("symbols", {}),
+                            user.get("symbols", {}))
+    if symbols:
+        rel["symbols"] = symbols
+    if user.get("expect"):
+        rel["expect"] = user["expect"]
+    missing = [n for n in names if n not in inputs and not n.startswith("tangent.")]
+    if missing:
+        raise InputError(f"{where}: no relation for input(s) {', '.join(missing)}: no DTensor placement states "
+                         f"them; write them in relation(world, backward)")
+    tangents = [n for n in names if n not in inputs]
+    if tangents:
+        inputs.update(_tangents_from_forward(spec, impl, rel, tangents, plugins, where))
+    return rel
+
+
+def _forward_only(doc: dict) -> dict:
+    """The forward part of a joint capture: the ``out*`` outputs and what they need."""
+    outs = [o for o in doc["outputs"] if o.split("@")[0].startswith("out")]
+    producer = {o: i for i, n in enumerate(doc["nodes"]) for o in n["outputs"]}
+    need, keep, stack = set(outs), set(), list(outs)
+    while stack:
+        i = producer.get(stack.pop())
+        if i is not None and i not in keep:
+            keep.add(i)
+            new = set(doc["nodes"][i]["inputs"]) - need
+            need |= new
+            stack.extend(new)
+    return dict(doc, inputs=[i for i in doc["inputs"] if i["name"] in need],
+                nodes=[n for i, n in enumerate(doc["nodes"]) if i in keep], outputs=outs)
+
+
+def _tangents_from_forward(spec, impl, rel: dict, tangents: list[str], plugins, where: str) -> dict:
+    import graphguard
+
+    from .capture import Captured
+    fs, fd = Captured(_forward_only(spec.doc), spec.relation), Captured(_forward_only(impl.doc), impl.relation)
+    fwd_inputs = {i["name"] for i in fs.doc["inputs"]}
+    frel = dict(rel, inputs={k: v for k, v in rel["inputs"].items() if k in fwd_inputs})
+    frel.pop("expect", None)
+    r = graphguard.verify(fs.graph(plugins), fd.graph(plugins), frel, plugins=plugins)
+    out = {}
+    for t in tangents:
+        o = t[len("tangent."):]
+        exprs = [_tangent(e, o) for e in r.r_o.get(o, [])] if r.verdict == "refines" else []
+        exprs = [e for e in exprs if e is not None]
+        if not exprs:
+            why = f"the forward does not refine ({r.verdict})" if r.verdict != "refines" else \
+                f"R_o maps {o} to {', '.join(to_text(e) for e in r.r_o.get(o, [])) or 'nothing'}"
+            raise InputError(f"{where}: cannot derive the relation of {t} from the forward certificate: {why}; "
+                             f"write it in relation(world, backward)")
+        flat = [x for e in exprs for x in (e if isinstance(e, list) else [e])]
+        out[t] = list(dict.fromkeys(flat)) if len(flat) > 1 else flat[0]
+    return out
+
+
+def _tangent(e: Term, out: str):
+    """The tangent's relation for one R_o expression of output ``out`` (text, a list of texts, or None)."""
+    names = list(leaves(e))
+    if any(n.split("@")[0] != out for n in names):
+        return None
+    if isinstance(e, Leaf):
+        return f"tangent.{e.name}"
+    if _only(e, "core.sum"):
+        return [f"tangent.{n}" for n in names]  # d sum(y@r) / d y@r = 1: the same gradient on every rank
+
+    def rename(t: Term) -> Term | None:
+        if isinstance(t, Leaf):
+            return Leaf(f"tangent.{t.name}")
+        if isinstance(t, App) and t.op == "core.concat":
+            args = [rename(a) for a in t.args]
+            return None if None in args else App(t.op, tuple(args), t.attrs)
+        return None
+    r = rename(e)
+    return None if r is None else to_text(r)
+
+
+def _only(t: Term, op: str) -> bool:
+    return isinstance(t, Leaf) or (isinstance(t, App) and t.op == op and all(_only(a, op) for a in t.args))

@@ -1,0 +1,74 @@
+"""Lemmas for mixture-of-experts layers (router, dense dispatch, all-to-all layouts, auxiliary loss).
+References: 5xx.
+
+Routing is row-wise (top-k over the experts of each token), so it distributes over token shards; the
+dispatch layouts of expert parallelism are views whose slices are slices of their source; the auxiliary
+loss and the gradients of replicated routers are sums, over which products and reductions distribute.
+"""
+from graphguard.engine.lemma import L
+
+_K = "k=?k, dim=?j, largest=?l, sorted=?o"
+
+ROUTING = [
+    L(501, "topk-values-of-concat",
+      f"aten.topk#0(concat(?a, ?b, dim=?d), {_K}) => concat(aten.topk#0(?a, {_K}), aten.topk#0(?b, {_K}), dim=?d)",
+      "?j != ?d"),
+    L(502, "topk-indices-of-concat",
+      f"aten.topk#1(concat(?a, ?b, dim=?d), {_K}) => concat(aten.topk#1(?a, {_K}), aten.topk#1(?b, {_K}), dim=?d)",
+      "?j != ?d"),
+    # one_hot as captured: eq(indices[..., None], arange(E))
+    L(503, "eq-of-concat-and-broadcast",
+      "aten.eq.Tensor(concat(?a, ?b, dim=?d), ?c) => concat(aten.eq.Tensor(?a, ?c), aten.eq.Tensor(?b, ?c), dim=?d)",
+      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
+]
+
+_SRC = "reshape_src_dim(?x, ?s, ?d)"
+_A, _B = "reshape_src_index(?x, ?s, ?d, ?a)", "reshape_src_index(?x, ?s, ?d, ?b)"
+
+LAYOUT = [
+    # [world * E/world, t, H] <-> [world, E/world, t, H]: a slice of the view is a view of a slice
+    L(510, "slice-of-reshape",
+      f"slice(reshape(?x, shape=?s), dim=?d, start=?a, end=?b)"
+      f" => reshape(slice(?x, dim={_SRC}, start={_A}, end={_B}), shape=set_at(?s, ?d, ?b - ?a))",
+      f"{_A} >= 0 and {_B} >= 0",
+      examples=[{"x": [6, 4], "s": [2, 3, 4], "d": 0, "a": 1, "b": 2},
+                {"x": [2, 3, 4], "s": [1, 2, 3, 4], "d": 1, "a": 0, "b": 1},
+                {"x": [2, 4, 3], "s": [2, 2, 2, 3], "d": 1, "a": 1, "b": 2},
+                {"x": [3, 2, 4], "s": [6, 4], "d": 0, "a": 2, "b": 6},
+                {"x": [3, 2, 4], "s": [6, 4], "d": 0, "a": 1, "b": 4}]),
+]
+
+PARTIAL_SUMS = [
+    L(520, "mul-of-partial-sum-left", "aten.mul.Tensor(sum(?a, ?b), ?c) => sum(aten.mul.Tensor(?a, ?c), aten.mul.Tensor(?b, ?c))",
+      "shape(?a) == shape(?b)"),
+    L(521, "mul-of-partial-sum-right", "aten.mul.Tensor(?c, sum(?a, ?b)) => sum(aten.mul.Tensor(?c, ?a), aten.mul.Tensor(?c, ?b))",
+      "shape(?a) == shape(?b)"),
+    L(522, "sum-all-of-partial-sum", "aten.sum(sum(?a, ?b), dtype=?t) => sum(aten.sum(?a, dtype=?t), aten.sum(?b, dtype=?t))",
+      "shape(?a) == shape(?b)"),
+    L(523, "sum-dim-of-partial-sum",
+      "aten.sum.dim_IntList(sum(?a, ?b), dim=?k, keepdim=?kd, dtype=?t)"
+      " => sum(aten.sum.dim_IntList(?a, dim=?k, keepdim=?kd, dtype=?t), aten.sum.dim_IntList(?b, dim=?k, keepdim=?kd, dtype=?t))",
+      "shape(?a) == shape(?b)"),
+    # tensor-parallel experts: each expert's output is a partial sum; stacking them stacks the partials
+    L(524, "concat-of-partial-sums",
+      "concat(sum(?a, ?c), sum(?b, ?e), dim=?d) => sum(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d))",
+      "shape(?a) == shape(?c) and shape(?b) == shape(?e)",
+      # constrained (§4.3): with concat interchange it would enumerate pairings. On the last summands, so that
+      # left-nested sums (world size 4: sum(sum(sum(a0, a1), a2), a3)) take apart one rank at a time
+      when="concat(?c, ?e, dim=?d)"),
+    L(525, "expand-of-partial-sum",
+      "aten.expand(sum(?a, ?b), size=?s, implicit=?i) => sum(aten.expand(?a, size=?s, implicit=?i), aten.expand(?b, size=?s, implicit=?i))",
+      "shape(?a) == shape(?b)"),
+    L(526, "softmax-backward-of-partial-sum",
+      "aten._softmax_backward_data(sum(?a, ?b), ?y, dim=?k, input_dtype=?t)"
+      " => sum(aten._softmax_backward_data(?a, ?y, dim=?k, input_dtype=?t), aten._softmax_backward_data(?b, ?y, dim=?k, input_dtype=?t))",
+      "shape(?a) == shape(?b)"),
+]
+
+# A replicated loss divided by the world size (the fix of the aux-loss scaling bug): each rank holds a share
+# y * 1/n, and the clean extraction sums n different shares back to y -- it reads them off core.scale.
+SHARES = [
+    L(530, "mul-scalar-is-scale", "aten.mul.Scalar(?x, other=?c) => scale(?x, factor=?c)", "?c > 0 and ?c < 1"),
+]
+
+LEMMAS = ROUTING + LAYOUT + PARTIAL_SUMS + SHARES

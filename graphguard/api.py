@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from .engine.lemma import relevant_rules, term_ops
 from .engine.egraph import Budget, EGraph
 from .engine.infer import Context, compute_out_rel
 from .engine.result import VerifyResult
@@ -104,7 +105,12 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
         rel.expect.update(exp.expect or exp.inputs)
     t_load = time.monotonic()
     cx = rel.constraints()
-    eg = EGraph(plugins.registry, plugins.lemmas, cx, g_d.shape)
+    ops = {o.name for o in plugins.registry.ops.values() if o.clean}
+    for g in (g_s, g_d):
+        for n in g.nodes:
+            for t in g.node_terms(n):
+                term_ops(t, ops)
+    eg = EGraph(plugins.registry, relevant_rules(plugins.lemmas, ops), cx, g_d.shape)
     ctx = Context(g_s, g_d, eg, budget or Budget())
     result = compute_out_rel(ctx, rel.inputs)
     t_end = time.monotonic()

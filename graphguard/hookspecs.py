@@ -32,3 +32,11 @@ def graphguard_lemmas() -> list:
 @hookspec
 def graphguard_frontends() -> list:
     """Graph readers (:class:`graphguard.frontends.Frontend`): turn files of some framework into IR graphs."""
+
+
+@hookspec
+def graphguard_collective_ops() -> dict:
+    """Framework custom ops that *are* collectives, by captured target (``vllm.all_reduce.default``):
+    ``{"kind": "all_reduce", "attrs": {"op": "sum"}, "group": 1}`` -- the collective kind and attributes the
+    fx frontend records (as for ``_c10d_functional.all_reduce``), and the index of the argument holding the
+    process-group name. Tensor argument 0 is the input; the result is the collective's output."""

@@ -61,6 +61,11 @@ def load_plugins(disabled: frozenset[str] = frozenset(), extra: tuple = ()) -> P
         for op in impl.function() or []:
             op.source = op.source or names.get(id(impl.plugin), "?")
             reg.add(op)
+    for impl in pm.hook.graphguard_collective_ops.get_hookimpls():
+        for target, spec in (impl.function() or {}).items():
+            if target in reg.collective_ops:
+                raise GraphGuardError(f"collective op {target} is declared twice")
+            reg.collective_ops[target] = dict(spec)
     lemmas = []
     seen: dict[int, object] = {}
     for impl in pm.hook.graphguard_lemmas.get_hookimpls():

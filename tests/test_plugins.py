@@ -70,7 +70,7 @@ def test_a_plugin_can_be_disabled(third_party):
     p = _gg(third_party, "-p", "no:extra", "lemmas", "check", "--ref", "902")
     assert p.returncode == 0 and "0 passed, 0 failed" in p.stdout
     spec, impl, rel = files(EXAMPLES / "paper-fig1")
-    p = _gg(third_party, "-p", "no:core", "-p", "no:aten", "verify", "--spec", spec, "--impl", impl, "--relation", rel)
+    p = _gg(third_party, "-p", "no:core", "-p", "no:aten", "-p", "no:vllm", "verify", "--spec", spec, "--impl", impl, "--relation", rel)
     assert p.returncode == 2
     assert "unknown operator 'core.matmul'" in p.stderr and "Traceback" not in p.stderr
 
@@ -88,7 +88,7 @@ def test_core_never_imports_packs_or_frontends_by_name():
 def test_one_hookspec_module_lists_every_extension_point():
     from graphguard import hookspecs
     hooks = sorted(n for n in dir(hookspecs) if n.startswith("graphguard_"))
-    assert hooks == ["graphguard_frontends", "graphguard_lemmas", "graphguard_ops"]
+    assert hooks == ["graphguard_collective_ops", "graphguard_frontends", "graphguard_lemmas", "graphguard_ops"]
 
 
 def test_a_pack_whose_dependency_is_disabled_fails_clearly():

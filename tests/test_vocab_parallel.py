@@ -20,9 +20,11 @@ _spec.loader.exec_module(M)
 
 
 def _verify(monkeypatch, world=2, backward=False, bug=""):
-    """Embedding -> final LayerNorm -> LM head -> cross-entropy (no blocks: the vocab parts, fast)."""
+    """Embedding -> final LayerNorm -> LM head -> cross-entropy (no blocks: the vocab parts, fast). The
+    vocabulary has 4 words: replay draws token ids in [0, 4), which then fall into every rank's shard."""
     monkeypatch.setattr(M, "LAYERS", 0)
     monkeypatch.setattr(M.base, "LAYERS", 0)
+    monkeypatch.setattr(M, "VOCAB", 4)
     monkeypatch.setattr(M, "BUG", bug)
     s = ggt.capture(lambda r: M.spec(), lambda r: M.inputs(None, world), world_size=1, backward=backward)
     d = ggt.capture(lambda r: M.impl(r, world), lambda r: M.inputs(r, world), world_size=world, backward=backward)
@@ -99,3 +101,11 @@ def test_unmasked_lookups_must_not_prove():
     gather = "aten.gather(concat(rows, other, dim=1), t, dim=1)"
     assert not proves(gather, f"reshape(sum({_predicted('rows', 0, 5)}, {_predicted('other', 0, 5)}), shape=[3, 1])",
                       SHAPES)
+
+
+def test_index_variables_and_their_bounds_must_be_bound(plugins):
+    from graphguard.engine.lemma import L, LemmaError, build_rules
+    for index in ({"j": "size(?w, 0)"}, {"i": "size(?x, 0)"}):
+        with pytest.raises(LemmaError, match="index variable"):
+            build_rules(L(9003, "bad-index", "aten.embedding(?w, ?i) => aten.embedding(?w, ?i)", index=index),
+                        plugins.registry)

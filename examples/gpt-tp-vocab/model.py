@@ -111,8 +111,8 @@ class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         softmax, target = ctx.saved_tensors
-        one = torch.full((target.numel(), 1), -1.0, dtype=softmax.dtype)
-        grad_input = torch.scatter_add(softmax, -1, target.unsqueeze(-1), one)  # softmax - one_hot(target)
+        minus_one = torch.full((target.numel(), 1), -1.0, dtype=softmax.dtype)
+        grad_input = torch.scatter_add(softmax, -1, target.unsqueeze(-1), minus_one)  # softmax - one_hot(target)
         return grad_input * grad_output.unsqueeze(dim=-1), None
 
 

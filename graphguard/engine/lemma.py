@@ -19,6 +19,7 @@ lemma and its file:line) and each remembers where it was written.
 """
 from __future__ import annotations
 
+import operator
 import sys
 from dataclasses import dataclass
 from fractions import Fraction
@@ -239,6 +240,31 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
     return rules
 
 
+def term_ops(t, out: set) -> set:
+    if isinstance(t, App):
+        out.add(t.op)
+        for a in t.args:
+            term_ops(a, out)
+    return out
+
+
+def relevant_rules(rules: list[Rule], ops: set[str]) -> list[Rule]:
+    """The rules that can ever match terms built from ``ops``: those whose left side (and ``when``) use only
+    ops present or produced by another such rule's right side. The others could never fire, so leaving
+    them out of the e-graph changes no result; it saves e-matching every loaded pack's rules."""
+    ops, keep, changed = set(ops), [], True
+    need = {id(r): term_ops(r.lhs, set()) | (term_ops(r.when, set()) if r.when is not None else set()) for r in rules}
+    while changed:
+        changed = False
+        for r in rules:
+            if id(r) not in {id(k) for k in keep} and need[id(r)] <= ops:
+                keep.append(r)
+                new = term_ops(r.rhs, set()) - ops
+                changed = changed or bool(new)
+                ops |= new
+    return [r for r in rules if any(r is k for k in keep)]
+
+
 def compile_lemmas(lemmas: list[Lemma], reg: Registry) -> list[Rule]:
     out = []
     for lem in lemmas:
@@ -453,8 +479,8 @@ def evaluate(e, env: dict[str, Any], ctx: EvalContext):
             return _cmp(ctx, e.op, a, b)
         if isinstance(a, Fraction) or isinstance(b, Fraction):
             a, b = Fraction(a), Fraction(b)
-            return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,  # lazily: b may be 0
-                    "//": lambda: a // b}[e.op]()
+            return {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+                    "//": operator.floordiv}[e.op](a, b)  # only the one asked for: b may be 0
         if e.op == "+":
             return S.norm(sp.sympify(a) + sp.sympify(b))
         if e.op == "-":

@@ -25,12 +25,17 @@ _EMB_BW = (f"aten.embedding_dense_backward(aten.index_put({{g}}, {_MASK}, aten.z
 _ROWS = "aten.arange.start(start=0, end={m})"
 _PREDICTED = f"aten.index_put(aten.index.Tensor({{x}}, {_ROWS}, {_LOCAL}), {_MASK}, {_ZERO})"
 # ... and its backward: x[arange, local] -= 1 - mask (softmax minus the one-hot of the target it owns)
-_ONE_HOT_UPDATE = (f"aten.index_put({{x}}, {_ROWS}, {_LOCAL}, aten.sub.Tensor(aten.index.Tensor({{x}}, {_ROWS}, {_LOCAL}),"
+_ONE_HOT_UPDATE = (f"aten.index_put({{x}}, {_ROWS}, {_LOCAL},"
+                   f" aten.sub.Tensor(aten.index.Tensor({{x}}, {_ROWS}, {_LOCAL}),"
                    f" aten.rsub.Scalar(aten._to_copy({_MASK}, dtype=float32), other=1)))")
 
 _A, _B, _AB = "size(?a, 0)", "size(?b, 0)", "size(?a, 0) + size(?b, 0)"  # vocabulary rows of the parts
 _AC, _ABC = "size(?a, 1)", "size(?a, 1) + size(?b, 1)"  # vocabulary columns of the parts
 _T1 = "reshape(?t, shape=[size(?t, 0)])"  # [tokens, 1] targets as [tokens]
+_COLS = f"rank(?a) == 2 and {_AC} >= 1 and size(?b, 1) >= 1"
+_NESTED = f"?n == size(?a, 0) and ?s // 1 == ?s and ?e - ?s == {_ABC} and {_COLS}"  # [s, e) split into ?a, ?b
+_NESTED_EXAMPLES = [{"a": [n, a], "b": [n, b], "t": [n], "n": n, "s": s, "e": s + a + b}
+                    for n, a, b, s in ((3, 2, 3, 1), (4, 2, 2, 0), (2, 1, 3, 4), (5, 3, 1, 2), (1, 2, 2, 0))]
 
 EMBEDDING = [
     # constrained (§4.3) to ids compared with 0 (rank 0's mask): never the masked ids inside a masked lookup,
@@ -42,11 +47,12 @@ EMBEDDING = [
       examples=[{"a": [3, 4], "b": [2, 4], "i": [2, 3]}, {"a": [2, 3], "b": [2, 3], "i": [5]}]),
     L(471, "masked-lookup-of-vocab-shards",
       f"{_LOOKUP.format(w='concat(?a, ?b, dim=0)', i='?i', s='?s', e='?e')}"
-      f" => sum({_LOOKUP.format(w='?a', i='?i', s='?s', e='?s + ' + _A)}, {_LOOKUP.format(w='?b', i='?i', s='?s + ' + _A, e='?e')})",
+      f" => sum({_LOOKUP.format(w='?a', i='?i', s='?s', e='?s + ' + _A)},"
+      f" {_LOOKUP.format(w='?b', i='?i', s='?s + ' + _A, e='?e')})",
       f"?s // 1 == ?s and ?e - ?s == {_AB} and {_A} >= 1 and {_B} >= 1", index={"i": "?e + 2"},
-      examples=[{"a": [2, 3], "b": [3, 3], "i": [7], "s": 1, "e": 6}, {"a": [1, 2], "b": [2, 2], "i": [2, 3], "s": 0, "e": 3},
-                {"a": [4, 2], "b": [4, 2], "i": [3, 4], "s": 4, "e": 12}, {"a": [3, 1], "b": [1, 1], "i": [6], "s": 2, "e": 6},
-                {"a": [2, 2], "b": [2, 2], "i": [1, 2, 4], "s": 0, "e": 4}]),
+      examples=[{"a": [a, 3], "b": [b, 3], "i": i, "s": s, "e": s + a + b}
+                for a, b, i, s in ((2, 3, [7], 1), (1, 2, [2, 3], 0), (4, 4, [3, 4], 4), (3, 1, [6], 2),
+                                   (2, 2, [1, 2, 4], 0))]),
     # backward, constrained (§4.3): the full gradient splits where the ids are compared with a shard's end
     # (a rank's mask), then where a rank's masked gradient exists
     L(472, "embedding-backward-splits-at-vocab-shard",
@@ -78,30 +84,26 @@ CROSS_ENTROPY = [
       "aten.gather(concat(?a, ?b, dim=1), ?t, dim=1, sparse_grad=?g)"
       f" => reshape(sum({_PREDICTED.format(x='?a', m='size(?a, 0)', i=_T1, s=0, e=_AC)},"
       f" {_PREDICTED.format(x='?b', m='size(?a, 0)', i=_T1, s=_AC, e=_ABC)}), shape=shape(?t))",
-      f"rank(?a) == 2 and shape(?t) == [size(?a, 0), 1] and {_AC} >= 1 and size(?b, 1) >= 1",
+      f"shape(?t) == [size(?a, 0), 1] and {_COLS}",
       index={"t": _ABC}, examples=[{"a": [3, 2], "b": [3, 4], "t": [3, 1]}]),
     L(477, "masked-target-logit-of-vocab-shards",
       f"{_PREDICTED.format(x='concat(?a, ?b, dim=1)', m='?n', i='?t', s='?s', e='?e')}"
       f" => sum({_PREDICTED.format(x='?a', m='?n', i='?t', s='?s', e='?s + ' + _AC)},"
       f" {_PREDICTED.format(x='?b', m='?n', i='?t', s='?s + ' + _AC, e='?e')})",
-      f"rank(?a) == 2 and ?n == size(?a, 0) and ?s // 1 == ?s and ?e - ?s == {_ABC} and {_AC} >= 1 and size(?b, 1) >= 1",
-      index={"t": "?e + 2"}, examples=[{"a": [n, a], "b": [n, b], "t": [n], "n": n, "s": s, "e": s + a + b}
-                                       for n, a, b, s in ((3, 2, 3, 1), (4, 2, 2, 0), (2, 1, 3, 4), (5, 3, 1, 2), (1, 2, 2, 0))]),
+      _NESTED, index={"t": "?e + 2"}, examples=_NESTED_EXAMPLES),
     # the backward: softmax minus the one-hot of the target (scatter_add of -1) of sharded softmax rows
     L(478, "one-hot-update-of-vocab-shards",
       "aten.scatter_add(concat(?a, ?b, dim=1), ?t, aten.full(size=?z, fill_value=?o, dtype=?y), dim=1)"
       f" => concat({_ONE_HOT_UPDATE.format(x='?a', m='size(?a, 0)', i=_T1, s=0, e=_AC)},"
       f" {_ONE_HOT_UPDATE.format(x='?b', m='size(?a, 0)', i=_T1, s=_AC, e=_ABC)}, dim=1)",
-      f"?o == -1 and rank(?a) == 2 and shape(?t) == [size(?a, 0), 1] and ?z == shape(?t) and {_AC} >= 1 and size(?b, 1) >= 1",
+      f"?o == -1 and shape(?t) == [size(?a, 0), 1] and ?z == shape(?t) and {_COLS}",
       index={"t": _ABC}, examples=[{"a": [n, a], "b": [n, b], "t": [n, 1], "z": [n, 1], "o": -1}
                                    for n, a, b in ((3, 2, 4), (4, 2, 2), (2, 1, 3), (5, 3, 1), (1, 2, 2))]),
     L(479, "masked-one-hot-update-of-vocab-shards",
       f"{_ONE_HOT_UPDATE.format(x='concat(?a, ?b, dim=1)', m='?n', i='?t', s='?s', e='?e')}"
       f" => concat({_ONE_HOT_UPDATE.format(x='?a', m='?n', i='?t', s='?s', e='?s + ' + _AC)},"
       f" {_ONE_HOT_UPDATE.format(x='?b', m='?n', i='?t', s='?s + ' + _AC, e='?e')}, dim=1)",
-      f"rank(?a) == 2 and ?n == size(?a, 0) and ?s // 1 == ?s and ?e - ?s == {_ABC} and {_AC} >= 1 and size(?b, 1) >= 1",
-      index={"t": "?e + 2"}, examples=[{"a": [n, a], "b": [n, b], "t": [n], "n": n, "s": s, "e": s + a + b}
-                                       for n, a, b, s in ((3, 2, 3, 1), (4, 2, 2, 0), (2, 1, 3, 4), (5, 3, 1, 2), (1, 2, 2, 0))]),
+      _NESTED, index={"t": "?e + 2"}, examples=_NESTED_EXAMPLES),
 ]
 
 LEMMAS = EMBEDDING + CROSS_ENTROPY

@@ -217,7 +217,8 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
     if dist.is_initialized():
         from torch.distributed.distributed_c10d import _resolve_process_group
         for n in list(seen["fw"].graph.nodes) + (list(seen["bw"].graph.nodes) if "bw" in seen else []):
-            if n.op == "call_function" and str(n.target).startswith("_c10d_functional."):
+            if n.op == "call_function" and (str(n.target).startswith("_c10d_functional.")
+                                            or str(n.target) in getattr(reg, "collective_ops", {})):
                 for a in n.args:
                     if isinstance(a, str) and a not in groups and not a.isalpha():
                         try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -76,7 +76,10 @@ IDENTITY = {"aten.clone.default", "aten.detach.default", "aten.alias.default", "
             "aten.contiguous.default", "_c10d_functional.wait_tensor.default", "aten.lift_fresh.default"}
 FILLS = {"aten.new_zeros.default": 0, "aten.zeros_like.default": 0, "aten.new_ones.default": 1,
          "aten.ones_like.default": 1, "aten.new_full.default": None, "aten.full_like.default": None,
-         "aten.new_empty.default": 0, "aten.empty_like.default": 0}  # empty: never read before written
+         "aten.new_empty.default": 0, "aten.empty_like.default": 0, "aten.empty.memory_format": 0}  # empty: never read before written
+EMPTY = {"aten.empty_like.default", "aten.new_empty.default", "aten.empty.memory_format",
+         "aten.empty_strided.default", "aten.new_empty_strided.default"}  # fresh buffers: contents never read
+AUTO_FUNCTIONALIZED = {"auto_functionalized", "auto_functionalized_v2"}  # in-place custom ops, functionalised
 RESHAPE = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"}
 
 DTYPES = {"torch.float32": "float32", "torch.float64": "float64", "torch.float16": "float16",
@@ -220,8 +223,11 @@ class _Converter:
         if tgt in ("aten.copy_.default", "aten.copy.default"):
             self.alias[n.name] = self.ref(n.args[1], n)
             return
-        if tgt.startswith("_c10d_functional.") or tgt.startswith("c10d."):
+        if tgt.startswith("_c10d_functional.") or tgt.startswith("c10d.") or tgt in self.reg.collective_ops:
             self.collective(n)
+            return
+        if tgt in AUTO_FUNCTIONALIZED:
+            self.auto_functionalized(n)
             return
         handler = _DATA_MOVEMENT.get(tgt)
         if handler is not None:
@@ -253,7 +259,12 @@ class _Converter:
         tgt = n.target.split(".")[1]
         a = n.args
         x = self.ref(a[0], n)
-        if tgt == "all_reduce":
+        custom = self.reg.collective_ops.get(n.target)  # a pack's custom op that is a collective (vllm.all_reduce)
+        if custom is not None:
+            schema, gi = _schema(n.target), custom["group"]
+            g = a[gi] if gi < len(a) else n.kwargs.get(schema.arguments[gi].name) if schema is not None else None
+            kind, attrs = custom["kind"], dict(custom.get("attrs", {}))
+        elif tgt == "all_reduce":
             kind, attrs, g = "all_reduce", {"op": _reduce_op(a[1])}, a[2]
         elif tgt == "all_gather_into_tensor":
             kind, attrs, g = "all_gather", {"dim": 0}, a[2]
@@ -277,15 +288,80 @@ class _Converter:
         if n.shape is not None:
             self.shape[n.name], self.dtype[n.name] = tuple(n.shape), n.dtype
 
+    # -- in-place custom ops, functionalised --------------------------------------------------------
+    def auto_functionalized(self, n: TNode) -> None:
+        """``auto_functionalized(op, **kwargs)`` (and ``_v2``): an in-place custom op (vLLM's
+        ``_C::rms_norm(Tensor! result, ...) -> ()``) made functional. It becomes the IR op named after
+        ``op`` whose inputs are its tensor arguments in schema order -- except a mutated argument whose
+        incoming value is a fresh ``empty`` buffer (written, never read: an ``out``/``result`` argument) --
+        and whose outputs are the op's returns followed by the new values of its mutated arguments, in
+        schema order. The node's tuple -- (returns or None, mutated args (v1) / their bases (v2)) -- is
+        mapped onto those outputs for ``getitem``."""
+        op = n.args[0] if n.args else None
+        schema = getattr(op, "_schema", None)
+        if schema is None:
+            raise InputError(f"{self.where(n)}: {n.target} of {op!r}, which has no schema")
+        by = self._by_name()
+        kw, v2 = dict(n.kwargs), n.target.endswith("_v2")
+        bases = list(kw.pop("_all_bases", []) or []) if v2 else []
+        mutated = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        bound, base_of, written_only = {}, {}, set()
+        for a in schema.arguments:
+            if a not in mutated or not v2:
+                bound[a.name] = kw.get(a.name, a.default_value if a.has_default_value() else None)
+                if a not in mutated:
+                    continue
+            else:
+                kw.pop(f"_{a.name}_alias", None)  # the argument is its base itself
+                views = [k for k in kw if k.startswith(f"_{a.name}_") and k != f"_{a.name}_base_index"]
+                if views:
+                    raise InputError(f"{self.where(n)}: mutated argument '{a.name}' of {op} is a view of another "
+                                     f"tensor ({', '.join(views)}); only whole tensors are supported")
+                idx = kw.get(f"_{a.name}_base_index")
+                if idx is not None and idx in base_of:
+                    raise InputError(f"{self.where(n)}: mutated arguments '{base_of[idx]}' and '{a.name}' of {op} "
+                                     f"share one tensor; not supported")
+                if idx is not None:
+                    base_of[idx] = a.name
+                bound[a.name] = bases[idx] if idx is not None else None
+            v = bound[a.name]
+            if isinstance(v, (list, tuple)):
+                raise InputError(f"{self.where(n)}: mutated tensor list '{a.name}' of {op} is not supported")
+            if isinstance(v, Ref) and v.name in by and by[v.name].target in EMPTY:
+                written_only.add(a.name)
+        name = ir_op_name(str(op))
+        fn = replace(n, name=f"{n.name}_{name.rsplit('.', 1)[-1]}")  # the functional op's node (n: the tuple)
+        self.generic(fn, name=name, schema=schema, bound=bound, skip=written_only)
+        outs = self.multi.pop(fn.name, None) or [fn.name]
+        present = [a.name for a in mutated if bound.get(a.name) is not None]
+        n_ret = len(schema.returns)
+        if len(outs) != n_ret + len(present):
+            raise InputError(f"{self.where(n)}: {name} is defined with {len(outs)} output(s) but {op} has "
+                             f"{n_ret} return(s) and {len(present)} mutated argument(s)")
+        ir_of = dict(zip(present, outs[n_ret:]))
+        slots = list(outs[:n_ret]) if n_ret else [None]
+        if v2:
+            slots += [ir_of.get(base_of.get(i)) for i in range(len(bases))]
+        else:
+            slots += [ir_of.get(a.name) for a in mutated]
+        self.multi[n.name] = slots
+
+    def _by_name(self) -> dict:
+        if not hasattr(self, "_nodes_by_name"):
+            self._nodes_by_name = {m.name: m for m in self.g.nodes}
+        return self._nodes_by_name
+
     # -- generic ATen ops ----------------------------------------------------------------------
-    def generic(self, n: TNode) -> None:
-        name = ir_op_name(n.target)
+    def generic(self, n: TNode, name: str | None = None, schema=None, bound: dict | None = None,
+                skip: set = frozenset()) -> None:
+        name = name or ir_op_name(n.target)
         op = self.reg.get(name)
         if op is None:
             raise InputError(f"{self.where(n)}: unknown operator '{name}': no loaded lemma pack defines it "
                              f"(add one: see README 'Writing a lemma pack')")
-        schema = _schema(n.target)
-        bound = _bind(schema, n.args, n.kwargs) if schema is not None else {}
+        if bound is None:
+            schema = _schema(n.target)
+            bound = _bind(schema, n.args, n.kwargs) if schema is not None else {}
         inputs: list[str] = []
         absent: list[int] = []
         attrs: dict[str, Any] = {}
@@ -294,6 +370,8 @@ class _Converter:
         for arg in (schema.arguments if schema is not None else []):
             v = bound.get(arg.name, arg.default_value if arg.has_default_value() else None)
             ty = str(arg.type)
+            if arg.name in skip:
+                continue
             if ty.startswith(("Tensor", "Optional[Tensor]")) or "Tensor" in ty and ("[]" in ty or "List[" in ty):
                 vals = v if isinstance(v, (list, tuple)) else [v]
                 for item in vals:

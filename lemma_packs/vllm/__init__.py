@@ -1,0 +1,28 @@
+"""The vllm lemma pack: vLLM's custom operators (a plugin).
+
+``ops.py`` says what ``_C.rms_norm``, ``_C.fused_add_rms_norm`` and ``_C.silu_and_mul`` compute (shapes,
+NumPy references) in the functional form the fx frontend gives vLLM's in-place kernels (captured under
+``auto_functionalized``: inputs are the tensor arguments except the written-only ``result``, outputs the
+new values of the mutated arguments); ``lemmas.py`` how they distribute over sharded tensors -- including
+vLLM's merged gate_up layout. ``vllm.all_reduce(tensor, group_name)`` is declared a collective (a sum over
+the named group) through ``graphguard_collective_ops``.
+"""
+from graphguard.hookspecs import hookimpl
+
+from .lemmas import LEMMAS
+from .ops import OPS
+
+
+@hookimpl
+def graphguard_ops():
+    return OPS
+
+
+@hookimpl
+def graphguard_lemmas():
+    return LEMMAS
+
+
+@hookimpl
+def graphguard_collective_ops():
+    return {"vllm.all_reduce.default": {"kind": "all_reduce", "attrs": {"op": "sum"}, "group": 1}}

@@ -531,19 +531,26 @@ def _cat(conv: _Converter, n: TNode) -> None:
     conv.emit(n, "core.concat", xs, n.name, dim=_norm_dim(int(dim), r))
 
 
-def _slice(conv: _Converter, n: TNode) -> None:
-    a = list(n.args) + [None] * 5
-    x = conv.ref(a[0], n)
-    shape = conv.shape[x]
-    dim = _norm_dim(int(a[1] if a[1] is not None else n.kwargs.get("dim", 0)), len(shape))
-    start = a[2] if a[2] is not None else n.kwargs.get("start", 0)
-    end = a[3] if a[3] is not None else n.kwargs.get("end")
-    step = a[4] if a[4] is not None else n.kwargs.get("step", 1)
+def _slice_range(conv: _Converter, n: TNode, shape: tuple, first: int) -> tuple:
+    """(dim, start, end) of a slice-like op whose dim/start/end/step arguments begin at position ``first``,
+    normalised and clamped the way PyTorch does."""
+    a = list(n.args) + [None] * (first + 4)
+    dim = _norm_dim(int(a[first] if a[first] is not None else n.kwargs.get("dim", 0)), len(shape))
+    start = a[first + 1] if a[first + 1] is not None else n.kwargs.get("start", 0)
+    end = a[first + 2] if a[first + 2] is not None else n.kwargs.get("end")
+    step = a[first + 3] if a[first + 3] is not None else n.kwargs.get("step", 1)
     if step != 1:
         raise InputError(f"{conv.where(n)}: slices with step {step} are not supported yet")
     size = shape[dim]
     start = _clamp(_scalar(start if start is not None else 0, "start"), size)
     end = size if end is None else _clamp(_scalar(end, "end"), size)
+    return dim, start, end
+
+
+def _slice(conv: _Converter, n: TNode) -> None:
+    x = conv.ref(n.args[0], n)
+    dim, start, end = _slice_range(conv, n, conv.shape[x], 1)
+    size = conv.shape[x][dim]
     if start == 0 and S.norm(end) == S.norm(size):
         conv.alias[n.name] = x
         return
@@ -553,18 +560,10 @@ def _slice(conv: _Converter, n: TNode) -> None:
 def _slice_scatter(conv: _Converter, n: TNode) -> None:
     """``slice_scatter(base, src, dim, start, end)`` (backward of a slice) is data movement:
     ``concat(base[:start], src, base[end:], dim)``."""
-    a = list(n.args) + [None] * 6
-    base, src = conv.ref(a[0], n), conv.ref(a[1], n)
+    base, src = conv.ref(n.args[0], n), conv.ref(n.args[1], n)
     shape = conv.shape[base]
-    dim = _norm_dim(int(a[2] if a[2] is not None else n.kwargs.get("dim", 0)), len(shape))
-    start = a[3] if a[3] is not None else n.kwargs.get("start", 0)
-    end = a[4] if a[4] is not None else n.kwargs.get("end")
-    step = a[5] if a[5] is not None else n.kwargs.get("step", 1)
-    if step != 1:
-        raise InputError(f"{conv.where(n)}: slice_scatter with step {step} is not supported yet")
+    dim, start, end = _slice_range(conv, n, shape, 2)
     size = shape[dim]
-    start = _clamp(_scalar(start if start is not None else 0, "start"), size)
-    end = size if end is None else _clamp(_scalar(end, "end"), size)
     parts = []
 
     def piece(tag, a, b):  # base[a:b] along dim: a slice, or a smaller fill when base is one (zeros)

@@ -68,7 +68,7 @@ def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
     # Listing 1, line 9: R_o keeps the expressions over G_d outputs only
     d_out = set(ctx.g_d.outputs)
     for o in ctx.g_s.outputs:
-        exprs = [e for e in R.get(o, []) if set(leaves(e)) <= d_out and any(True for _ in leaves(e))]
+        exprs = [e for e in R.get(o, []) if set(leaves(e)) <= d_out and next(leaves(e), None) is not None]
         if not exprs:
             v = ctx.g_s.producer.get(o)
             known = ", ".join(to_text(e) for e in R.get(o, [])) or "none"
@@ -147,7 +147,7 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
             explored[n.name] = n
             for out, term in zip(n.outputs, g_d.node_terms(n)):
                 eg.union(Leaf(out), term)
-            if n.op in INVERTIBLE or not n.inputs or _scaling(g_d, n) or n.op == op:  # (constants relate to everything)
+            if n.op in INVERTIBLE or not n.inputs or _scaling(ctx, n) or n.op == op:  # (constants relate to everything)
                 # its input is a clean function of its output, so the output relates to v as much
                 # as the input does (the paper's observation (i) carries over); v's own operator on related
                 # tensors is a rank's partial result of v (DTensor adds a replicated bias before the all-reduce)
@@ -169,14 +169,12 @@ INVERTIBLE = frozenset({"core.reshape", "core.permute", "core.identity", "core.c
 INVERTIBLE_TERMS = frozenset({"core.reshape", "core.permute", "core.identity"})
 
 
-def _scaling(g_d: Graph, n: Node) -> bool:
+def _scaling(ctx: Context, n: Node) -> bool:
     """``x * c`` or ``x / c`` for a constant c (DTensor adds a replicated bias to a partial sum as bias / W):
     x is the output scaled back, so the output relates to v as much as x does."""
+    g_d = ctx.g_d
     consts = [i for i in n.inputs if i in g_d.producer and not g_d.producer[i].inputs]
-    return n.op in SCALINGS and len(n.inputs) == 2 and len(consts) == 1
-
-
-SCALINGS = frozenset({"aten.mul.Tensor", "aten.div.Tensor"})
+    return ctx.egraph.reg.get(n.op).scaling and len(n.inputs) == 2 and len(consts) == 1
 
 
 def _direct_children(g_d: Graph, t_rel: set[str]) -> list[Node]:

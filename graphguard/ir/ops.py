@@ -49,6 +49,8 @@ class OpDef:
     ``ref(arrays, attrs)`` is the NumPy reference.  ``clean`` marks the certificate dialect.
     ``meaning(in_terms, attrs)`` -- for ops that are *defined* by other ops (collectives, split) --
     returns one term per output; such ops never appear inside terms themselves.
+    ``scaling``: with one operand a constant, the op multiplies or divides the other by it (so the
+    input is a clean function of the output, as for data movement).
     """
     name: str
     arity: int | None
@@ -62,6 +64,7 @@ class OpDef:
     doc: str = ""
     source: str = ""  # which plugin registered it
     dtype: Callable | None = None  # dtype(in_dtypes, attrs) -> out dtype; default: the first input's
+    scaling: bool = False
 
     def attr_spec(self, name: str) -> AttrSpec | None:
         for a in self.attrs:

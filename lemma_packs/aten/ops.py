@@ -287,9 +287,9 @@ def _id_shape(shapes, attrs, cx):
     return tuple(shapes[0])
 
 
-def _bin(name, fn, doc, dtype=_promoted, attrs=()):
+def _bin(name, fn, doc, dtype=_promoted, attrs=(), scaling=False):
     return OpDef(f"aten.{name}", 2, _bcast_shape(f"aten.{name}"), lambda xs, a: fn(xs[0], xs[1], a), attrs,
-                 doc=doc, dtype=dtype)
+                 doc=doc, dtype=dtype, scaling=scaling)
 
 
 def _un(name, fn, doc, dtype=None, attrs=()):
@@ -369,9 +369,9 @@ ELEMENTWISE_OPS = [
          attrs=(ALPHA,)),
     _bin("sub.Tensor", lambda x, y, a: x - _scaled(y, a["alpha"]), "self - alpha * other (broadcasting).",
          attrs=(ALPHA,)),
-    _bin("mul.Tensor", lambda x, y, a: x * y, "self * other (broadcasting)."),
+    _bin("mul.Tensor", lambda x, y, a: x * y, "self * other (broadcasting).", scaling=True),
     _bin("div.Tensor", lambda x, y, a: np.true_divide(x, y), "self / other, true division (broadcasting).",
-         dtype=_floating),
+         dtype=_floating, scaling=True),
     _bin("maximum", lambda x, y, a: np.maximum(x, y), "Elementwise max (broadcasting)."),
     _bin("minimum", lambda x, y, a: np.minimum(x, y), "Elementwise min (broadcasting)."),
     _bin("lt.Tensor", lambda x, y, a: np.less(x, y), "self < other (broadcasting), bool.", dtype=_bool),

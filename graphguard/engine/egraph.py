@@ -14,6 +14,8 @@ to e-classes through representative terms.
 """
 from __future__ import annotations
 
+from collections import deque
+
 import re
 import time
 from dataclasses import dataclass
@@ -128,6 +130,7 @@ class Snapshot:
         self._strings = s
         self._shape: dict[Any, tuple] = {}
         self._repr: dict[Any, Term] = {}
+        self._emitted: dict[Any, str] = {}  # e-class -> its representative in egglog syntax
         self._clean: dict[Any, dict] = {}
         self._inv_parents: dict | None = None  # class -> classes holding reshape/permute/identity of it
         self._compute_shapes()
@@ -156,11 +159,15 @@ class Snapshot:
                 else:
                     if not all(ch in self._shape for ch in nd.children):
                         continue
-                    op = eg.reg.get(nd.op)
-                    try:
-                        shp = tuple(op.shape([self._shape[ch] for ch in nd.children], dict(nd.attrs), eg.cx))
-                    except (ShapeError, ValueError, IndexError, KeyError, TypeError) as e:
-                        raise UnsoundLemmaError(f"ill-shaped e-node {nd.op} in the e-graph: {e}") from None
+                    ins = tuple(self._shape[ch] for ch in nd.children)
+                    key = (nd.op, ins, nd.attrs)  # shape functions are pure: one call per distinct e-node type
+                    shp = eg._shape_cache.get(key)
+                    if shp is None:
+                        try:
+                            shp = tuple(eg.reg.get(nd.op).shape(list(ins), dict(nd.attrs), eg.cx))
+                        except (ShapeError, ValueError, IndexError, KeyError, TypeError) as e:
+                            raise UnsoundLemmaError(f"ill-shaped e-node {nd.op} in the e-graph: {e}") from None
+                        eg._shape_cache[key] = shp
                 done.add(idx)
                 old = self._shape.get(c)
                 if old is None:
@@ -176,20 +183,32 @@ class Snapshot:
 
     # -- representatives (smallest terms) ---------------------------------------------------------
     def _fix(self, table: dict, cost_of: Callable, extra: dict | None = None) -> None:
-        changed = True
-        while changed:
-            changed = False
-            for c, nodes in self.classes.items():
-                for nd in nodes + extra.get(c, []) if extra else nodes:
-                    r = cost_of(nd)
-                    if r is None:
-                        continue
-                    old = table.get(c)
-                    # smaller first; ties broken by text so results do not depend on e-graph order
-                    if old is None or r[0] < old[0] or (r[0] == old[0] and r[1] != old[1]
-                                                        and to_text(r[1]) < to_text(old[1])):
-                        table[c] = r
-                        changed = True
+        """Best (cost, term, ...) per e-class by ``cost_of`` its e-nodes, to a fixpoint: a worklist that
+        revisits the e-nodes above a class whenever that class improves."""
+        items = [(c, nd) for c, nodes in self.classes.items()
+                 for nd in (nodes + extra.get(c, []) if extra else nodes)]
+        parents: dict[Any, list[int]] = {}
+        for i, (_, nd) in enumerate(items):
+            for ch in nd.children:
+                parents.setdefault(ch, []).append(i)
+        work = deque(range(len(items)))
+        queued = [True] * len(items)
+        while work:
+            i = work.popleft()
+            queued[i] = False
+            c, nd = items[i]
+            r = cost_of(nd)
+            if r is None:
+                continue
+            old = table.get(c)
+            # smaller first; ties broken by text so results do not depend on e-graph order
+            if old is None or r[0] < old[0] or (r[0] == old[0] and r[1] != old[1]
+                                                and to_text(r[1]) < to_text(old[1])):
+                table[c] = r
+                for j in parents.get(c, ()):
+                    if not queued[j]:
+                        queued[j] = True
+                        work.append(j)
 
     def _build_reprs(self) -> None:
         table: dict[Any, tuple[int, Term]] = {}
@@ -335,6 +354,7 @@ class EGraph:
         self._ops_by_cname: dict[str, tuple[OpDef, int]] = {}
         self._rules_by_rel: dict[str, Rule] = {}
         self._decode_cache: dict[tuple, Any] = {}
+        self._shape_cache: dict[tuple, tuple] = {}
         self.commands = 0
         prog = ["(datatype Term)", "(constructor T (String) Term)"]
         for op in reg:
@@ -379,8 +399,11 @@ class EGraph:
     def emit(self, t: Term, snap: Snapshot | None = None) -> str:
         if isinstance(t, Leaf):
             return f"(T {_q(t.name)})"
-        if isinstance(t, Hole):
-            return self.emit(snap.repr(t.cls), snap)
+        if isinstance(t, Hole):  # an e-class, by its representative term (spelled once per snapshot)
+            text = snap._emitted.get(t.cls)
+            if text is None:
+                text = snap._emitted[t.cls] = self.emit(snap.repr(t.cls), snap)
+            return text
         assert isinstance(t, App)
         op = self.reg.get(t.op)
         parts = [self.emit(a, snap) for a in t.args]

@@ -37,6 +37,22 @@ class App(Term):
     args: tuple[Term, ...]
     attrs: tuple[tuple[str, Any], ...] = ()
 
+    # terms are compared and hashed a lot (e-graph extraction): the hash and the text are cached
+    def __hash__(self):
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.op, self.args, self.attrs))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __eq__(self, other):
+        if self is other:
+            return True
+        if not isinstance(other, App):
+            return NotImplemented
+        return (hash(self) == hash(other) and self.op == other.op and self.args == other.args
+                and self.attrs == other.attrs)
+
     def attr(self, name: str, default=None):
         for k, v in self.attrs:
             if k == name:
@@ -175,9 +191,13 @@ def to_text(t: Term) -> str:
     if isinstance(t, PVar):
         return "?" + t.name
     assert isinstance(t, App)
-    parts = [to_text(a) for a in flat_args(t)]
-    parts += [f"{k}={attr_text(v)}" for k, v in t.attrs]
-    return f"{short_op(t.op)}({', '.join(parts)})"
+    text = t.__dict__.get("_text")
+    if text is None:
+        parts = [to_text(a) for a in flat_args(t)]
+        parts += [f"{k}={attr_text(v)}" for k, v in t.attrs]
+        text = f"{short_op(t.op)}({', '.join(parts)})"
+        object.__setattr__(t, "_text", text)
+    return text
 
 
 def ranks(t: Term) -> set[int]:

@@ -122,6 +122,8 @@ class _ToRaw(Transformer):
         s = str(tok)
         if s in ("true", "false"):
             return AConst(s == "true")
+        if s == "None":  # an absent optional attribute (its spelling in printed terms)
+            return AConst(None)
         return AConst(("sym", s))
 
     def string(self, tok):

@@ -17,7 +17,7 @@ BRIDGES = [
     L(304, "baddbmm-is-bmm-plus", "aten.baddbmm(?c, ?a, ?b) => aten.add.Tensor(aten.bmm(?a, ?b), ?c)"),
     L(306, "add-of-partial-sums",
       "aten.add.Tensor(sum(?a, ?b), sum(?c, ?e)) => sum(aten.add.Tensor(?a, ?c), aten.add.Tensor(?b, ?e))",
-      "shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
+      "shape(?a) == shape(?c) and shape(?b) == shape(?e)", when="aten.add.Tensor(?b, ?e)"),
     L(305, "expand-to-own-shape", "aten.expand(?x, size=?s, implicit=?i) => ?x", "?s == shape(?x)"),
 ]
 
@@ -113,6 +113,8 @@ REDUCTIONS = [
       "aten.sum.dim_IntList(concat(?a, ?b, dim=?d), dim=?k, keepdim=?kd, dtype=?t)"
       " => sum(aten.sum.dim_IntList(?a, dim=?k, keepdim=?kd, dtype=?t), aten.sum.dim_IntList(?b, dim=?k, keepdim=?kd, dtype=?t))",
       "contains(?k, ?d)"),
+    L(393, "sum-over-a-unit-dim", "aten.sum.dim_IntList(?x, dim=?k, keepdim=true, dtype=None) => ?x",
+      "len(?k) == 1 and size(?x, at(?k, 0)) == 1"),
     L(392, "sum-all-of-concat", "aten.sum(concat(?a, ?b, dim=?d), dtype=?t) => sum(aten.sum(?a, dtype=?t), aten.sum(?b, dtype=?t))"),
 ]
 

@@ -1,0 +1,151 @@
+"""The HLO module both parsers produce (``text.py`` from HLO text, ``proto.py`` from ``HloModuleProto``).
+
+A :class:`Module` owns its :class:`Computation` s, each owning its :class:`Instruction` s in dependency
+order. An instruction names its operands and called computations; everything else the converter needs is
+in ``attrs``, under the same keys whichever format it came from:
+
+==========================  ============================================================================
+key                         value
+==========================  ============================================================================
+``parameter_number``        int (parameter)
+``tuple_index``             int (get-tuple-element)
+``dimensions``              list[int] (broadcast, transpose, reduce, concatenate, reverse, all-gather,
+                            reduce-scatter, all-to-all; iota's ``iota_dimension`` is ``[d]``)
+``slice``                   list[(start, limit, stride)]
+``dynamic_slice_sizes``     list[int]
+``padding``                 list[(low, high, interior)]
+``dot``                     dict: lhs_batch, rhs_batch, lhs_contracting, rhs_contracting (lists)
+``gather``                  dict: offset_dims, collapsed_slice_dims, start_index_map, index_vector_dim,
+                            operand_batching_dims, start_indices_batching_dims, slice_sizes
+``direction``               str (compare: EQ, NE, LT, LE, GT, GE)
+``replica_groups``          list[list[int]] (empty: every rank; decoded from any of the encodings)
+``source_target_pairs``     list[(source, target)]
+``channel_id``              int or None; ``use_global_device_ids``: bool
+``custom_call_target``      str; ``backend_config``: str
+==========================  ============================================================================
+
+``Instruction.literal`` holds a constant's values (a NumPy array in row-major order), or :data:`ELIDED`
+when a text dump printed ``{...}`` instead of them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphguard.errors import InputError
+
+# HLO element types -> IR dtype names (numpy-style, as the other frontends write them)
+DTYPES = {"pred": "bool", "s8": "int8", "s16": "int16", "s32": "int32", "s64": "int64", "u8": "uint8",
+          "u16": "uint16", "u32": "uint32", "u64": "uint64", "f16": "float16", "bf16": "bfloat16",
+          "f32": "float32", "f64": "float64", "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
+          "f8e4m3": "float8_e4m3", "f8e5m2fnuz": "float8_e5m2fnuz", "f8e4m3fnuz": "float8_e4m3fnuz",
+          "s4": "int4", "u4": "uint4", "c64": "complex64", "c128": "complex128"}
+NON_ARRAY = ("tuple", "token", "opaque")
+
+ELIDED = object()  # a constant whose values the text dump left out ("{...}")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """An array shape (``dtype`` an IR dtype name), a tuple of shapes (``dtype == "tuple"``) or a token."""
+    dtype: str
+    dims: tuple[int, ...] = ()
+    elements: tuple[Shape, ...] = ()
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.dtype == "tuple"
+
+    @property
+    def is_array(self) -> bool:
+        return self.dtype not in NON_ARRAY
+
+    def __str__(self) -> str:
+        if self.is_tuple:
+            return "(" + ", ".join(map(str, self.elements)) + ")"
+        return f"{self.dtype}[{','.join(map(str, self.dims))}]"
+
+
+@dataclass
+class Instruction:
+    name: str
+    opcode: str
+    shape: Shape
+    operands: list[str] = field(default_factory=list)
+    called: list[str] = field(default_factory=list)  # called computations (to_apply, calls, branches...)
+    attrs: dict = field(default_factory=dict)
+    literal: object = None  # np.ndarray, ELIDED, or None
+    loc: str | None = None  # "file.py:12" from the op metadata
+
+
+@dataclass
+class Computation:
+    name: str
+    instructions: list[Instruction]
+    root: str
+
+    def __post_init__(self):
+        self.by_name = {i.name: i for i in self.instructions}
+
+
+@dataclass
+class Module:
+    name: str
+    computations: dict[str, Computation]
+    entry: str
+    source: str
+    num_partitions: int | None = None
+    replica_count: int | None = None
+
+    def check(self) -> Module:
+        """Every operand and called computation exists; the entry and roots exist."""
+        if self.entry not in self.computations:
+            raise InputError(f"{self.source}: HLO module '{self.name}' has no entry computation '{self.entry}'")
+        for c in self.computations.values():
+            if c.root not in c.by_name:
+                raise InputError(f"{self.source}: computation '{c.name}' has no root instruction '{c.root}'")
+            for ins in c.instructions:
+                for o in ins.operands:
+                    if o not in c.by_name:
+                        raise InputError(f"{self.source}: instruction '{ins.name}' ({ins.opcode}) in computation "
+                                         f"'{c.name}' uses '{o}', which the computation does not define")
+                for k in ins.called:
+                    if k not in self.computations:
+                        raise InputError(f"{self.source}: instruction '{ins.name}' ({ins.opcode}) calls computation "
+                                         f"'{k}', which the module does not define")
+        return self
+
+
+def iota_groups(num_groups: int, group_size: int, reshape_dims: list[int], perm: list[int] | None,
+                where: str) -> list[list[int]]:
+    """``[G,S]<=[dims]T(perm)``: iota(prod(dims)) reshaped to dims, transposed by perm, read as G groups of S."""
+    total = int(np.prod(reshape_dims)) if reshape_dims else num_groups * group_size
+    if not reshape_dims:
+        reshape_dims = [total]
+    if total != num_groups * group_size:
+        raise InputError(f"{where}: iota replica groups [{num_groups},{group_size}] do not hold the "
+                         f"{total} devices of {list(reshape_dims)}")
+    perm = list(perm) if perm else list(range(len(reshape_dims)))
+    if sorted(perm) != list(range(len(reshape_dims))):
+        raise InputError(f"{where}: iota replica groups: T{tuple(perm)} is not a permutation of "
+                         f"{len(reshape_dims)} dims")
+    ids = np.transpose(np.arange(total).reshape(reshape_dims), perm).reshape(num_groups, group_size)
+    return [[int(x) for x in row] for row in ids]
+
+
+def numpy_dtype(dtype: str):
+    """How values of an IR dtype are held while converting (as the references compute): float64 for every
+    floating type, exact integers, bool."""
+    if dtype == "bool":
+        return np.bool_
+    if dtype.startswith(("int", "uint")) and dtype not in ("int4", "uint4"):
+        return np.dtype(dtype)
+    return np.float64
+
+
+def loc_of(source_file: str, line: int) -> str | None:
+    if not source_file:
+        return None
+    base = source_file.replace("\\", "/").rsplit("/", 1)[-1]
+    return f"{base}:{line}" if line else base

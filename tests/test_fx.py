@@ -285,3 +285,60 @@ def test_gradient_accumulation_without_loss_scaling():
     assert r.verdict == "does-not-refine"
     assert (r.failure.op, r.failure.loc) == ("aten.mse_loss", "model.py:23")
     assert r.failure.replay["max_abs_diff"] > 1e-3
+
+
+def test_data_dependent_router_is_refused_with_advice(tmp_path):
+    """A MoE router selecting tokens with ``nonzero``: the output shape depends on the data, so capture stops
+    with one line naming the op and its source line and pointing at capacity-based dispatch (exit 2)."""
+    (tmp_path / "router.py").write_text(
+        "import torch\n"
+        "class Router(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        routed = (x[:, 0] > 0).nonzero(as_tuple=True)[0]\n"
+        "        return x.index_select(0, routed).sum(0)\n"
+        "def spec():\n    return Router()\n"
+        "def impl(rank, world):\n    return Router()\n"
+        "def inputs(rank, world):\n    return (torch.randn(6, 4),)\n"
+        "def relation(world, backward):\n    return {'inputs': {'x': [f'x@{r}' for r in range(world)]}}\n")
+    p = run_cli("capture", tmp_path / "router.py", "--world-size", "2", "-o", tmp_path / "out")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert "aten.nonzero at router.py:4 has a data-dependent output shape" in line and "fixed capacity" in line
+
+    class Select(torch.nn.Module):
+        def forward(self, x):
+            return torch.nonzero(x > 0).float().sum(0)
+    _export(Select(), (torch.randn(6, 4),), tmp_path / "s.pt2")  # the .pt2 reader refuses it the same way
+    (tmp_path / "rel.yaml").write_text("inputs:\n  x: x@0\n")
+    p = run_cli("verify", "--frontend", "fx", "--spec", tmp_path / "s.pt2", "--impl", tmp_path / "s.pt2",
+                "--world-size", "1", "--relation", tmp_path / "rel.yaml")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "aten.nonzero" in p.stderr and "data-dependent output shape" in p.stderr
+
+
+def test_fills_and_constants_keep_the_dtype():
+    """new_zeros / zeros_like / empty become ``aten.full`` of the captured dtype (bf16, int32), and a Python
+    number in a comparison is a constant of the other operand's dtype, not the result's bool."""
+    from graphguard.frontends.fx.convert import Ref, TGraph, TNode, to_rank_graph
+    from graphguard.plugins import load_plugins
+
+    class Fills(torch.nn.Module):
+        def forward(self, x, i):
+            return x.new_zeros(x.shape) + x, torch.zeros_like(i, dtype=torch.int32), torch.full_like(x, 2.0)
+    c = ggt.capture(lambda r: Fills(), (torch.randn(3, 2, dtype=torch.bfloat16), torch.tensor([1, 2])))
+    fills = [(n["attrs"]["dtype"], n["attrs"]["fill_value"]) for n in c.doc["nodes"] if n["op"] == "aten.full"]
+    assert sorted(fills) == [("bfloat16", "0"), ("bfloat16", "2"), ("int32", "0")]
+    # without fake-tensor metadata (dtype None): the fill takes its input's dtype, the comparison's constant
+    # the other operand's (a bool constant would turn 0.5 into True)
+    reg = load_plugins().registry
+    g = TGraph([TNode("x", "placeholder", "placeholder", (), {}, (3,), "bfloat16"),
+                TNode("i", "placeholder", "placeholder", (), {}, (3,), "int64"),
+                TNode("z", "call_function", "aten.zeros_like.default", (Ref("x"),), {}, (3,), None),
+                TNode("lt", "call_function", "aten.lt.Tensor", (Ref("x"), 0.5), {}, (3,), "bool"),
+                TNode("ilt", "call_function", "aten.lt.Tensor", (Ref("i"), 2.5), {}, (3,), "bool"),
+                TNode("output", "output", "output", ((Ref("z"), Ref("lt"), Ref("ilt")),), {})], "test")
+    rg = to_rank_graph(g, reg, None, {})
+    full = {n["name"]: n["attrs"] for n in rg.nodes if n["op"] in ("aten.full", "aten.scalar_tensor")}
+    assert full["z"]["dtype"] == "bfloat16"
+    consts = sorted((a["s"], a["dtype"]) for k, a in full.items() if k != "z")
+    assert consts == [("1/2", "bfloat16"), ("5/2", "float32")]

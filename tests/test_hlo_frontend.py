@@ -746,19 +746,19 @@ def test_unknown_custom_call_names_the_target_and_a_pack_can_define_it(reg, tmp_
   x = f32[4,8] parameter(0)
   w = f32[8] parameter(1)
   s = f32[4,8] custom-call(x), custom_call_target="Sharding", sharding={devices=[2,1]<=[2]}
-  ROOT n = f32[4,8] custom-call(s, w), custom_call_target="AwsNeuronRmsNorm", backend_config="eps=1e-6\"""",
+  ROOT n = f32[4,8] custom-call(s, w), custom_call_target="AcmeRmsNorm", backend_config="eps=1e-6\"""",
                   header="HloModule m")
     with pytest.raises(InputError) as e:
         load_text(reg, tmp_path, text, role="spec")
-    msg = str(e.value)
-    assert "custom-call target 'AwsNeuronRmsNorm'" in msg and "hlo.custom_call.AwsNeuronRmsNorm" in msg
+    msg = str(e.value)  # (a target no pack defines: the neuronx pack defines AwsNeuronRmsNorm)
+    assert "custom-call target 'AcmeRmsNorm'" in msg and "hlo.custom_call.AcmeRmsNorm" in msg
     assert "m.hlo" in msg
     # a pack defining the op makes it load (here a registry with one extra op)
     mine = Registry()
     for op in reg:
         mine.add(op)
     from graphguard.ir.ops import AttrSpec
-    mine.add(OpDef("hlo.custom_call.AwsNeuronRmsNorm", 2, lambda s, a, cx: tuple(s[0]),
+    mine.add(OpDef("hlo.custom_call.AcmeRmsNorm", 2, lambda s, a, cx: tuple(s[0]),
                    lambda xs, a: xs[0] / np.sqrt(np.mean(xs[0] ** 2, -1, keepdims=True) + 1e-6) * xs[1],
                    (AttrSpec("backend_config", "str", ""),)))
     g = load_text(reg, tmp_path, text, role="spec", registry=mine)

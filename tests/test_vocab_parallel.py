@@ -1,6 +1,7 @@
 """Vocabulary-parallel embedding and cross-entropy (examples/gpt-tp-vocab, Megatron-style): the model without
-blocks verifies forward and backward at degrees 2 and 4; planted bugs are flagged at the right operator with a
-numerically visible difference; the vocab lemmas ("this proves that" and "this must not")."""
+blocks verifies forward and backward at degrees 2 and 4, with the masks applied by ``index_put`` (Megatron) or
+``masked_fill`` (other versions, vLLM); planted bugs are flagged at the right operator with a numerically
+visible difference; the vocab lemmas ("this proves that" and "this must not")."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,7 +11,7 @@ import pytest
 import graphguard
 import graphguard.torch as ggt
 from graphguard.engine.prove import proves
-from lemma_packs.aten.vocab import _LOCAL, _LOOKUP, _PREDICTED
+from lemma_packs.aten.vocab import _LOCAL, _LOCAL_MF, _LOOKUP, _LOOKUP_MF, _PREDICTED, _PREDICTED_MF
 
 from conftest import EXAMPLES
 
@@ -19,15 +20,18 @@ M = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(M)
 
 
-def _verify(monkeypatch, world=2, backward=False, bug=""):
+def _verify(monkeypatch, world=2, backward=False, bug="", form="index_put"):
     """Embedding -> final LayerNorm -> LM head -> cross-entropy (no blocks: the vocab parts, fast). The
     vocabulary has 4 words: replay draws token ids in [0, 4), which then fall into every rank's shard."""
     monkeypatch.setattr(M, "LAYERS", 0)
     monkeypatch.setattr(M.base, "LAYERS", 0)
     monkeypatch.setattr(M, "VOCAB", 4)
     monkeypatch.setattr(M, "BUG", bug)
+    monkeypatch.setattr(M, "MASK_FORM", form)
     s = ggt.capture(lambda r: M.spec(), lambda r: M.inputs(None, world), world_size=1, backward=backward)
     d = ggt.capture(lambda r: M.impl(r, world), lambda r: M.inputs(r, world), world_size=world, backward=backward)
+    ops = {n.op for n in d.graph().nodes}
+    assert ("aten.masked_fill.Scalar" in ops) == (form == "masked_fill"), ops
     rel = dict(M.relation(world, backward), expect=M.expect(world, backward))
     return graphguard.verify(s.graph(), d.graph(), rel, replay=True)
 
@@ -46,6 +50,30 @@ def test_vocab_parallel_embedding_and_cross_entropy_refine(monkeypatch, world):
     assert _cat("grad.head.weight", world) in lines
     assert "grad.ln_f.weight = grad.ln_f.weight@0" in lines
     assert not r.expect["missing"] and r.replay["ok"]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_masked_fill_form_refines(monkeypatch, world):
+    """``(ids - start).masked_fill(mask, 0)``, ``out.masked_fill(mask.unsqueeze(-1), 0.0)`` and
+    ``predicted.masked_fill(target_mask, 0.0)``; the backward zeroes the gradient with masked_fill too."""
+    r = _verify(monkeypatch, world, backward=True, form="masked_fill")
+    assert r.verdict == "refines", r.render()
+    lines = r.r_o_lines()
+    assert [f"out0 = out0@{k}" for k in range(world)] == [x for x in lines if x.startswith("out0 ")]
+    assert _cat("grad.embed.weight", world) in lines and _cat("grad.head.weight", world) in lines
+    assert not r.expect["missing"] and r.replay["ok"]
+    assert {"481", "483", "485"} <= {str(k) for k in r.stats["lemma_hits"]}  # (480 is native: not counted)
+
+
+@pytest.mark.parametrize("bug,backward,op", [
+    ("mask", False, "aten.embedding"),
+    ("target-mask", False, "aten.gather"),
+    ("offset", True, "aten.embedding"),
+])
+def test_masked_fill_form_bugs_are_flagged(monkeypatch, bug, backward, op):
+    r = _verify(monkeypatch, backward=backward, bug=bug, form="masked_fill")
+    assert r.verdict == "does-not-refine" and r.exit_code == 1, r.render()
+    assert r.failure.op == op and r.failure.replay["max_abs_diff"] > 1e-3
 
 
 @pytest.mark.parametrize("bug,backward,op", [
@@ -93,6 +121,29 @@ def test_a_lookup_is_the_sum_of_the_masked_lookups_of_its_vocab_shards():
 def test_wrong_vocab_ranges_must_not_prove(shards):
     parts = ", ".join(_lookup(f"w{r}", s, e) for r, (s, e) in enumerate(shards))
     assert not proves(EMBEDDING, f"sum({parts})", SHAPES)
+    parts = ", ".join(_lookup_mf(f"w{r}", s, e) for r, (s, e) in enumerate(shards))
+    assert not proves(EMBEDDING, f"sum({parts})", SHAPES)
+
+
+def _lookup_mf(w, s, e, ids="ids"):
+    """The masked_fill form: ids shifted with masked_fill, rows zeroed with masked_fill(mask.unsqueeze(-1))."""
+    mf = _LOOKUP_MF.format(w=w, i=ids, s=s, e=e).replace("?p", "-1").replace("?f", "false").replace("?q", "false")
+    mf = mf.replace("?u", "[2, 3, 1]")
+    local_ip, local_mf = _LOCAL.format(i=ids, s=s, e=e), _LOCAL_MF.format(i=ids, s=s, e=e)
+    return mf.replace(local_ip, local_mf)  # as captured: the ids masked with masked_fill too
+
+
+def test_masked_fill_form_lookups_and_logits():
+    # the rank-0 unsqueezed mask is part of rank 0's lookup, which binds the lemma's unsqueeze shape
+    parts = ", ".join(_lookup_mf(f"w{r}", s, e) for r, (s, e) in enumerate(SHARDS))
+    assert proves(EMBEDDING, f"sum({parts})", SHAPES)
+    predicted = [_PREDICTED_MF.format(x=x, m=3, i="reshape(t, shape=[3])", s=s, e=e)
+                 for x, s, e in (("rows", 0, 5), ("other", 5, 10))]
+    gather = "aten.gather(concat(rows, other, dim=1), t, dim=1)"
+    assert proves(gather, f"reshape(sum({predicted[0]}, {predicted[1]}), shape=[3, 1])", SHAPES)
+    unmasked = [_PREDICTED_MF.format(x=x, m=3, i="reshape(t, shape=[3])", s=s, e=e)
+                for x, s, e in (("rows", 0, 5), ("other", 0, 5))]  # both ranks claim columns [0, 5)
+    assert not proves(gather, f"reshape(sum({unmasked[0]}, {unmasked[1]}), shape=[3, 1])", SHAPES)
 
 
 def test_unmasked_lookups_must_not_prove():

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
-HIDDEN, HEADS, SEQ, BATCH = 16, 4, 8, 2
+HIDDEN, HEADS, SEQ, BATCH = 16, 8, 8, 2
 
 
 def _world():

@@ -14,6 +14,9 @@ vocabulary range from the wrong rank (r + 1); ``mask`` -- the embedding does not
 out-of-shard ids; ``target-mask`` -- the cross-entropy does not zero the predicted logit of targets other
 ranks own; ``backward-mask`` -- its backward subtracts the one-hot on every rank, owner or not.
 
+``GG_VOCAB_MASK=masked_fill`` applies the masks with ``masked_fill`` (ids shifted and zeroed, embedding rows
+zeroed through ``mask.unsqueeze(-1)``, predicted logits zeroed) instead of Megatron's ``x[mask] = 0``.
+
 The sequential model is plain torch: ``nn.Embedding``, the same blocks, and the same cross-entropy maths
 on the full logits (a max-shifted log-sum-exp minus the target's logit, gathered) with the same
 softmax-minus-one-hot backward -- what Megatron computes with one rank. (``F.cross_entropy`` computes
@@ -38,6 +41,9 @@ _spec.loader.exec_module(base)
 HIDDEN, SEQ, BATCH, LAYERS = base.HIDDEN, base.SEQ, base.BATCH, base.LAYERS
 VOCAB = 64
 BUG = os.environ.get("GG_VOCAB_BUG", "")
+# how out-of-shard entries are masked: "index_put" (Megatron: x[mask] = 0) or "masked_fill" (x.masked_fill(mask, 0),
+# as other versions and vLLM's VocabParallelEmbedding write it)
+MASK_FORM = os.environ.get("GG_VOCAB_MASK", "index_put")
 _F, _G = base._F, base._G
 
 
@@ -53,6 +59,11 @@ class VocabParallelEmbedding(torch.nn.Module):
 
     def forward(self, ids):
         mask = (ids < self.start) | (ids >= self.end)
+        if MASK_FORM == "masked_fill":
+            out = torch.nn.functional.embedding((ids - self.start).masked_fill(mask, 0), self.weight)
+            if BUG != "mask":
+                out = out.masked_fill(mask.unsqueeze(-1), 0.0)
+            return _G.apply(out)
         local = ids.clone() - self.start
         local[mask] = 0
         out = torch.nn.functional.embedding(local, self.weight)
@@ -69,12 +80,18 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         logits_max = funcol.all_reduce(torch.max(logits, dim=-1)[0], "max", dist.group.WORLD)
         logits = logits - logits_max.unsqueeze(dim=-1)
         target_mask = (target < start) | (target >= end)
-        masked_target = target.clone() - start
-        masked_target[target_mask] = 0
+        if MASK_FORM == "masked_fill":
+            masked_target = (target - start).masked_fill(target_mask, 0)
+        else:
+            masked_target = target.clone() - start
+            masked_target[target_mask] = 0
         arange_1d = torch.arange(start=0, end=logits.size()[0], device=logits.device)
         predicted_logits = logits[arange_1d, masked_target]
         if BUG != "target-mask":
-            predicted_logits[target_mask] = 0.0
+            if MASK_FORM == "masked_fill":
+                predicted_logits = predicted_logits.masked_fill(target_mask, 0.0)
+            else:
+                predicted_logits[target_mask] = 0.0
         predicted_logits = funcol.all_reduce(predicted_logits, "sum", dist.group.WORLD)
         exp_logits = torch.exp(logits)
         sum_exp_logits = funcol.all_reduce(exp_logits.sum(dim=-1), "sum", dist.group.WORLD)

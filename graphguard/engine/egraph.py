@@ -26,7 +26,7 @@ import egglog.bindings as eb
 
 from ..errors import ShapeError, UnsoundLemmaError
 from ..ir import scalar as S
-from ..ir.expr import VARIADIC, App, Leaf, PVar, Term, app, attr_text, to_text
+from ..ir.expr import VARIADIC, App, Leaf, PVar, Term, ac_text, app, attr_text, to_text
 from ..ir.ops import OpDef, Registry, fmt_shape
 from .lemma import EvalContext, Rule, check_condition, instantiate
 
@@ -282,14 +282,14 @@ class Snapshot:
 
     def clean_variants(self, c, allowed: frozenset | None = None) -> list[Term]:
         """Distinct clean expressions of class ``c``: the best one through each of its e-nodes
-        (only over the leaves in ``allowed`` when given)."""
+        (only over the leaves in ``allowed`` when given); one per order of summands."""
         table = self.clean_table(allowed)
         out: dict[str, tuple[int, Term]] = {}
         for nd in self.classes.get(c, []) + self._shared[allowed].get(c, []):
             r = self._clean_node(nd, table, allowed)
             if r is not None:
-                key = to_text(r[1])
-                if key not in out or r[0] < out[key][0]:
+                key = ac_text(r[1])
+                if key not in out or (r[0], to_text(r[1])) < (out[key][0], to_text(out[key][1])):
                     out[key] = (r[0], r[1])
         return [t for _, t in sorted(out.values(), key=lambda x: (x[0], str(x[1])))]
 

@@ -65,6 +65,7 @@ def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
                                       f"no clean expression over G_d tensors for {', '.join(missing)}")
             return result
         R.update(r_v)
+        replica_aliases(ctx, r_v)  # equal pieces of two concatenations found for one tensor
     # Listing 1, line 9: R_o keeps the expressions over G_d outputs only
     d_out = set(ctx.g_d.outputs)
     for o in ctx.g_s.outputs:
@@ -188,15 +189,24 @@ def _direct_children(g_d: Graph, t_rel: set[str]) -> list[Node]:
 # -- §4.3: keep only the simplest expression of each self-provable class -------------------------
 
 def prune_self_provable(ctx: Context, exprs: list[Term]) -> list[Term]:
-    """Drop expressions that the lemmas alone prove equal to a simpler kept one."""
+    """Drop expressions that the lemmas alone prove equal to a simpler kept one. Only expressions over the
+    same G_d tensors are compared (lemmas that drop a tensor, like a slice of a concat, could make
+    others equal too: keeping such a pair costs time later, never soundness)."""
     exprs = sorted(exprs, key=lambda e: (size(e), to_text(e)))
-    if len(exprs) <= 1:
-        return exprs
+    by_leaves: dict[frozenset, int] = {}
+    for e in exprs:
+        k = frozenset(leaves(e))
+        by_leaves[k] = by_leaves.get(k, 0) + 1
+    if all(n == 1 for n in by_leaves.values()):
+        if len(exprs) > ctx.max_exprs:
+            ctx.stats["truncated"] = True
+        return exprs[: ctx.max_exprs]
     eg = ctx.egraph
     eg.push()
     try:
         for e in exprs:
-            eg.add(e)
+            if by_leaves[frozenset(leaves(e))] > 1:
+                eg.add(e)
         try:
             snap = eg.saturate(ctx.budget, time.monotonic() + ctx.budget.seconds, {})
         except BudgetExceeded:
@@ -205,7 +215,7 @@ def prune_self_provable(ctx: Context, exprs: list[Term]) -> list[Term]:
         kept, seen = [], set()
         for e in exprs:
             c = snap.find(e)
-            if c in seen:
+            if c is not None and c in seen:
                 continue
             seen.add(c)
             kept.append(e)

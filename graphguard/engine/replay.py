@@ -73,45 +73,56 @@ def _random(shape, dtype: str, rng) -> np.ndarray:
     return rng.standard_normal(shape)
 
 
-def _assign(t: Term, value: np.ndarray, env: dict, fixed: set, reg: Registry) -> None:
-    """Make ``t`` evaluate to ``value`` by setting G_d inputs (clean expressions are invertible enough)."""
+def _assign(t: Term, value: np.ndarray, env: dict, fixed: dict, reg: Registry, mask=None) -> None:
+    """Make ``t`` evaluate to ``value`` (where ``mask`` is true; everywhere when None) by setting G_d inputs
+    (clean expressions are invertible enough). ``fixed`` holds, per G_d input, which of its elements are
+    already set: slices of one tensor may be set by different relations, an element only once."""
+    value = np.asarray(value)
+    mask = np.ones(value.shape, bool) if mask is None else mask
     if isinstance(t, Leaf):
-        if t.name in fixed:
-            if not np.allclose(env[t.name], value, rtol=RTOL, atol=ATOL):
-                raise ReplayError(f"the input relation constrains {t.name} twice inconsistently")
-            return
-        env[t.name] = np.array(value, copy=True)
-        fixed.add(t.name)
+        old = fixed.get(t.name)
+        if old is None:
+            env[t.name] = np.array(env[t.name], copy=True)
+            old = fixed[t.name] = np.zeros(value.shape, bool)
+        both = old & mask
+        if both.any() and not np.allclose(env[t.name][both], value[both], rtol=RTOL, atol=ATOL):
+            raise ReplayError(f"the input relation constrains {t.name} twice inconsistently")
+        env[t.name][mask] = value[mask]
+        fixed[t.name] = old | mask
         return
     op, a = t.op, t.attrd
     if op == "core.concat":
-        sizes = [term_eval(x, env.__getitem__, reg).shape[a["dim"]] for x in t.args]
-        parts = np.split(value, np.cumsum(sizes)[:-1], axis=a["dim"])
-        for x, p in zip(t.args, parts):
-            _assign(x, p, env, fixed, reg)
+        sizes = np.cumsum([term_eval(x, env.__getitem__, reg).shape[a["dim"]] for x in t.args])[:-1]
+        for x, p, m in zip(t.args, np.split(value, sizes, axis=a["dim"]), np.split(mask, sizes, axis=a["dim"])):
+            _assign(x, p, env, fixed, reg, m)
     elif op == "core.slice":
         cur = np.array(term_eval(t.args[0], env.__getitem__, reg), copy=True)
+        m = np.zeros(cur.shape, bool)
         idx = [slice(None)] * cur.ndim
         idx[a["dim"]] = slice(a["start"], a["end"])
         cur[tuple(idx)] = value
-        _assign(t.args[0], cur, env, fixed, reg)
+        m[tuple(idx)] = mask
+        _assign(t.args[0], cur, env, fixed, reg, m)
     elif op == "core.permute":
-        _assign(t.args[0], np.transpose(value, np.argsort(a["dims"])), env, fixed, reg)
+        inv = np.argsort(a["dims"])
+        _assign(t.args[0], np.transpose(value, inv), env, fixed, reg, np.transpose(mask, inv))
     elif op == "core.reshape":
         shape = term_eval(t.args[0], env.__getitem__, reg).shape
-        _assign(t.args[0], np.reshape(value, shape), env, fixed, reg)
+        _assign(t.args[0], np.reshape(value, shape), env, fixed, reg, np.reshape(mask, shape))
     elif op == "core.identity":
-        _assign(t.args[0], value, env, fixed, reg)
+        _assign(t.args[0], value, env, fixed, reg, mask)
     elif op == "core.sum":
-        other = term_eval(t.args[0], env.__getitem__, reg)
-        if set(leaves(t.args[1])) & fixed and not set(leaves(t.args[0])) & fixed:
-            other = term_eval(t.args[1], env.__getitem__, reg)
-            _assign(t.args[0], value - other, env, fixed, reg)
-        else:
-            _assign(t.args[1], value - other, env, fixed, reg)
+        def is_set(x):
+            return any(fixed.get(n) is not None and fixed[n].any() for n in leaves(x))
+        keep, free = t.args  # keep one summand as it is (committing it), solve for the other
+        if is_set(t.args[1]) and not is_set(t.args[0]):
+            keep, free = t.args[1], t.args[0]
+        other = term_eval(keep, env.__getitem__, reg)
+        _assign(keep, other, env, fixed, reg, mask)
+        _assign(free, value - other, env, fixed, reg, mask)
     elif op == "core.max":
         for x in t.args:
-            _assign(x, value, env, fixed, reg)
+            _assign(x, value, env, fixed, reg, mask)
     else:
         raise ReplayError(f"cannot build inputs through a relation using {op}")
 
@@ -134,12 +145,12 @@ def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg:
     rng = np.random.default_rng(seed)
     sv = symbol_values(g_s, g_d, rel)
     d_env = {t: _random(_shape(g_d, t, sv), g_d.tensors[t].dtype, rng) for t in g_d.inputs}
-    fixed: set[str] = set()
+    fixed: dict[str, np.ndarray] = {}  # G_d input -> which of its elements a relation has set
     s_env: dict = {}
     for name in g_s.inputs:
         exprs = [_concrete_attrs(e, sv) for e in rel.inputs[name]]
         val = term_eval(exprs[0], d_env.__getitem__, reg)
-        fixed.update(leaves(exprs[0]))
+        _assign(exprs[0], val, d_env, fixed, reg)  # the first relation: marks the parts it reads as set
         for e in exprs[1:]:
             _assign(e, val, d_env, fixed, reg)
         s_env[name] = val

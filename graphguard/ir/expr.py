@@ -200,5 +200,20 @@ def to_text(t: Term) -> str:
     return text
 
 
+COMMUTATIVE = frozenset({"core.sum", "core.max"})
+
+
+def ac_text(t: Term) -> str:
+    """Text of ``t`` up to the order of the operands of sums and maxima (equal for ``sum(a, b, c)`` and
+    ``sum(c, a, b)``: addition is associative and commutative)."""
+    if not isinstance(t, App):
+        return to_text(t)
+    parts = [ac_text(a) for a in flat_args(t)]
+    if t.op in COMMUTATIVE:
+        parts.sort()
+    parts += [f"{k}={attr_text(v)}" for k, v in t.attrs]
+    return f"{short_op(t.op)}({', '.join(parts)})"
+
+
 def ranks(t: Term) -> set[int]:
     return {r for r in (rank_of(n) for n in leaves(t)) if r is not None}

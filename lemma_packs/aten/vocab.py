@@ -7,6 +7,12 @@ for the exact pattern Megatron writes (``lt``/``ge``/``bitwise_or``, ``index_put
 two-way split of the vocabulary -- nested for more ranks: a masked lookup of a concatenation is the sum of
 the masked lookups of its parts with the shift moved along. Indices are fuzzed as integers in the left
 side's domain (torch raises outside it: ``embedding``, ``gather`` and ``scatter_add`` check bounds).
+
+The same patterns written with ``masked_fill`` (480-486; other Megatron versions and vLLM): the shifted ids
+``(i - s).masked_fill(mask, 0)`` are Megatron's ``index_put`` ids (480, a bridge), the embedding rows are
+zeroed with ``out.masked_fill(mask.unsqueeze(-1), 0)`` -- a reshape of the mask to the ids' shape plus a
+trailing 1 -- and so is their gradient; the predicted logits with ``masked_fill(mask, 0)``. These carry no
+dtype (``masked_fill`` takes its value as a number), so they hold for any float dtype of the model.
 """
 from graphguard.engine.lemma import L
 
@@ -36,6 +42,26 @@ _COLS = f"rank(?a) == 2 and {_AC} >= 1 and size(?b, 1) >= 1"
 _NESTED = f"?n == size(?a, 0) and ?s // 1 == ?s and ?e - ?s == {_ABC} and {_COLS}"  # [s, e) split into ?a, ?b
 _NESTED_EXAMPLES = [{"a": [n, a], "b": [n, b], "t": [n], "n": n, "s": s, "e": s + a + b}
                     for n, a, b, s in ((3, 2, 3, 1), (4, 2, 2, 0), (2, 1, 3, 4), (5, 3, 1, 2), (1, 2, 2, 0))]
+
+# -- the masked_fill form (480-486) ------------------------------------------------------------------
+_LOCAL_MF = (f"aten.masked_fill.Scalar(aten.sub.Tensor({{i}}, aten.scalar_tensor(s={{s}}, dtype=int64)), {_MASK},"
+             " value=0)")
+_ZERO_ROWS_MF = f"aten.masked_fill.Scalar({{x}}, reshape({_MASK}, shape=?u), value=0)"  # x[mask, :] = 0
+_LOOKUP_MF = _ZERO_ROWS_MF.replace(
+    "{x}", f"aten.embedding({{w}}, {_LOCAL}, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)")
+_EMB_BW_MF = (f"aten.embedding_dense_backward({_ZERO_ROWS_MF.replace('{x}', '{g}')}, {_LOCAL}, num_weights={{n}},"
+              " padding_idx=?pi, scale_grad_by_freq=false)")
+_PREDICTED_MF = f"aten.masked_fill.Scalar(aten.index.Tensor({{x}}, {_ROWS}, {_LOCAL}), {_MASK}, value=0)"
+# ?u is the ids' shape with a trailing 1 (mask.unsqueeze(-1)): ids of rank 1 to 3
+_UNSQ = ("(rank(?i) == 1 and ?u == [size(?i, 0), 1]) or (rank(?i) == 2 and ?u == [size(?i, 0), size(?i, 1), 1])"
+         " or (rank(?i) == 3 and ?u == [size(?i, 0), size(?i, 1), size(?i, 2), 1])")
+# rank 0's unsqueezed mask: binds ?u where ids are compared with 0
+_RANK0_UNSQ = "reshape(aten.bitwise_or.Tensor(aten.lt.Scalar(?i, other=0), ?g), shape=?u)"
+
+
+def _unsq(shape):
+    return list(shape) + [1]
+
 
 EMBEDDING = [
     # constrained (§4.3) to ids compared with 0 (rank 0's mask): never the masked ids inside a masked lookup,
@@ -106,4 +132,58 @@ CROSS_ENTROPY = [
       _NESTED, index={"t": "?e + 2"}, examples=_NESTED_EXAMPLES),
 ]
 
-LEMMAS = EMBEDDING + CROSS_ENTROPY
+MASKED_FILL = [
+    # (i - s).masked_fill(mask, 0) is Megatron's i - s with [mask] = 0
+    L(480, "masked-fill-ids-are-index-put-ids",
+      f"{_LOCAL_MF.format(i='?i', s='?s', e='?e')} => {_LOCAL.format(i='?i', s='?s', e='?e')}", index={"i": "?e + 2"},
+      examples=[{"i": i, "s": s, "e": e} for i, s, e in (([2, 3], 1, 3), ([5], 0, 2), ([1, 4], 2, 6))]),
+    # as 470, zeroing the rows with masked_fill; constrained to rank 0's unsqueezed mask, which gives ?u
+    L(481, "embedding-of-vocab-shards-masked-fill",
+      f"aten.embedding(concat(?a, ?b, dim=0), ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
+      f" => sum({_LOOKUP_MF.format(w='?a', i='?i', s=0, e=_A)}, {_LOOKUP_MF.format(w='?b', i='?i', s=_A, e=_AB)})",
+      f"rank(?a) == 2 and {_A} >= 1 and {_B} >= 1 and ({_UNSQ})", when=_RANK0_UNSQ,
+      index={"i": _AB},
+      examples=[{"a": [3, 4], "b": [2, 4], "i": [2, 3], "u": [2, 3, 1], "g": [2, 3]},
+                {"a": [2, 3], "b": [2, 3], "i": [5], "u": [5, 1], "g": [5]},
+                {"a": [1, 2], "b": [3, 2], "i": [1, 2, 2], "u": [1, 2, 2, 1], "g": [1, 2, 2]}]),
+    L(482, "masked-fill-lookup-of-vocab-shards",
+      f"{_LOOKUP_MF.format(w='concat(?a, ?b, dim=0)', i='?i', s='?s', e='?e')}"
+      f" => sum({_LOOKUP_MF.format(w='?a', i='?i', s='?s', e='?s + ' + _A)},"
+      f" {_LOOKUP_MF.format(w='?b', i='?i', s='?s + ' + _A, e='?e')})",
+      f"?s // 1 == ?s and ?e - ?s == {_AB} and {_A} >= 1 and {_B} >= 1 and ({_UNSQ})", index={"i": "?e + 2"},
+      examples=[{"a": [a, 3], "b": [b, 3], "i": i, "u": _unsq(i), "s": s, "e": s + a + b}
+                for a, b, i, s in ((2, 3, [7], 1), (1, 2, [2, 3], 0), (4, 4, [3, 4], 4), (3, 1, [6], 2),
+                                   (2, 2, [1, 2, 4], 0))]),
+    # backward: the gradient of masked_fill is the gradient masked_fill'ed; as 472 (split where a rank's unsqueezed
+    # mask compares the ids with its shard's end, which gives ?u) and 473
+    L(483, "embedding-backward-splits-at-vocab-shard-masked-fill",
+      "aten.embedding_dense_backward(?g, ?i, num_weights=?v, padding_idx=?pi, scale_grad_by_freq=false)"
+      f" => concat({_EMB_BW_MF.format(g='?g', i='?i', s=0, e='?n', n='?n')},"
+      f" {_EMB_BW_MF.format(g='?g', i='?i', s='?n', e='?v', n='?v - ?n')}, dim=0)",
+      f"?pi == -1 and ?n // 1 == ?n and 0 < ?n and ?n < ?v and rank(?g) == rank(?i) + 1 and ({_UNSQ})",
+      when="reshape(aten.bitwise_or.Tensor(?l, aten.ge.Scalar(?i, other=?n)), shape=?u)", index={"i": "?v"},
+      examples=[{"g": g, "i": g[:-1], "l": g[:-1], "u": _unsq(g[:-1]), "v": v, "n": n, "pi": -1}
+                for g, v, n in (([2, 3, 4], 5, 2), ([5, 2], 3, 1), ([4, 3], 8, 4), ([1, 2], 2, 1), ([3, 2, 2], 6, 5))]),
+    L(484, "masked-fill-embedding-backward-splits",
+      f"{_EMB_BW_MF.format(g='?g', i='?i', s='?s', e='?e', n='?w')}"
+      f" => concat({_EMB_BW_MF.format(g='?g', i='?i', s='?s', e='?m', n='?k')},"
+      f" {_EMB_BW_MF.format(g='?g', i='?i', s='?m', e='?e', n='?e - ?m')}, dim=0)",
+      f"?pi == -1 and ?s // 1 == ?s and ?w == ?e - ?s and ?k == ?m - ?s and ?s < ?m and ?m < ?e and ({_UNSQ})",
+      when=_EMB_BW_MF.format(g="?g", i="?i", s="?s", e="?m", n="?k"), index={"i": "?e + 2"},
+      examples=[{"g": [2, 3, 4], "i": [2, 3], "u": [2, 3, 1], "s": s, "e": e, "w": e - s, "m": m, "k": m - s, "pi": -1}
+                for s, m, e in ((1, 3, 6), (0, 2, 4), (4, 8, 16), (2, 3, 4), (0, 1, 5))]),
+    # the target's logit zeroed with masked_fill: as 476 and 477
+    L(485, "gather-of-vocab-shards-masked-fill",
+      "aten.gather(concat(?a, ?b, dim=1), ?t, dim=1, sparse_grad=?g)"
+      f" => reshape(sum({_PREDICTED_MF.format(x='?a', m='size(?a, 0)', i=_T1, s=0, e=_AC)},"
+      f" {_PREDICTED_MF.format(x='?b', m='size(?a, 0)', i=_T1, s=_AC, e=_ABC)}), shape=shape(?t))",
+      f"shape(?t) == [size(?a, 0), 1] and {_COLS}",
+      index={"t": _ABC}, examples=[{"a": [3, 2], "b": [3, 4], "t": [3, 1]}, {"a": [1, 1], "b": [1, 2], "t": [1, 1]}]),
+    L(486, "masked-fill-target-logit-of-vocab-shards",
+      f"{_PREDICTED_MF.format(x='concat(?a, ?b, dim=1)', m='?n', i='?t', s='?s', e='?e')}"
+      f" => sum({_PREDICTED_MF.format(x='?a', m='?n', i='?t', s='?s', e='?s + ' + _AC)},"
+      f" {_PREDICTED_MF.format(x='?b', m='?n', i='?t', s='?s + ' + _AC, e='?e')})",
+      _NESTED, index={"t": "?e + 2"}, examples=_NESTED_EXAMPLES),
+]
+
+LEMMAS = EMBEDDING + CROSS_ENTROPY + MASKED_FILL

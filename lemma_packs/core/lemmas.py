@@ -84,7 +84,11 @@ COMPUTE = [
     L(201, "matmul-block-k",
       "matmul(concat(?a, ?b, dim=1), concat(?c, ?e, dim=0)) => sum(matmul(?a, ?c), matmul(?b, ?e))",
       "size(?a, 1) == size(?c, 0)"),
-    L(202, "matmul-rows", "matmul(concat(?a, ?b, dim=0), ?w) => concat(matmul(?a, ?w), matmul(?b, ?w), dim=0)"),
+    # constrained (§4.3): split the rows only where G_d multiplies a row block (micro-batches, sequence
+    # shards) -- after an all-gather the full rows are at hand, and splitting 8 row blocks against 8 column
+    # blocks would build every product of prefixes
+    L(202, "matmul-rows", "matmul(concat(?a, ?b, dim=0), ?w) => concat(matmul(?a, ?w), matmul(?b, ?w), dim=0)",
+      when="matmul(?b, ?w)"),
     L(203, "matmul-cols", "matmul(?x, concat(?a, ?b, dim=1)) => concat(matmul(?x, ?a), matmul(?x, ?b), dim=1)"),
     L(204, "matmul-sum-left", "matmul(sum(?a, ?b), ?w) => sum(matmul(?a, ?w), matmul(?b, ?w))"),
     L(205, "matmul-sum-right", "matmul(?x, sum(?a, ?b)) => sum(matmul(?x, ?a), matmul(?x, ?b))"),

@@ -1,6 +1,7 @@
 """The HLO lemma pack: XLA HLO operators (shapes, NumPy references) and bridges to the core dialect (a plugin)."""
 from graphguard.hookspecs import hookimpl
 
+from .layers import LEMMAS as LAYER_LEMMAS
 from .lemmas import LEMMAS
 from .ops import OPS
 
@@ -12,4 +13,4 @@ def graphguard_ops():
 
 @hookimpl
 def graphguard_lemmas():
-    return LEMMAS
+    return LEMMAS + LAYER_LEMMAS

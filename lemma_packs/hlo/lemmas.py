@@ -1,11 +1,45 @@
-"""Lemmas of the HLO pack. References: 800-849.
+"""Lemmas of the HLO pack. References: 800-879.
 
-Bridges into the core dialect, so that HLO programs meet the core algebra (and any other dialect bridged
-the same way, e.g. ATen through 301/303): a plain 2-D ``dot`` is ``matmul``, a batched one ``batched_matmul``,
-and the elementwise ops with an exact core twin become it. Then one lemma of HLO's own: a broadcast of a
-concatenation is a concatenation of broadcasts along the dim the concatenated dim maps to.
+Bridges into the core dialect (800-806), so that HLO programs meet the core algebra (and any other dialect
+bridged the same way, e.g. ATen through 301/303): a plain 2-D ``dot`` is ``matmul``, a batched one
+``batched_matmul``, and the elementwise ops with an exact core twin become it.
+
+Then HLO's own algebra over the clean ops (811-879), what tensor-parallel XLA programs need:
+
+* elementwise ops over a concatenation (811-843). HLO has no implicit broadcasting: the other operands have the
+  full shape, so they are *sliced* where the concatenation is cut, ``op(concat(a, b), c) = concat(op(a, c[:k]),
+  op(b, c[k:]))`` -- true for every operand, whatever it is. The slices then resolve through the clean algebra
+  (a slice of a concatenation cut at the same place is its piece, 104/105) or through 845-848 (a slice of a
+  splat constant, of a broadcast along a dim it repeats, of an iota along another dim is a narrower one). So
+  one lemma per op and side covers equal splits, uneven splits and operands constant along the split dim;
+* ``dot`` with general dimension numbers (850-857): split along a contracting dim -> a sum of dots, along a
+  batch or free dim -> a concatenation (the other operand sliced, as above); dots of partial sums;
+* ``reduce`` (860-863): along other dims -> a concatenation; along the split dim -> a sum (``add`` reducer, init
+  0) or a ``max`` of the parts' reductions; of a partial sum;
+* ``broadcast`` of a partial sum (864) and of a concatenation (810);
+* partial sums through elementwise ops (870-874): what a backward pass computes before its all-reduce.
+
+Softmax, layer and RMS normalisation need no lemma of their own: XLA spells them as reduce + broadcast +
+elementwise ops, and along an unsplit dim each of those goes through the concatenation.
 """
 from graphguard.engine.lemma import L
+
+
+def _map1(op: str, attrs: str = "") -> str:
+    """``op(concat(a, b)) => concat(op(a), op(b))`` for an elementwise op of one operand."""
+    a = f", {attrs}" if attrs else ""
+    return f"hlo.{op}(concat(?a, ?b, dim=?d){a}) => concat(hlo.{op}(?a{a}), hlo.{op}(?b{a}), dim=?d)"
+
+
+def _map2(op: str, attrs: str = "") -> str:
+    """``op(concat(a, b), concat(c, e)) => concat(op(a, c), op(b, e))`` for operands cut at the same place."""
+    a = f", {attrs}" if attrs else ""
+    return (f"hlo.{op}(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d){a})"
+            f" => concat(hlo.{op}(?a, ?c{a}), hlo.{op}(?b, ?e{a}), dim=?d)")
+
+
+_SAME_CUT = "size(?a, ?d) == size(?c, ?d)"
+
 
 BRIDGES = [
     L(800, "dot-is-matmul",
@@ -32,4 +66,145 @@ MOVEMENT = [
                 {"a": [3], "b": [2], "d": 0, "s": [4, 5], "m": [1]})),
 ]
 
-LEMMAS = BRIDGES + MOVEMENT
+UNARY = [
+    L(811, "negate-of-concat", _map1("negate")),
+    L(812, "abs-of-concat", _map1("abs")),
+    L(813, "exponential-of-concat", _map1("exponential")),
+    L(814, "exponential-minus-one-of-concat", _map1("exponential_minus_one")),
+    L(815, "log-of-concat", _map1("log")),
+    L(816, "log-plus-one-of-concat", _map1("log_plus_one")),
+    L(817, "sqrt-of-concat", _map1("sqrt")),
+    L(818, "rsqrt-of-concat", _map1("rsqrt")),
+    L(819, "tanh-of-concat", _map1("tanh")),
+    L(820, "logistic-of-concat", _map1("logistic")),
+    L(821, "sine-of-concat", _map1("sine")),
+    L(822, "cosine-of-concat", _map1("cosine")),
+    L(823, "erf-of-concat", _map1("erf")),
+    L(824, "convert-of-concat", _map1("convert", "dtype=?t")),
+]
+
+BINARY = [
+    # add, subtract, multiply: through their core twins (802-804, core 206-208)
+    L(828, "divide-of-concats", _map2("divide"), _SAME_CUT),
+    L(829, "maximum-of-concats", _map2("maximum"), _SAME_CUT),
+    L(830, "minimum-of-concats", _map2("minimum"), _SAME_CUT),
+    L(831, "power-of-concats", _map2("power"), _SAME_CUT),
+    L(832, "compare-of-concats", _map2("compare", "direction=?o"), _SAME_CUT),
+    L(833, "select-of-concats",
+      "hlo.select(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), concat(?f, ?g, dim=?d))"
+      " => concat(hlo.select(?a, ?c, ?f), hlo.select(?b, ?e, ?g), dim=?d)",
+      "size(?a, ?d) == size(?c, ?d) and size(?a, ?d) == size(?f, ?d)"),
+]
+
+# Operands constant along the cut dim -- a splat constant, a broadcast that repeats its operand along it --
+# are cut where a concatenation of their shape is cut (constrained, §4.3: only at the cut points that exist),
+# so that the lemmas above apply to them.
+_CUT = ("size(?a, ?d) + size(?b, ?d) == at(?s, ?d) and set_at(?s, ?d, size(?a, ?d)) == shape(?a)"
+        " and set_at(?s, ?d, size(?b, ?d)) == shape(?b)")  # shaped like the concatenation
+SPLITS = [
+    L(845, "constant-cut-like-a-concat",
+      "hlo.constant(shape=?s, value=?v, dtype=?t) => concat(hlo.constant(shape=set_at(?s, ?d, size(?a, ?d)), value=?v,"
+      " dtype=?t), hlo.constant(shape=set_at(?s, ?d, size(?b, ?d)), value=?v, dtype=?t), dim=?d)",
+      _CUT, when="concat(?a, ?b, dim=?d)",
+      examples=({"s": [3, 4], "v": 2, "t": "float32", "a": [3, 1], "b": [3, 3], "d": 1},)),
+    L(846, "broadcast-cut-like-a-concat",
+      "hlo.broadcast(?x, shape=?s, dimensions=?m) => concat(hlo.broadcast(?x, shape=set_at(?s, ?d, size(?a, ?d)),"
+      " dimensions=?m), hlo.broadcast(?x, shape=set_at(?s, ?d, size(?b, ?d)), dimensions=?m), dim=?d)",
+      f"(not contains(?m, ?d) or size(?x, index(?m, ?d)) == 1) and {_CUT}",
+      when="concat(?a, ?b, dim=?d)",
+      examples=({"x": [3], "s": [4, 3], "m": [1], "a": [1, 3], "b": [3, 3], "d": 0},
+                {"x": [1, 3], "s": [4, 3], "m": [0, 1], "a": [2, 3], "b": [2, 3], "d": 0})),
+]
+
+_DOT = "lhs_batch=?lb, rhs_batch=?rb, lhs_contracting=?lc, rhs_contracting=?rc"
+_RC = "at(?rc, index(?lc, ?d))"  # the rhs dim contracted with lhs dim ?d
+_LC = "at(?lc, index(?rc, ?d))"
+_RB = "at(?rb, index(?lb, ?d))"
+_LB = "at(?lb, index(?rb, ?d))"
+
+
+def _cut(x: str, dim: str, lo: bool) -> str:
+    """x sliced along dim like the concatenation's first (lo) or second part."""
+    return (f"slice({x}, dim={dim}, start=0, end=size(?a, ?d))" if lo else
+            f"slice({x}, dim={dim}, start=size(?a, ?d), end=size(?a, ?d) + size(?b, ?d))")
+
+
+_DOT_EXAMPLES = ({"a": [2, 3], "b": [2, 1], "d": 1, "y": [4, 5], "lb": [], "rb": [], "lc": [1], "rc": [0]},
+                 {"a": [2, 4, 3], "b": [1, 4, 3], "d": 0, "y": [3, 3, 5], "lb": [0], "rb": [0], "lc": [2], "rc": [1]},
+                 {"a": [2, 3, 2, 4], "b": [2, 3, 1, 4], "d": 2, "y": [2, 5, 4, 3], "lb": [0, 2], "rb": [0, 3],
+                  "lc": [3], "rc": [2]},
+                 {"a": [2, 3], "b": [1, 3], "d": 0, "y": [3, 4], "lb": [], "rb": [], "lc": [1], "rc": [0]},
+                 {"a": [2, 2, 3], "b": [2, 1, 3], "d": 1, "y": [2, 3, 4], "lb": [0], "rb": [0], "lc": [2], "rc": [1]},
+                 {"a": [3, 2, 4], "b": [3, 1, 4], "d": 1, "y": [4, 2, 3], "lb": [0], "rb": [2], "lc": [2], "rc": [0]})
+_DOT_EXAMPLES_R = tuple({"x": e["y"], "a": e["a"], "b": e["b"], "d": e["d"], "lb": e["rb"], "rb": e["lb"],
+                         "lc": e["rc"], "rc": e["lc"]} for e in _DOT_EXAMPLES)
+
+DOT = [
+    L(850, "dot-of-concat-along-lhs-contracting-dim",
+      f"hlo.dot(concat(?a, ?b, dim=?d), ?y, {_DOT}) => sum(hlo.dot(?a, {_cut('?y', _RC, True)}, {_DOT}),"
+      f" hlo.dot(?b, {_cut('?y', _RC, False)}, {_DOT}))", "contains(?lc, ?d)", examples=_DOT_EXAMPLES),
+    L(851, "dot-of-concat-along-rhs-contracting-dim",
+      f"hlo.dot(?x, concat(?a, ?b, dim=?d), {_DOT}) => sum(hlo.dot({_cut('?x', _LC, True)}, ?a, {_DOT}),"
+      f" hlo.dot({_cut('?x', _LC, False)}, ?b, {_DOT}))", "contains(?rc, ?d)", examples=_DOT_EXAMPLES_R),
+    L(852, "dot-of-concat-along-lhs-batch-dim",
+      f"hlo.dot(concat(?a, ?b, dim=?d), ?y, {_DOT}) => concat(hlo.dot(?a, {_cut('?y', _RB, True)}, {_DOT}),"
+      f" hlo.dot(?b, {_cut('?y', _RB, False)}, {_DOT}), dim=index(?lb, ?d))", "contains(?lb, ?d)",
+      examples=_DOT_EXAMPLES),
+    L(853, "dot-of-concat-along-rhs-batch-dim",
+      f"hlo.dot(?x, concat(?a, ?b, dim=?d), {_DOT}) => concat(hlo.dot({_cut('?x', _LB, True)}, ?a, {_DOT}),"
+      f" hlo.dot({_cut('?x', _LB, False)}, ?b, {_DOT}), dim=index(?rb, ?d))", "contains(?rb, ?d)",
+      examples=_DOT_EXAMPLES_R),
+    # a free dim of the lhs lands after the batch dims, among the lhs's free dims in order
+    L(854, "dot-of-concat-along-lhs-free-dim",
+      f"hlo.dot(concat(?a, ?b, dim=?d), ?y, {_DOT}) => concat(hlo.dot(?a, ?y, {_DOT}), hlo.dot(?b, ?y, {_DOT}),"
+      f" dim=len(?lb) + reduced_dim(?d, ?lb, 0) + reduced_dim(?d, ?lc, 0) - ?d)",
+      "not contains(?lb, ?d) and not contains(?lc, ?d)", examples=_DOT_EXAMPLES),
+    # a free dim of the rhs lands after the batch dims and the lhs's free dims
+    L(855, "dot-of-concat-along-rhs-free-dim",
+      f"hlo.dot(?x, concat(?a, ?b, dim=?d), {_DOT}) => concat(hlo.dot(?x, ?a, {_DOT}), hlo.dot(?x, ?b, {_DOT}),"
+      f" dim=rank(?x) - len(?lc) + reduced_dim(?d, ?rb, 0) + reduced_dim(?d, ?rc, 0) - ?d)",
+      "not contains(?rb, ?d) and not contains(?rc, ?d)", examples=_DOT_EXAMPLES_R),
+    L(856, "dot-of-partial-sum-lhs", f"hlo.dot(sum(?a, ?b), ?y, {_DOT}) => sum(hlo.dot(?a, ?y, {_DOT}), hlo.dot(?b, ?y, {_DOT}))",
+      examples=({"a": [2, 3], "b": [2, 3], "y": [3, 4], "lb": [], "rb": [], "lc": [1], "rc": [0]},)),
+    L(857, "dot-of-partial-sum-rhs", f"hlo.dot(?x, sum(?a, ?b), {_DOT}) => sum(hlo.dot(?x, ?a, {_DOT}), hlo.dot(?x, ?b, {_DOT}))",
+      examples=({"x": [2, 3], "a": [3, 4], "b": [3, 4], "lb": [], "rb": [], "lc": [1], "rc": [0]},)),
+]
+
+REDUCE = [
+    L(860, "reduce-of-concat-along-other-dims",
+      "hlo.reduce(concat(?a, ?b, dim=?d), dims=?k, reducer=?r, init=?i)"
+      " => concat(hlo.reduce(?a, dims=?k, reducer=?r, init=?i), hlo.reduce(?b, dims=?k, reducer=?r, init=?i),"
+      " dim=reduced_dim(?d, ?k, 0))", "not contains(?k, ?d)"),
+    # the init value is added once per reduction: only 0 keeps the sum of two reductions exact
+    L(861, "reduce-add-of-concat-along-it",
+      "hlo.reduce(concat(?a, ?b, dim=?d), dims=?k, reducer=sum, init=0)"
+      " => sum(hlo.reduce(?a, dims=?k, reducer=sum, init=0), hlo.reduce(?b, dims=?k, reducer=sum, init=0))",
+      "contains(?k, ?d)"),
+    L(862, "reduce-max-of-concat-along-it",
+      "hlo.reduce(concat(?a, ?b, dim=?d), dims=?k, reducer=max, init=?i)"
+      " => max(hlo.reduce(?a, dims=?k, reducer=max, init=?i), hlo.reduce(?b, dims=?k, reducer=max, init=?i))",
+      "contains(?k, ?d)"),
+    L(863, "reduce-add-of-partial-sum",
+      "hlo.reduce(sum(?a, ?b), dims=?k, reducer=sum, init=0)"
+      " => sum(hlo.reduce(?a, dims=?k, reducer=sum, init=0), hlo.reduce(?b, dims=?k, reducer=sum, init=0))"),
+    L(864, "broadcast-of-partial-sum",
+      "hlo.broadcast(sum(?a, ?b), shape=?s, dimensions=?m)"
+      " => sum(hlo.broadcast(?a, shape=?s, dimensions=?m), hlo.broadcast(?b, shape=?s, dimensions=?m))",
+      examples=({"a": [3], "b": [3], "s": [2, 3], "m": [1]},)),
+]
+
+# partial sums (one per rank, all-reduced later) through the elementwise ops a backward pass applies to them
+PARTIAL_SUMS = [
+    # constrained like aten 306: only where the per-rank add exists (free pairings of 8-way sums explode)
+    L(870, "add-of-partial-sums",
+      "hlo.add(sum(?a, ?b), sum(?c, ?e)) => sum(hlo.add(?a, ?c), hlo.add(?b, ?e))", when="hlo.add(?b, ?e)"),
+    L(871, "multiply-by-partial-sum", "hlo.multiply(?c, sum(?a, ?b)) => sum(hlo.multiply(?c, ?a), hlo.multiply(?c, ?b))"),
+    # (a partial sum times c: 804 + core 216. No divide: integer division does not distribute)
+    # commutativity only where the mirrored product exists (as core 125 for sums): a program and its
+    # transformation (shard_map's backward, XLA's canonicalisation) may write x * c and c * x
+    # (stated on core mul, which every hlo.multiply is (804): the pieces of a split product are core muls)
+    L(875, "mul-commutes-where-mirrored", "mul(?a, ?b) => mul(?b, ?a)", when="mul(?b, ?a)"),
+    L(874, "negate-of-partial-sum", "hlo.negate(sum(?a, ?b)) => sum(hlo.negate(?a), hlo.negate(?b))"),
+]
+
+LEMMAS = BRIDGES + MOVEMENT + UNARY + BINARY + SPLITS + DOT + REDUCE + PARTIAL_SUMS

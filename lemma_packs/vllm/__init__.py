@@ -1,11 +1,12 @@
 """The vllm lemma pack: vLLM's custom operators (a plugin).
 
-``ops.py`` says what ``_C.rms_norm``, ``_C.fused_add_rms_norm`` and ``_C.silu_and_mul`` compute (shapes,
-NumPy references) in the functional form the fx frontend gives vLLM's in-place kernels (captured under
-``auto_functionalized``: inputs are the tensor arguments except the written-only ``result``, outputs the
-new values of the mutated arguments); ``lemmas.py`` how they distribute over sharded tensors -- including
-vLLM's merged gate_up layout. ``vllm.all_reduce(tensor, group_name)`` is declared a collective (a sum over
-the named group) through ``graphguard_collective_ops``.
+``ops.py`` says what ``_C.rms_norm``, ``_C.fused_add_rms_norm``, ``_C.silu_and_mul``, ``_C.rotary_embedding``
+and ``vllm.unified_attention_with_output`` compute (shapes, NumPy references) in the functional form the fx
+frontend gives vLLM's in-place kernels (captured under ``auto_functionalized``: inputs are the tensor
+arguments except a written-only ``result``/``output``, outputs the new values of the mutated arguments);
+``lemmas.py`` how they distribute over sharded tensors -- including vLLM's merged gate_up layout and
+attention heads split across ranks (grouped-query attention). ``vllm.all_reduce(tensor, group_name)`` is
+declared a collective (a sum over the named group) through ``graphguard_collective_ops``.
 """
 from graphguard.hookspecs import hookimpl
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from graphguard.errors import InputError
 
-from .convert import Ref, TGraph, TNode, dtype_name, loc_from_stack, to_rank_graph
+from .convert import DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, dtype_name, loc_from_stack, to_rank_graph
 from .dtensor import graph_layouts
 from .stitch import stitch
 from .symints import Symbols, merge_symbols
@@ -88,6 +88,8 @@ def _fx_to_tnodes(gm, sym: Symbols, prefix: str = "") -> list[TNode]:
         if n.op == "get_attr":
             out.append(_constant(gm, n, prefix))
             continue
+        if n.op == "call_function" and str(n.target) in DATA_DEPENDENT:  # before its unbacked sizes are read
+            raise data_dependent(str(n.target), sym.where, loc_from_stack(n.meta.get("stack_trace")))
         val = n.meta.get("val", n.meta.get("example_value"))
         shape = dtype = None
         if isinstance(val, torch.Tensor):

@@ -82,6 +82,23 @@ EMPTY = {"aten.empty_like.default", "aten.new_empty.default", "aten.empty.memory
 AUTO_FUNCTIONALIZED = {"auto_functionalized", "auto_functionalized_v2"}  # in-place custom ops, functionalised
 RESHAPE = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"}
 
+# ops whose output shape depends on tensor values (a MoE router's token selection): refused with advice
+DATA_DEPENDENT = {"aten.nonzero.default": "one row per nonzero entry",
+                  "aten.nonzero_numpy.default": "one entry per nonzero entry",
+                  "aten.masked_select.default": "one entry per true mask element",
+                  "aten._unique2.default": "one entry per distinct value",
+                  "aten.unique_dim.default": "one entry per distinct value",
+                  "aten.unique_consecutive.default": "one entry per run of equal values"}
+
+
+def data_dependent(target: str, where: str, loc: str | None) -> InputError:
+    """The one-line error for an op whose output shape depends on the data (``aten.nonzero``)."""
+    return InputError(f"{where}: {ir_op_name(target)}{f' at {loc}' if loc else ''} has a data-dependent output "
+                      f"shape ({DATA_DEPENDENT[target]}), which graphguard cannot relate across ranks; dispatch with "
+                      f"a fixed capacity instead (top-k scores and one-hot masks, or tokens scattered into an "
+                      f"[experts, capacity, hidden] buffer; see examples/moe-ep)")
+
+
 DTYPES = {"torch.float32": "float32", "torch.float64": "float64", "torch.float16": "float16",
           "torch.bfloat16": "bfloat16", "torch.int64": "int64", "torch.int32": "int32", "torch.bool": "bool",
           "torch.int8": "int8", "torch.uint8": "uint8"}
@@ -207,6 +224,8 @@ class _Converter:
 
     def node(self, n: TNode) -> None:
         tgt = n.target
+        if tgt in DATA_DEPENDENT:
+            raise data_dependent(tgt, self.g.source, n.loc)
         if tgt in ("getitem", "_operator.getitem"):
             src, idx = n.args
             parts = self.multi.get(self.t(src.name))
@@ -245,8 +264,12 @@ class _Converter:
         if value is None:  # new_full / full_like
             value = n.args[2] if n.target == "aten.new_full.default" else n.args[1]
         size = [S.text(_scalar(d, "size")) for d in n.shape]
-        self.fills[n.name] = (_attr_value(value, "number", "fill_value", None), n.dtype)
-        self.emit(n, "aten.full", [], n.name, size=size, fill_value=self.fills[n.name][0], dtype=n.dtype)
+        # the captured dtype; without metadata the op's dtype= argument, else its input's (x.new_zeros, zeros_like)
+        dtype = n.dtype or (dtype_name(n.kwargs["dtype"]) if n.kwargs.get("dtype") is not None else None)
+        if dtype is None and n.args and isinstance(n.args[0], Ref):
+            dtype = self.dtype.get(self.t(n.args[0].name))
+        self.fills[n.name] = (_attr_value(value, "number", "fill_value", None), dtype)
+        self.emit(n, "aten.full", [], n.name, size=size, fill_value=self.fills[n.name][0], dtype=dtype)
 
     # -- collectives ----------------------------------------------------------------------------
     def group(self, name, n: TNode) -> tuple[int, ...]:
@@ -296,7 +319,14 @@ class _Converter:
         incoming value is a fresh ``empty`` buffer (written, never read: an ``out``/``result`` argument) --
         and whose outputs are the op's returns followed by the new values of its mutated arguments, in
         schema order. The node's tuple -- (returns or None, mutated args (v1) / their bases (v2)) -- is
-        mapped onto those outputs for ``getitem``."""
+        mapped onto those outputs for ``getitem``.
+
+        With ``_v2`` a mutated argument may be a view of its base (vLLM rotates q and k in place as column
+        slices of the fused qkv output, and attention writes a per-head view of a flat buffer): a slice
+        (``_x_slice_dim/start/end``; several arguments may be disjoint slices of one base) is read as
+        ``core.slice`` of the base and written back as a concatenation (the slice_scatter); a view that
+        reshapes a whole fresh ``empty`` buffer (``_x_size/_stride/_storage_offset``, contiguous, offset 0)
+        is ``core.reshape`` both ways. Other views are refused."""
         op = n.args[0] if n.args else None
         schema = getattr(op, "_schema", None)
         if schema is None:
@@ -305,30 +335,31 @@ class _Converter:
         kw, v2 = dict(n.kwargs), n.target.endswith("_v2")
         bases = list(kw.pop("_all_bases", []) or []) if v2 else []
         mutated = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-        bound, base_of, written_only = {}, {}, set()
+        bound, written_only = {}, set()
+        views: dict[str, tuple] = {}  # v2: mutated argument -> (base index, view)
         for a in schema.arguments:
             if a not in mutated or not v2:
                 bound[a.name] = kw.get(a.name, a.default_value if a.has_default_value() else None)
                 if a not in mutated:
                     continue
             else:
-                kw.pop(f"_{a.name}_alias", None)  # the argument is its base itself
-                views = [k for k in kw if k.startswith(f"_{a.name}_") and k != f"_{a.name}_base_index"]
-                if views:
-                    raise InputError(f"{self.where(n)}: mutated argument '{a.name}' of {op} is a view of another "
-                                     f"tensor ({', '.join(views)}); only whole tensors are supported")
                 idx = kw.get(f"_{a.name}_base_index")
-                if idx is not None and idx in base_of:
-                    raise InputError(f"{self.where(n)}: mutated arguments '{base_of[idx]}' and '{a.name}' of {op} "
-                                     f"share one tensor; not supported")
                 if idx is not None:
-                    base_of[idx] = a.name
+                    views[a.name] = (idx, self._view(n, op, a.name, kw, bases[idx]))
                 bound[a.name] = bases[idx] if idx is not None else None
             v = bound[a.name]
             if isinstance(v, (list, tuple)):
                 raise InputError(f"{self.where(n)}: mutated tensor list '{a.name}' of {op} is not supported")
             if isinstance(v, Ref) and v.name in by and by[v.name].target in EMPTY:
                 written_only.add(a.name)
+        by_base: dict[int, list[str]] = {}
+        for arg, (idx, _) in views.items():
+            by_base.setdefault(idx, []).append(arg)
+        for idx, args in by_base.items():
+            self._check_disjoint(n, op, [(arg, views[arg][1]) for arg in args])
+        for arg, (idx, view) in views.items():  # read the viewed part of the base
+            if view[0] != "whole" and arg not in written_only:
+                bound[arg] = Ref(self._apply_view(n, f"{arg}_in", self.ref(bases[idx], n), view))
         name = ir_op_name(str(op))
         fn = replace(n, name=f"{n.name}_{name.rsplit('.', 1)[-1]}")  # the functional op's node (n: the tuple)
         self.generic(fn, name=name, schema=schema, bound=bound, skip=written_only)
@@ -341,10 +372,90 @@ class _Converter:
         ir_of = dict(zip(present, outs[n_ret:]))
         slots = list(outs[:n_ret]) if n_ret else [None]
         if v2:
-            slots += [ir_of.get(base_of.get(i)) for i in range(len(bases))]
+            slots += [self._write_back(n, i, self.ref(bases[i], n), [(a, views[a][1], ir_of[a]) for a in by_base[i]])
+                      if i in by_base else None for i in range(len(bases))]
         else:
             slots += [ir_of.get(a.name) for a in mutated]
         self.multi[n.name] = slots
+
+    def _view(self, n: TNode, op, arg: str, kw: dict, base) -> tuple:
+        """How mutated argument ``arg`` of an ``auto_functionalized_v2`` node views its base:
+        ("whole",), ("slice", dim, start, end) or ("reshape", size)."""
+        p = f"_{arg}_"
+        if kw.get(f"{p}alias") or not any(k.startswith(p) and k != f"{p}base_index" for k in kw):
+            return ("whole",)
+        shape = self.shape.get(self.ref(base, n)) if isinstance(base, Ref) else None
+        if f"{p}slice_dim" in kw and shape is not None:
+            dim = _norm_dim(int(kw[f"{p}slice_dim"]), len(shape))
+            start = _clamp(_scalar(kw[f"{p}slice_start"], "start"), shape[dim])
+            end = _clamp(_scalar(kw[f"{p}slice_end"], "end"), shape[dim])
+            return ("slice", dim, start, end)
+        if f"{p}size" in kw and shape is not None:
+            size = [_scalar(d, "size") for d in kw[f"{p}size"]]
+            stride = [_scalar(d, "stride") for d in kw[f"{p}stride"]]
+            contiguous = [S.norm(S.sp.Mul(*[S.sp.sympify(d) for d in size[i + 1:]])) for i in range(len(size))]
+            fresh = isinstance(base, Ref) and base.name in self._by_name() and \
+                self._by_name()[base.name].target == "aten.empty.memory_format"
+            numel = lambda sh: S.norm(S.sp.Mul(*[S.sp.sympify(d) for d in sh]))  # noqa: E731
+            if (fresh and S.norm(_scalar(kw[f"{p}storage_offset"], "offset")) == 0
+                    and all(S.norm(d) == 1 or S.norm(a) == S.norm(b) for d, a, b in zip(size, stride, contiguous))
+                    and numel(size) == numel(shape)):
+                return ("reshape", tuple(S.norm(d) for d in size))
+        views = ", ".join(f"{k}={kw[k]}" for k in kw if k.startswith(p) and k != f"{p}base_index")
+        raise InputError(f"{self.where(n)}: mutated argument '{arg}' of {op} is a view of another tensor ({views}); "
+                         f"only whole tensors, slices and reshapes of a fresh empty buffer are supported")
+
+    def _check_disjoint(self, n: TNode, op, args: list) -> None:
+        """Several mutated arguments on one base: only disjoint slices along one dim (q and k of a fused qkv)."""
+        if len(args) < 2:
+            return
+        ok = all(v[0] == "slice" and isinstance(v[2], int) and isinstance(v[3], int) for _, v in args) \
+            and len({v[1] for _, v in args}) == 1
+        if ok:  # concrete slices along one dim: disjoint once sorted
+            spans = sorted((v[2], v[3]) for _, v in args)
+            ok = all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+        if not ok:
+            names = ", ".join(f"'{a}'" for a, _ in args)
+            raise InputError(f"{self.where(n)}: mutated arguments {names} of {op} share one tensor in overlapping or "
+                             f"non-slice views; not supported")
+
+    def _apply_view(self, n: TNode, tag: str, base: str, view: tuple) -> str:
+        name = self.fresh(f"{n.name}.{tag}")
+        shape = self.shape[base]
+        if view[0] == "slice":
+            _, dim, start, end = view
+            self.emit(n, "core.slice", [base], name, node=name, dim=dim, start=S.text(start), end=S.text(end))
+            self.shape[name] = tuple(S.norm(S.sp.sympify(end) - S.sp.sympify(start)) if i == dim else d
+                                     for i, d in enumerate(shape))
+        else:
+            self.emit(n, "core.reshape", [base], name, node=name, shape=[S.text(d) for d in view[1]])
+            self.shape[name] = tuple(view[1])
+        self.dtype[name] = self.dtype.get(base)
+        return name
+
+    def _write_back(self, n: TNode, idx: int, base: str, parts: list) -> str:
+        """The new value of base ``idx`` once the op wrote ``parts`` ((argument, view, new value) ...) into it."""
+        if len(parts) == 1 and parts[0][1][0] == "whole":
+            return parts[0][2]
+        if len(parts) == 1 and parts[0][1][0] == "reshape":
+            name = self.fresh(f"{n.name}.base{idx}")
+            self.emit(n, "core.reshape", [parts[0][2]], name, node=name, shape=[S.text(d) for d in self.shape[base]])
+            self.shape[name], self.dtype[name] = self.shape[base], self.dtype.get(base)
+            return name
+        dim = parts[0][1][1]
+        shape = self.shape[base]
+        pieces, at = [], 0
+        for _, (_, _, start, end), value in sorted(parts, key=lambda p: S.sp.sympify(p[1][2])):
+            if S.norm(S.sp.sympify(start) - S.sp.sympify(at)) != 0:
+                pieces.append(_base_piece(self, n, base, dim, at, start, f"base{idx}"))
+            pieces.append(value)
+            at = end
+        if S.norm(S.sp.sympify(shape[dim]) - S.sp.sympify(at)) != 0:
+            pieces.append(_base_piece(self, n, base, dim, at, shape[dim], f"base{idx}"))
+        name = self.fresh(f"{n.name}.base{idx}")
+        self.emit(n, "core.concat", pieces, name, node=name, dim=dim)
+        self.shape[name], self.dtype[name] = shape, self.dtype.get(base)
+        return name
 
     def _by_name(self) -> dict:
         if not hasattr(self, "_nodes_by_name"):
@@ -367,6 +478,8 @@ class _Converter:
         attrs: dict[str, Any] = {}
         pos = 0
         first_rank = None
+        # the dtype of the op's first tensor operand: what a Python number among its tensors is compared with
+        like = next((self.dtype.get(self.t(v.name)) for v in _refs(list(bound.values()))), None)
         for arg in (schema.arguments if schema is not None else []):
             v = bound.get(arg.name, arg.default_value if arg.has_default_value() else None)
             ty = str(arg.type)
@@ -378,7 +491,7 @@ class _Converter:
                     if item is None:
                         absent.append(pos)
                     else:
-                        r = self.ref(item, n) if isinstance(item, Ref) else self.constant(item, n)
+                        r = self.ref(item, n) if isinstance(item, Ref) else self.constant(item, n, like)
                         inputs.append(r)
                         if first_rank is None:
                             first_rank = len(self.shape.get(r, ()))
@@ -396,12 +509,16 @@ class _Converter:
         outs = self._outputs(n, op, len(inputs), attrs)
         self.emit(n, name, inputs, outs if len(outs) > 1 else outs[0], **attrs)
 
-    def constant(self, value, n: TNode) -> str:
-        """A Python number where the schema wants a tensor (``x * 2``): a 0-dim constant tensor."""
+    def constant(self, value, n: TNode, like: str | None = None) -> str:
+        """A Python number where the schema wants a tensor (``x * 2``): a 0-dim constant tensor of the result's
+        dtype -- of the other operand's (``like``) for a comparison, whose result is bool."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InputError(f"{self.where(n)}: expected a tensor argument, got {value!r}")
         name = self.fresh(f"{n.name}.const")
-        dtype = "int64" if isinstance(value, int) and (n.dtype or "").startswith("int") else (n.dtype or "float32")
+        dtype = n.dtype
+        if dtype == "bool" and like not in (None, "bool"):
+            dtype = like if isinstance(value, int) or not like.startswith(("int", "uint")) else "float32"
+        dtype = "int64" if isinstance(value, int) and (dtype or "").startswith("int") else (dtype or "float32")
         self.emit(TNode(name, "call_function", "scalar_tensor", (), {}, loc=n.loc), "aten.scalar_tensor", [], name,
                   s=_attr_value(value, "number", "s", None), dtype=dtype)
         self.shape[name], self.dtype[name] = (), dtype
@@ -557,6 +674,21 @@ def _slice(conv: _Converter, n: TNode) -> None:
     conv.emit(n, "core.slice", [x], n.name, dim=dim, start=S.text(start), end=S.text(end))
 
 
+def _base_piece(conv: _Converter, n: TNode, base: str, dim: int, a, b, tag: str) -> str:
+    """base[a:b] along dim: a slice, or a smaller fill when base is one (zeros)."""
+    shape = conv.shape[base]
+    name = conv.fresh(f"{n.name}.{tag}")
+    conv.shape[name] = tuple(S.norm(S.sp.sympify(b) - S.sp.sympify(a)) if i == dim else x for i, x in enumerate(shape))
+    conv.dtype[name] = conv.dtype.get(base)
+    if base in conv.fills:
+        value, dtype = conv.fills[base]
+        conv.emit(n, "aten.full", [], name, node=name, size=[S.text(x) for x in conv.shape[name]],
+                  fill_value=value, dtype=dtype)
+    else:
+        conv.emit(n, "core.slice", [base], name, node=name, dim=dim, start=S.text(a), end=S.text(b))
+    return name
+
+
 def _slice_scatter(conv: _Converter, n: TNode) -> None:
     """``slice_scatter(base, src, dim, start, end)`` (backward of a slice) is data movement:
     ``concat(base[:start], src, base[end:], dim)``."""
@@ -565,23 +697,11 @@ def _slice_scatter(conv: _Converter, n: TNode) -> None:
     dim, start, end = _slice_range(conv, n, shape, 2)
     size = shape[dim]
     parts = []
-
-    def piece(tag, a, b):  # base[a:b] along dim: a slice, or a smaller fill when base is one (zeros)
-        name = conv.fresh(f"{n.name}.{tag}")
-        conv.shape[name] = tuple(S.norm(S.sp.sympify(b) - S.sp.sympify(a)) if i == dim else x
-                                 for i, x in enumerate(shape))
-        if base in conv.fills:
-            value, dtype = conv.fills[base]
-            conv.emit(n, "aten.full", [], name, node=name, size=[S.text(x) for x in conv.shape[name]],
-                      fill_value=value, dtype=dtype)
-        else:
-            conv.emit(n, "core.slice", [base], name, node=name, dim=dim, start=S.text(a), end=S.text(b))
-        parts.append(name)
     if S.norm(start) != 0:
-        piece("before", 0, start)
+        parts.append(_base_piece(conv, n, base, dim, 0, start, "before"))
     parts.append(src)
     if S.norm(end) != S.norm(size):
-        piece("after", end, size)
+        parts.append(_base_piece(conv, n, base, dim, end, size, "after"))
     if len(parts) == 1:
         conv.alias[n.name] = src
         return

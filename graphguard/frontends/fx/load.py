@@ -16,7 +16,7 @@ from graphguard.frontends import LoadRequest
 from graphguard.ir.graph import Graph
 from graphguard.ir.serde import graph_from_dict
 
-from .convert import Ref, TGraph, TNode, loc_from_stack, to_rank_graph
+from .convert import DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, loc_from_stack, to_rank_graph
 from .stitch import stitch
 
 # torch/_export/serde/schema.py ScalarType
@@ -94,6 +94,8 @@ def read_pt2(path: Path) -> TGraph:
         nodes.append(TNode(name, "placeholder", "placeholder", (), {}, shp, dt))
     for n in g["nodes"]:
         target = n["target"].removeprefix("torch.ops.")
+        if target in DATA_DEPENDENT:  # before its data-dependent sizes and guards are read
+            raise data_dependent(target, where, loc_from_stack(n.get("metadata", {}).get("stack_trace")))
         args, kwargs = [], {}
         for inp in n["inputs"]:
             val = _arg(inp["arg"], where)

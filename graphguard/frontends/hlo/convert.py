@@ -46,7 +46,8 @@ ELEMENTWISE = {
 REDUCERS = {"add": "sum", "multiply": "prod", "maximum": "max", "minimum": "min", "and": "and", "or": "or"}
 COLLECTIVE_REDUCERS = ("sum", "max")  # what core.all_reduce / core.reduce_scatter express
 IDENTITY = {"copy", "domain", "opt-barrier", "optimization-barrier", "add-dependency"}
-IDENTITY_TARGETS = {"Sharding"}  # custom calls that only annotate (GSPMD sharding), when shapes are unchanged
+# custom calls that only annotate (GSPMD's and Shardy's sharding annotations), when shapes are unchanged
+IDENTITY_TARGETS = {"Sharding", "xla.sdy.Sharding", "xla.sdy.FuncResultSharding", "xla.sdy.FuncArgSharding"}
 UNSUPPORTED = {"while": "while loops are not supported (unroll the loop before dumping)",
                "scatter": "scatter is not supported yet", "sort": "sort is not supported yet",
                "convolution": "convolution is not supported yet", "reduce-window": "reduce-window is not supported yet",
@@ -66,6 +67,7 @@ class Val:
     splat: bool = False
     build: Callable[[], Val] | None = field(default=None, repr=False)
     hint: str = "c"  # a name for the constant, when emitted
+    structural: bool = False  # emit through ``build`` at any size (a broadcast of a known value stays one)
 
     def full(self) -> np.ndarray:
         return np.broadcast_to(self.const, self.shape.dims) if self.splat else self.const
@@ -159,7 +161,7 @@ class Converter:
             first = v.const.reshape(-1)[0] if v.const.size else 0
             val = self.emit("hlo.constant", [], name, v.shape, None, shape=list(v.shape.dims), value=_num(first),
                             dtype=dtype)
-        elif v.build is not None and v.const.size > LITERAL_MAX:
+        elif v.build is not None and (v.const.size > LITERAL_MAX or v.structural):
             val = v.build()
         else:
             val = self.emit("hlo.literal", [], name, v.shape, None, shape=list(v.shape.dims),
@@ -473,7 +475,11 @@ def _broadcast(c, ins, xs, name, prefix):
         return Val(ins.shape, const=x.const.reshape(()), splat=True, build=build, hint=name)
     if dims == sorted(dims) and int(np.prod(out)) == int(np.prod(x.shape.dims)) and int(np.prod(out)) > 0:
         return c.reshape_to(ins, x, ins.shape, name)  # only adds size-1 dims
-    return c.apply(ins, "hlo.broadcast", [x], name, shape=list(out), dimensions=dims)
+    v = c.apply(ins, "hlo.broadcast", [x], name, shape=list(out), dimensions=dims)
+    # a known value broadcast is emitted as the broadcast of its (literal) operand whatever its size, as the
+    # specification's larger copy is: the pieces of one meet the other
+    v.structural = x.const is not None
+    return v
 
 
 def _slice(c, ins, xs, name, prefix):
@@ -646,7 +652,8 @@ def _custom_call(c, ins, xs, name, prefix):
         raise InputError(f"{c.where(ins)}: custom-call target '{target}' is unknown: no loaded lemma pack defines "
                          f"op '{op}' (a pack can add it: see README 'Writing a lemma pack')")
     attrs = {}
-    if opdef.attr_spec("backend_config") is not None:
+    spec = opdef.attr_spec("backend_config")
+    if spec is not None and (ins.attrs.get("backend_config") or spec.required):  # absent: the op's default
         attrs["backend_config"] = ins.attrs.get("backend_config", "")
     inputs = [c.array(ins, x) for x in xs]
     if not ins.shape.is_tuple:

@@ -134,6 +134,60 @@ def iota_groups(num_groups: int, group_size: int, reshape_dims: list[int], perm:
     return [[int(x) for x in row] for row in ids]
 
 
+def mesh_groups(axis_sizes: list[int], device_ids: list[int] | None, iota: tuple | None,
+                axes: list[tuple[int, int | None, int | None]], where: str) -> list[list[int]]:
+    """Mesh-axes replica groups (Shardy; text ``mesh['x'=2,'y'=4] {'y'}``, proto field 93): the devices of a
+    mesh whose coordinates differ only along the grouped ``axes`` -- each ``(mesh axis, pre_size, size)``,
+    the sizes set for a sub-axis ``'y':(pre_size)size``. As XLA computes them: the device array (``device_ids``,
+    or ``iota`` = (reshape_dims, transpose_perm), or 0..n-1) shaped like the mesh, each grouped axis reshaped to
+    [pre_size, size, rest] for a sub-axis, transposed so the grouped dims come last (in mesh-axis order, the
+    sub-axes of one axis in the order given), read as rows of the group size."""
+    n = int(np.prod(axis_sizes)) if axis_sizes else 1
+    if device_ids:
+        if len(device_ids) != n:
+            raise InputError(f"{where}: mesh of {n} devices lists {len(device_ids)} device ids")
+        devices = np.asarray(device_ids, dtype=np.int64)
+    elif iota is not None and iota[0]:
+        dims, perm = list(iota[0]), list(iota[1]) or list(range(len(iota[0])))
+        if int(np.prod(dims)) != n or sorted(perm) != list(range(len(dims))):
+            raise InputError(f"{where}: mesh iota transform {dims} T{tuple(perm)} does not hold {n} devices")
+        devices = np.transpose(np.arange(n).reshape(dims), perm).reshape(-1)
+    else:
+        devices = np.arange(n)
+    by_axis: dict[int, list[tuple[int, int, int]]] = {}
+    for k, (a, pre, size) in enumerate(axes):
+        if not 0 <= a < len(axis_sizes):
+            raise InputError(f"{where}: mesh-axes replica groups name axis {a} of a {len(axis_sizes)}-axis mesh")
+        full = axis_sizes[a]
+        pre, size = (1, full) if size is None else (pre or 1, size)
+        if size < 1 or full % (pre * size):
+            raise InputError(f"{where}: sub-axis ({pre}){size} does not divide mesh axis {a} of size {full}")
+        by_axis.setdefault(a, []).append((pre, size, k))
+    reshape, grouped = [], []
+    for a, full in enumerate(axis_sizes):
+        subs = by_axis.get(a)
+        if not subs:
+            reshape.append(full)
+            continue
+        prefix, slots = 1, {}
+        for pre, size, k in sorted(subs):
+            if pre < prefix or pre % prefix:
+                raise InputError(f"{where}: overlapping sub-axes of mesh axis {a}")
+            if pre != prefix:
+                reshape.append(pre // prefix)
+                prefix = pre
+            slots[k] = len(reshape)
+            reshape.append(size)
+            prefix *= size
+        if prefix != full:
+            reshape.append(full // prefix)
+        grouped += [slots[k] for k in sorted(slots)]  # the order the sub-axes were given in
+    rest = [d for d in range(len(reshape)) if d not in grouped]
+    per_group = int(np.prod([reshape[d] for d in grouped])) if grouped else 1
+    arr = np.transpose(devices.reshape(reshape), rest + grouped).reshape(-1, per_group)
+    return [[int(x) for x in row] for row in arr]
+
+
 def numpy_dtype(dtype: str):
     """How values of an IR dtype are held while converting (as the references compute): float64 for every
     floating type, exact integers, bool."""

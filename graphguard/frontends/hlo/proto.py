@@ -17,7 +17,7 @@ from lark import Lark
 
 from graphguard.errors import InputError
 
-from .module import DTYPES, ELIDED, Computation, Instruction, Module, Shape, iota_groups, loc_of
+from .module import DTYPES, ELIDED, Computation, Instruction, Module, Shape, iota_groups, loc_of, mesh_groups
 
 SCHEMA = Path(__file__).with_name("hlo.proto")
 
@@ -194,8 +194,13 @@ def _groups(i, where: str) -> list[list[int]]:
         return [list(g.replica_ids) for g in cdl.replica_groups]
     if i.replica_groups:
         return [list(g.replica_ids) for g in i.replica_groups]
-    if i.mesh_axes_replica_group_list:
-        raise InputError(f"{where}: mesh-axes replica groups (field 93) are not supported yet")
+    if i.HasField("mesh_axes_replica_group_list"):
+        g = i.mesh_axes_replica_group_list
+        it = g.mesh.iota_transform if g.mesh.HasField("iota_transform") else None
+        axes = [(int(a.mesh_axis_index), int(a.sub_axis_info.pre_size) if a.HasField("sub_axis_info") else None,
+                 int(a.sub_axis_info.size) if a.HasField("sub_axis_info") else None) for a in g.axes]
+        return mesh_groups([int(a.size) for a in g.mesh.axes], [int(d) for d in g.mesh.device_ids],
+                           (list(it.reshape_dims), list(it.transpose_perm)) if it is not None else None, axes, where)
     return []
 
 
@@ -204,7 +209,7 @@ def _iota(p, where: str) -> list[list[int]]:
                        list(p.iota_transpose_perm), where)
 
 
-def _instruction(i, names: dict[int, str], comps: dict[int, str], source: str) -> Instruction:
+def _instruction(i, names: dict[int, str], comps: dict[int, str], source: str, frames=None) -> Instruction:
     where = f"{source}: instruction '{i.name}' ({i.opcode})"
     shape = _shape(i.shape, where)
     attrs: dict = {}
@@ -262,17 +267,31 @@ def _instruction(i, names: dict[int, str], comps: dict[int, str], source: str) -
             own = i.literal.shape if i.literal.HasField("shape") and i.literal.shape.HasField("layout") else None
             layout = own.layout if own is not None else i.shape.layout if i.shape.HasField("layout") else None
             literal = _literal(i.literal, shape, layout, where)
-    loc = loc_of(i.metadata.source_file, i.metadata.source_line) if i.HasField("metadata") else None
+    loc = None
+    if i.HasField("metadata"):
+        loc = loc_of(i.metadata.source_file, i.metadata.source_line)
+        if loc is None and i.metadata.stack_frame_id and frames is not None:
+            loc = _frame_loc(frames, int(i.metadata.stack_frame_id))
     return Instruction(i.name, op, shape, [names[o] for o in i.operand_ids],
                        [comps[c] for c in i.called_computation_ids], attrs, literal, loc)
 
 
+def _frame_loc(index, frame_id: int) -> str | None:
+    """``file.py:line`` of a stack frame (1-based ids, JAX's innermost user frame), or None."""
+    try:
+        loc = index.file_locations[index.stack_frames[frame_id - 1].file_location_id - 1]
+        return loc_of(index.file_names[loc.file_name_id - 1], int(loc.line))
+    except IndexError:
+        return None
+
+
 def _module(m, source: str) -> Module:
     comps = {int(c.id): c.name for c in m.computations}
+    frames = m.stack_frame_index if m.HasField("stack_frame_index") else None
     out = {}
     for c in m.computations:
         names = {int(i.id): i.name for i in c.instructions}
-        ins = [_instruction(i, names, comps, source) for i in c.instructions]
+        ins = [_instruction(i, names, comps, source, frames) for i in c.instructions]
         root = names.get(int(c.root_id), ins[-1].name)
         out[c.name] = Computation(c.name, ins, root)
     entry = m.entry_computation_name or comps.get(int(m.entry_computation_id)) or m.computations[-1].name

@@ -16,7 +16,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from graphguard.errors import InputError
 
-from .module import DTYPES, ELIDED, Computation, Instruction, Module, Shape, iota_groups, loc_of, numpy_dtype
+from .module import DTYPES, ELIDED, Computation, Instruction, Module, Shape, iota_groups, loc_of, mesh_groups, numpy_dtype
 
 
 class Atom(str):
@@ -87,7 +87,44 @@ def looks_like_text(data: bytes) -> bool:
     return data.lstrip()[:9] == b"HloModule"
 
 
+_SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+
+
+def _stack_frames(text: str) -> tuple[str, dict]:
+    """Cut the source-location tables newer XLA prints after the header (``FileNames``, ``FunctionNames``,
+    ``FileLocations``, ``StackFrames``: numbered lines up to a blank one) out of the text, keeping its line
+    numbers; return the text and ``{stack_frame_id: "file.py:line"}``."""
+    if not any(f"\n{k}\n" in text for k in _SECTIONS):
+        return text, {}
+    lines = text.split("\n")
+    tables: dict[str, dict[int, str]] = {}
+    section = None
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped in _SECTIONS:
+            section = tables.setdefault(stripped, {})
+            lines[i] = ""
+        elif section is not None and stripped and stripped.split(" ", 1)[0].isdigit():
+            k, _, rest = stripped.partition(" ")
+            section[int(k)] = rest.strip()
+            lines[i] = ""
+        else:
+            section = None
+    def fields(s: str) -> dict:
+        return dict(kv.split("=", 1) for kv in s.strip("{}").split() if "=" in kv)
+    files = {k: v.strip('"') for k, v in tables.get("FileNames", {}).items()}
+    locs = {k: fields(v) for k, v in tables.get("FileLocations", {}).items()}
+    frames = {}
+    for k, v in tables.get("StackFrames", {}).items():
+        loc = locs.get(int(fields(v).get("file_location_id", 0)), {})
+        where = loc_of(files.get(int(loc.get("file_name_id", 0)), ""), int(loc.get("line", 0) or 0))
+        if where:
+            frames[k] = where
+    return "\n".join(lines), frames
+
+
 def read_text(text: str, source: str) -> Module:
+    text, frames = _stack_frames(text)
     try:
         doc = _PARSER.parse(text)
     except UnexpectedInput as e:
@@ -100,7 +137,7 @@ def read_text(text: str, source: str) -> Module:
             raise InputError(f"{source}: computation '{c['name']}' is defined twice")
         if not c["instructions"]:
             raise InputError(f"{source}: computation '{c['name']}' has no instructions")
-        ins = [_instruction(i, source) for i in c["instructions"]]
+        ins = [_instruction(i, source, frames) for i in c["instructions"]]
         seen = set()
         for i in ins:
             if i.name in seen:
@@ -221,10 +258,50 @@ def _literal(pieces, shape: Shape, where: str):
     n = int(np.prod(shape.dims)) if shape.dims else 1
     if len(nums) != n:
         raise InputError(f"{where}: constant holds {len(nums)} values for shape {shape}")
-    return np.asarray(nums, dtype=numpy_dtype(shape.dtype)).reshape(shape.dims)
+    return _stored(np.asarray(nums, dtype=numpy_dtype(shape.dtype)), shape.dtype).reshape(shape.dims)
+
+
+def _stored(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Printed float constants rounded to the values their type stores (``f32[] constant(1e-05)`` holds the
+    float32 nearest 1e-05), as a binary module holds them."""
+    if dtype in ("float16", "float32"):
+        return x.astype(dtype).astype(np.float64)
+    if dtype == "bfloat16":  # round to nearest even on the upper 16 bits of the float32
+        u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+        return u.astype(np.uint32).view(np.float32).astype(np.float64)
+    return x
+
+
+def _mesh_groups(pieces, where: str) -> list[list[int]]:
+    """``mesh['x'=2,'y'=4] {'y'}`` (sub-axes ``'y':(2)2``; explicit device ids as a trailing ``(...)`` group of
+    the mesh): see :func:`.module.mesh_groups`."""
+    try:
+        axes_group, rest = pieces[1], pieces[2:]
+        names, sizes = [], []
+        for it in axes_group.items:
+            names.append(str(it[0]).strip("'\""))
+            sizes.append(int(it[2]))
+        device_ids = None
+        if rest and isinstance(rest[0], Group) and rest[0].kind == "(":
+            device_ids = [int(x) for it in rest[0].items for x in it if isinstance(x, Atom)]
+            rest = rest[1:]
+        (grouped,) = rest
+        axes = []
+        for it in grouped.items:
+            name = str(it[0]).rstrip(":").strip("'\"")
+            if len(it) == 3:  # 'y': (pre) size
+                axes.append((names.index(name), int(it[1].items[0][0]), int(it[2])))
+            else:
+                axes.append((names.index(name), None, None))
+    except (ValueError, IndexError, TypeError, AttributeError):
+        raise InputError(f"{where}: cannot read replica_groups={_show(pieces)}") from None
+    return mesh_groups(sizes, device_ids, None, axes, where)
 
 
 def _replica_groups(pieces, where: str) -> list[list[int]]:
+    if pieces and isinstance(pieces[0], Atom) and pieces[0].lstrip("@") == "mesh":
+        return _mesh_groups(pieces, where)
     if len(pieces) == 1 and isinstance(pieces[0], Group) and pieces[0].kind == "{":
         return [_ints([it[0]], where) if len(it) == 1 else _ints(it, where) for it in pieces[0].items]
     # iota form: [G,S]<=[dims] optionally followed by T(perm)
@@ -260,7 +337,7 @@ def _computations(pieces, where: str) -> list[str]:
     return [_name(_atom(pieces, where))]
 
 
-def _metadata(pieces, where: str) -> str | None:
+def _metadata(pieces, where: str, frames: dict | None = None) -> str | None:
     if len(pieces) != 1 or not isinstance(pieces[0], Group) or not pieces[0].items:
         return None
     kv, item = {}, pieces[0].items[0]
@@ -268,7 +345,11 @@ def _metadata(pieces, where: str) -> str | None:
         if item[k + 1] == "=" and isinstance(item[k], Atom):
             kv[str(item[k])] = str(item[k + 2])
     line = kv.get("source_line", "0")
-    return loc_of(kv.get("source_file", ""), int(line) if line.isdigit() else 0)
+    loc = loc_of(kv.get("source_file", ""), int(line) if line.isdigit() else 0)
+    frame = kv.get("stack_frame_id", "")
+    if loc is None and frames and frame.isdigit():
+        loc = frames.get(int(frame))
+    return loc
 
 
 GATHER_KEYS = ("offset_dims", "collapsed_slice_dims", "start_index_map", "operand_batching_dims",
@@ -277,7 +358,7 @@ CALLS = ("calls", "to_apply", "true_computation", "false_computation", "branch_c
          "called_computations")
 
 
-def _instruction(d: dict, source: str) -> Instruction:
+def _instruction(d: dict, source: str, frames: dict | None = None) -> Instruction:
     where = f"{source}:{d['line']}: instruction '{d['name']}'"
     pieces = d["pieces"]
     if len(pieces) < 3 or not isinstance(pieces[-1], Group) or pieces[-1].kind != "(" \
@@ -352,7 +433,7 @@ def _instruction(d: dict, source: str) -> Instruction:
         attrs["gather"] = gather
     if opcode == "get-tuple-element" and "tuple_index" not in attrs:
         raise InputError(f"{where}: get-tuple-element needs index=")
-    loc = _metadata(a["metadata"], where) if "metadata" in a else None
+    loc = _metadata(a["metadata"], where, frames) if "metadata" in a else None
     return Instruction(d["name"], opcode, shape, operands, called, attrs, literal, loc)
 
 

@@ -110,7 +110,7 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
         for n in g.nodes:
             for t in g.node_terms(n):
                 term_ops(t, ops)
-    eg = EGraph(plugins.registry, relevant_rules(plugins.lemmas, ops), cx, g_d.shape)
+    eg = EGraph(plugins.registry, relevant_rules(plugins.lemmas, ops), cx, g_d.shape, ops)
     ctx = Context(g_s, g_d, eg, budget or Budget())
     result = compute_out_rel(ctx, rel.inputs)
     t_end = time.monotonic()

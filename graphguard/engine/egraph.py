@@ -28,7 +28,7 @@ from ..errors import ShapeError, UnsoundLemmaError
 from ..ir import scalar as S
 from ..ir.expr import VARIADIC, App, Leaf, PVar, Term, ac_text, app, attr_text, to_text
 from ..ir.ops import OpDef, Registry, fmt_shape
-from .lemma import EvalContext, Rule, check_condition, instantiate
+from .lemma import EvalContext, Rule, check_condition, instantiate, term_ops
 
 
 class BudgetExceeded(Exception):
@@ -345,7 +345,9 @@ class EGraph:
     """One egglog e-graph with every op declared and every lemma compiled; ``push``/``pop`` per operator."""
 
     def __init__(self, reg: Registry, rules: list[Rule], cx: S.Constraints,
-                 leaf_shape: Callable[[str], tuple]):
+                 leaf_shape: Callable[[str], tuple], ops: set[str] | None = None):
+        """``ops``: the operators terms will use (besides the rules' own); only those are declared --
+        every declared constructor is a table that each (push) copies."""
         self.reg = reg
         self.rules = rules
         self.cx = cx
@@ -357,8 +359,13 @@ class EGraph:
         self._shape_cache: dict[tuple, tuple] = {}
         self.commands = 0
         prog = ["(datatype Term)", "(constructor T (String) Term)"]
+        if ops is not None:
+            ops = set(ops)
+            for r in rules:
+                for p in (r.lhs, r.rhs, r.when):
+                    term_ops(p, ops)
         for op in reg:
-            if op.meaning is not None or op.shape is None:
+            if op.meaning is not None or op.shape is None or (ops is not None and op.name not in ops):
                 continue
             for k, cn in self._constructors(op):
                 self._ops_by_cname[cn] = (op, k)

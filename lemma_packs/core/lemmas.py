@@ -89,6 +89,10 @@ COMPUTE = [
     # blocks would build every product of prefixes
     L(202, "matmul-rows", "matmul(concat(?a, ?b, dim=0), ?w) => concat(matmul(?a, ?w), matmul(?b, ?w), dim=0)",
       when="matmul(?b, ?w)"),
+    # ... or a summand of a row block (a gradient summed over the ranks that hold one replicated KV head)
+    L(222, "matmul-rows-of-partial-sums",
+      "matmul(concat(?a, sum(?c, ?e), dim=0), ?w) => concat(matmul(?a, ?w), sum(matmul(?c, ?w), matmul(?e, ?w)), dim=0)",
+      when="matmul(?e, ?w)"),
     L(203, "matmul-cols", "matmul(?x, concat(?a, ?b, dim=1)) => concat(matmul(?x, ?a), matmul(?x, ?b), dim=1)"),
     L(204, "matmul-sum-left", "matmul(sum(?a, ?b), ?w) => sum(matmul(?a, ?w), matmul(?b, ?w))"),
     L(205, "matmul-sum-right", "matmul(?x, sum(?a, ?b)) => sum(matmul(?x, ?a), matmul(?x, ?b))"),

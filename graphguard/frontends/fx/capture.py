@@ -28,7 +28,7 @@ from graphguard.errors import InputError
 
 from .convert import DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, dtype_name, loc_from_stack, to_rank_graph
 from .dtensor import graph_layouts
-from .stitch import stitch
+from ..stitch import stitch
 from .symints import Symbols, merge_symbols
 
 

@@ -25,6 +25,8 @@ from graphguard.errors import InputError
 from graphguard.ir import scalar as S
 from graphguard.ir.ops import Registry
 
+from ..stitch import Collective, RankGraph
+
 
 @dataclass(frozen=True)
 class Ref:
@@ -50,26 +52,6 @@ class TGraph:
     source: str
     input_names: dict[str, str] = field(default_factory=dict)  # placeholder -> public name
     output_names: list[str] = field(default_factory=list)  # public names of outputs, in order
-
-
-@dataclass
-class Collective:
-    """One rank's side of a collective, matched across ranks when stitching."""
-    kind: str  # all_reduce | all_gather | reduce_scatter | all_to_all | broadcast
-    group: tuple[int, ...]
-    input: str
-    output: str
-    attrs: dict
-    loc: str | None
-    where: str
-
-
-@dataclass
-class RankGraph:
-    """One rank's graph in IR terms, before stitching: inputs, nodes (dicts as in gg.json), collectives."""
-    inputs: list[dict]
-    nodes: list[dict | Collective]
-    outputs: list[str]
 
 
 IDENTITY = {"aten.clone.default", "aten.detach.default", "aten.alias.default", "aten.lift_fresh_copy.default",

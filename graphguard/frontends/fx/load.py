@@ -17,7 +17,7 @@ from graphguard.ir.graph import Graph
 from graphguard.ir.serde import graph_from_dict
 
 from .convert import DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, loc_from_stack, to_rank_graph
-from .stitch import stitch
+from ..stitch import stitch
 
 # torch/_export/serde/schema.py ScalarType
 SCALAR_TYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16", 7: "float32",

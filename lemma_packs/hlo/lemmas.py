@@ -1,26 +1,29 @@
-"""Lemmas of the HLO pack. References: 800-879.
+"""Lemmas of the HLO pack. References: 800-879 (880-899: ``layers.py``).
 
 Bridges into the core dialect (800-806), so that HLO programs meet the core algebra (and any other dialect
 bridged the same way, e.g. ATen through 301/303): a plain 2-D ``dot`` is ``matmul``, a batched one
-``batched_matmul``, and the elementwise ops with an exact core twin become it.
+``batched_matmul``, ``add``/``subtract``/``negate``/``exponential`` their core twins. (``multiply`` is not
+bridged: core ``mul`` distributes over every grouping of a partial sum, which explodes at 8 ranks; HLO
+products have their own, constrained lemmas below.)
 
-Then HLO's own algebra over the clean ops (811-879), what tensor-parallel XLA programs need:
+Then HLO's own algebra over the clean ops (810-879), what tensor-parallel XLA programs need:
 
-* elementwise ops over a concatenation (811-843). HLO has no implicit broadcasting: the other operands have the
-  full shape, so they are *sliced* where the concatenation is cut, ``op(concat(a, b), c) = concat(op(a, c[:k]),
-  op(b, c[k:]))`` -- true for every operand, whatever it is. The slices then resolve through the clean algebra
-  (a slice of a concatenation cut at the same place is its piece, 104/105) or through 845-848 (a slice of a
-  splat constant, of a broadcast along a dim it repeats, of an iota along another dim is a narrower one). So
-  one lemma per op and side covers equal splits, uneven splits and operands constant along the split dim;
-* ``dot`` with general dimension numbers (850-857): split along a contracting dim -> a sum of dots, along a
-  batch or free dim -> a concatenation (the other operand sliced, as above); dots of partial sums;
-* ``reduce`` (860-863): along other dims -> a concatenation; along the split dim -> a sum (``add`` reducer, init
-  0) or a ``max`` of the parts' reductions; of a partial sum;
-* ``broadcast`` of a partial sum (864) and of a concatenation (810);
-* partial sums through elementwise ops (870-874): what a backward pass computes before its all-reduce.
+* elementwise ops over concatenations cut at the same place (811-833): ``op(concat(a, b), concat(c, e)) =
+  concat(op(a, c), op(b, e))`` -- one lemma per op (HLO has no implicit broadcasting: every operand has the full
+  shape). Operands constant along the cut dim, a splat ``constant`` or a ``broadcast`` that repeats its operand
+  there, are cut where a concatenation of their shape is cut (845, 846; constrained, §4.3: only at cut points
+  that exist), a broadcast of a concatenation along the dims it maps (810);
+* ``dot`` with general dimension numbers (850-857): both operands cut at a contracted pair of dims -> the sum of
+  the parts' dots; at a pair of batch dims -> a concatenation along the result's batch dim; one operand cut at a
+  free dim -> a concatenation along the result dim it lands on; dots of partial sums;
+* ``reduce`` (860-863): along other dims -> a concatenation; along the cut dim -> a ``sum`` (``add`` reducer,
+  init 0) or a ``max`` of the parts' reductions; of a partial sum;
+* partial sums (one per rank, summed by a later all-reduce) through ``broadcast`` (864) and the elementwise ops
+  a backward pass applies to them (870-874); products commute where both orders exist (875).
 
 Softmax, layer and RMS normalisation need no lemma of their own: XLA spells them as reduce + broadcast +
-elementwise ops, and along an unsplit dim each of those goes through the concatenation.
+elementwise ops, and along an uncut dim each of those goes through the concatenation (tests/test_hlo_lemmas.py
+proves a softmax over row-cut inputs from these lemmas alone, and that one along the cut dim is not proved).
 """
 from graphguard.engine.lemma import L
 
@@ -49,12 +52,24 @@ BRIDGES = [
       "hlo.dot(?a, ?b, lhs_batch=[0], rhs_batch=[0], lhs_contracting=[2], rhs_contracting=[1])"
       " => batched_matmul(?a, ?b)",
       "rank(?a) == 3 and rank(?b) == 3", examples=({"a": [2, 3, 4], "b": [2, 4, 1]},)),
+    L(807, "batched-dot-is-batched-matmul-4d",
+      "hlo.dot(?a, ?b, lhs_batch=[0, 1], rhs_batch=[0, 1], lhs_contracting=[3], rhs_contracting=[2])"
+      " => batched_matmul(?a, ?b)",
+      "rank(?a) == 4 and rank(?b) == 4", examples=({"a": [2, 3, 4, 5], "b": [2, 3, 5, 2]},)),
     L(802, "add-is-core-add", "hlo.add(?a, ?b) => add(?a, ?b)"),
     L(803, "subtract-is-core-sub", "hlo.subtract(?a, ?b) => sub(?a, ?b)"),
-    L(804, "multiply-is-core-mul", "hlo.multiply(?a, ?b) => mul(?a, ?b)"),
     L(805, "negate-is-core-neg", "hlo.negate(?a) => neg(?a)"),
     L(806, "exponential-is-core-exp", "hlo.exponential(?a) => exp(?a)"),
 ]
+
+def _unit_permute(r: int) -> tuple[str, str]:
+    """``permute(x, p) => reshape(x, the permuted shape)`` for rank r, where p moves only size-1 dims (the other
+    dims keep their order): the rule and its condition."""
+    shape = ", ".join(f"size(?x, at(?p, {i}))" for i in range(r))
+    keep = " and ".join(f"(size(?x, at(?p, {i})) == 1 or size(?x, at(?p, {j})) == 1 or at(?p, {i}) < at(?p, {j}))"
+                        for i in range(r) for j in range(i + 1, r))
+    return f"permute(?x, dims=?p) => reshape(?x, shape=[{shape}])", f"len(?p) == {r} and {keep}"
+
 
 MOVEMENT = [
     L(810, "broadcast-of-concat",
@@ -64,6 +79,12 @@ MOVEMENT = [
       "size(?a, ?d) + size(?b, ?d) == at(?s, at(?m, ?d))",
       examples=({"a": [2, 3], "b": [1, 3], "d": 0, "s": [3, 4, 3], "m": [0, 2]},
                 {"a": [3], "b": [2], "d": 0, "s": [4, 5], "m": [1]})),
+    # a transpose that moves only size-1 dims moves no data: XLA writes it as a reshape (one head per rank:
+    # [b, 1, s, d] -> [b, s, 1, d]), so the pieces of a permuted concatenation must meet that reshape
+    L(865, "unit-dims-permute-is-reshape-3d", *_unit_permute(3),
+      examples=({"x": [2, 1, 3], "p": [1, 0, 2]}, {"x": [1, 2, 1], "p": [2, 1, 0]})),
+    L(866, "unit-dims-permute-is-reshape-4d", *_unit_permute(4),
+      examples=({"x": [2, 1, 4, 2], "p": [0, 2, 1, 3]}, {"x": [1, 3, 1, 2], "p": [1, 2, 3, 0]})),
 ]
 
 UNARY = [
@@ -84,7 +105,9 @@ UNARY = [
 ]
 
 BINARY = [
-    # add, subtract, multiply: through their core twins (802-804, core 206-208)
+    # add, subtract: through their core twins (802, 803, core 206, 207); multiply here too, so that its pieces
+    # are hlo.multiply nodes that 875 may commute
+    L(827, "multiply-of-concats", _map2("multiply"), _SAME_CUT),
     L(828, "divide-of-concats", _map2("divide"), _SAME_CUT),
     L(829, "maximum-of-concats", _map2("maximum"), _SAME_CUT),
     L(830, "minimum-of-concats", _map2("minimum"), _SAME_CUT),
@@ -117,18 +140,6 @@ SPLITS = [
 ]
 
 _DOT = "lhs_batch=?lb, rhs_batch=?rb, lhs_contracting=?lc, rhs_contracting=?rc"
-_RC = "at(?rc, index(?lc, ?d))"  # the rhs dim contracted with lhs dim ?d
-_LC = "at(?lc, index(?rc, ?d))"
-_RB = "at(?rb, index(?lb, ?d))"
-_LB = "at(?lb, index(?rb, ?d))"
-
-
-def _cut(x: str, dim: str, lo: bool) -> str:
-    """x sliced along dim like the concatenation's first (lo) or second part."""
-    return (f"slice({x}, dim={dim}, start=0, end=size(?a, ?d))" if lo else
-            f"slice({x}, dim={dim}, start=size(?a, ?d), end=size(?a, ?d) + size(?b, ?d))")
-
-
 _DOT_EXAMPLES = ({"a": [2, 3], "b": [2, 1], "d": 1, "y": [4, 5], "lb": [], "rb": [], "lc": [1], "rc": [0]},
                  {"a": [2, 4, 3], "b": [1, 4, 3], "d": 0, "y": [3, 3, 5], "lb": [0], "rb": [0], "lc": [2], "rc": [1]},
                  {"a": [2, 3, 2, 4], "b": [2, 3, 1, 4], "d": 2, "y": [2, 5, 4, 3], "lb": [0, 2], "rb": [0, 3],
@@ -139,21 +150,28 @@ _DOT_EXAMPLES = ({"a": [2, 3], "b": [2, 1], "d": 1, "y": [4, 5], "lb": [], "rb":
 _DOT_EXAMPLES_R = tuple({"x": e["y"], "a": e["a"], "b": e["b"], "d": e["d"], "lb": e["rb"], "rb": e["lb"],
                          "lc": e["rc"], "rc": e["lc"]} for e in _DOT_EXAMPLES)
 
+_CAT2 = "size(?a, ?d) == size(?c, ?k)"
+_DOT2_EXAMPLES = (
+    {"a": [2, 3], "b": [2, 1], "c": [3, 4], "e": [1, 4], "d": 1, "k": 0, "lb": [], "rb": [], "lc": [1], "rc": [0]},
+    {"a": [2, 4, 3], "b": [2, 4, 1], "c": [2, 3, 5], "e": [2, 1, 5], "d": 2, "k": 1, "lb": [0], "rb": [0], "lc": [2],
+     "rc": [1]},
+    {"a": [2, 4, 3], "b": [1, 4, 3], "c": [2, 3, 5], "e": [1, 3, 5], "d": 0, "k": 0, "lb": [0], "rb": [0], "lc": [2],
+     "rc": [1]},
+    {"a": [2, 3, 2, 4], "b": [2, 3, 1, 4], "c": [2, 5, 4, 2], "e": [2, 5, 4, 1], "d": 2, "k": 3, "lb": [0, 2],
+     "rb": [0, 3], "lc": [3], "rc": [2]})
+
 DOT = [
-    L(850, "dot-of-concat-along-lhs-contracting-dim",
-      f"hlo.dot(concat(?a, ?b, dim=?d), ?y, {_DOT}) => sum(hlo.dot(?a, {_cut('?y', _RC, True)}, {_DOT}),"
-      f" hlo.dot(?b, {_cut('?y', _RC, False)}, {_DOT}))", "contains(?lc, ?d)", examples=_DOT_EXAMPLES),
-    L(851, "dot-of-concat-along-rhs-contracting-dim",
-      f"hlo.dot(?x, concat(?a, ?b, dim=?d), {_DOT}) => sum(hlo.dot({_cut('?x', _LC, True)}, ?a, {_DOT}),"
-      f" hlo.dot({_cut('?x', _LC, False)}, ?b, {_DOT}))", "contains(?rc, ?d)", examples=_DOT_EXAMPLES_R),
-    L(852, "dot-of-concat-along-lhs-batch-dim",
-      f"hlo.dot(concat(?a, ?b, dim=?d), ?y, {_DOT}) => concat(hlo.dot(?a, {_cut('?y', _RB, True)}, {_DOT}),"
-      f" hlo.dot(?b, {_cut('?y', _RB, False)}, {_DOT}), dim=index(?lb, ?d))", "contains(?lb, ?d)",
-      examples=_DOT_EXAMPLES),
-    L(853, "dot-of-concat-along-rhs-batch-dim",
-      f"hlo.dot(?x, concat(?a, ?b, dim=?d), {_DOT}) => concat(hlo.dot({_cut('?x', _LB, True)}, ?a, {_DOT}),"
-      f" hlo.dot({_cut('?x', _LB, False)}, ?b, {_DOT}), dim=index(?rb, ?d))", "contains(?rb, ?d)",
-      examples=_DOT_EXAMPLES_R),
+    # both operands cut at the same place of a contracted pair of dims: a sum of the parts' dots (the
+    # contraction over the whole dim is the sum of the contractions over its pieces)
+    L(850, "dot-of-concats-along-contracting-dims",
+      f"hlo.dot(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k), {_DOT}) => sum(hlo.dot(?a, ?c, {_DOT}),"
+      f" hlo.dot(?b, ?e, {_DOT}))", f"contains(?lc, ?d) and ?k == at(?rc, index(?lc, ?d)) and {_CAT2}",
+      examples=_DOT2_EXAMPLES),
+    # ... of a pair of batch dims: the batch dim of the result is cut there
+    L(852, "dot-of-concats-along-batch-dims",
+      f"hlo.dot(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k), {_DOT}) => concat(hlo.dot(?a, ?c, {_DOT}),"
+      f" hlo.dot(?b, ?e, {_DOT}), dim=index(?lb, ?d))", f"contains(?lb, ?d) and ?k == at(?rb, index(?lb, ?d)) and {_CAT2}",
+      examples=_DOT2_EXAMPLES),
     # a free dim of the lhs lands after the batch dims, among the lhs's free dims in order
     L(854, "dot-of-concat-along-lhs-free-dim",
       f"hlo.dot(concat(?a, ?b, dim=?d), ?y, {_DOT}) => concat(hlo.dot(?a, ?y, {_DOT}), hlo.dot(?b, ?y, {_DOT}),"
@@ -195,15 +213,19 @@ REDUCE = [
 
 # partial sums (one per rank, all-reduced later) through the elementwise ops a backward pass applies to them
 PARTIAL_SUMS = [
-    # constrained like aten 306: only where the per-rank add exists (free pairings of 8-way sums explode)
+    # constrained like aten 306: only where the per-rank op exists (free pairings of 8-way sums explode, and so
+    # does distributing products over every grouping of a sum)
     L(870, "add-of-partial-sums",
       "hlo.add(sum(?a, ?b), sum(?c, ?e)) => sum(hlo.add(?a, ?c), hlo.add(?b, ?e))", when="hlo.add(?b, ?e)"),
-    L(871, "multiply-by-partial-sum", "hlo.multiply(?c, sum(?a, ?b)) => sum(hlo.multiply(?c, ?a), hlo.multiply(?c, ?b))"),
-    # (a partial sum times c: 804 + core 216. No divide: integer division does not distribute)
+    L(871, "multiply-by-partial-sum", "hlo.multiply(?c, sum(?a, ?b)) => sum(hlo.multiply(?c, ?a), hlo.multiply(?c, ?b))",
+      when="hlo.multiply(?c, ?b)"),
+    L(872, "multiply-of-partial-sum", "hlo.multiply(sum(?a, ?b), ?c) => sum(hlo.multiply(?a, ?c), hlo.multiply(?b, ?c))",
+      when="hlo.multiply(?b, ?c)"),
+    # (no divide: integer division does not distribute)
     # commutativity only where the mirrored product exists (as core 125 for sums): a program and its
     # transformation (shard_map's backward, XLA's canonicalisation) may write x * c and c * x
-    # (stated on core mul, which every hlo.multiply is (804): the pieces of a split product are core muls)
-    L(875, "mul-commutes-where-mirrored", "mul(?a, ?b) => mul(?b, ?a)", when="mul(?b, ?a)"),
+    L(875, "multiply-commutes-where-mirrored", "hlo.multiply(?a, ?b) => hlo.multiply(?b, ?a)",
+      when="hlo.multiply(?b, ?a)"),
     L(874, "negate-of-partial-sum", "hlo.negate(sum(?a, ?b)) => sum(hlo.negate(?a), hlo.negate(?b))"),
 ]
 

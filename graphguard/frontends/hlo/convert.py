@@ -47,7 +47,7 @@ REDUCERS = {"add": "sum", "multiply": "prod", "maximum": "max", "minimum": "min"
 COLLECTIVE_REDUCERS = ("sum", "max")  # what core.all_reduce / core.reduce_scatter express
 IDENTITY = {"copy", "domain", "opt-barrier", "optimization-barrier", "add-dependency"}
 # custom calls that only annotate (GSPMD's and Shardy's sharding annotations), when shapes are unchanged
-IDENTITY_TARGETS = {"Sharding", "xla.sdy.Sharding", "xla.sdy.FuncResultSharding", "xla.sdy.FuncArgSharding"}
+IDENTITY_TARGETS = {"Sharding", "xla.sdy.FuncResultSharding"}
 UNSUPPORTED = {"while": "while loops are not supported (unroll the loop before dumping)",
                "scatter": "scatter is not supported yet", "sort": "sort is not supported yet",
                "convolution": "convolution is not supported yet", "reduce-window": "reduce-window is not supported yet",
@@ -590,8 +590,26 @@ def _reduce(c, ins, xs, name, prefix):
     reducer = _reducer(c, ins, ins.called[0])
     if init.const is None:
         raise InputError(f"{c.where(ins)}: the reduce's init value must be a constant")
-    return c.apply(ins, "hlo.reduce", [x], name, dims=list(ins.attrs["dimensions"]), reducer=reducer,
-                   init=_num(init.full().reshape(-1)[0]))
+    value = init.full().reshape(-1)[0]
+    dims = list(ins.attrs["dimensions"])
+    unit = [d for d in dims if x.shape.dims[d] == 1]
+    if unit and _is_identity(reducer, value):
+        # reducing a size-1 dim from the reducer's identity only drops the dim: data movement, a reshape
+        # (as a broadcast that only adds size-1 dims is one) -- the same whichever unit dims a program reduces
+        kept = tuple(n for d, n in enumerate(x.shape.dims) if d not in unit)
+        rest = [d - sum(1 for u in unit if u < d) for d in dims if d not in unit]
+        x = c.reshape_to(ins, x, Shape(x.shape.dtype, kept), name if not rest else c.fresh(f"{name}.unit"))
+        if not rest:
+            return x
+        dims = rest
+    return c.apply(ins, "hlo.reduce", [x], name, dims=dims, reducer=reducer, init=_num(value))
+
+
+IDENTITIES = {"sum": 0, "prod": 1, "max": -np.inf, "min": np.inf, "and": True, "or": False}
+
+
+def _is_identity(reducer: str, value) -> bool:
+    return bool(np.asarray(value == IDENTITIES[reducer]))
 
 
 def _dot(c, ins, xs, name, prefix):

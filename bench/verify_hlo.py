@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Benchmark (run by hand): JAX examples captured as HLO and verified, per degree, forward and forward+backward.
 
-    python bench/verify_hlo.py [--examples jax-mlp-gspmd,jax-block-shardmap,cross-fx-hlo-llama] [--degrees 2,4,8]
-                               [--passes fwd,fwd+bwd] [--repeat 1]
+    python bench/verify_hlo.py [--examples jax-mlp-gspmd,jax-mlp-shardmap,jax-block-gspmd,jax-block-shardmap,cross-fx-hlo-llama]
+                               [--degrees 2,4,8] [--passes fwd,fwd+bwd] [--repeat 1]
 
+The MLP and the transformer block exist in both styles: partitioned by GSPMD from the input shardings
+(jax-mlp-gspmd, jax-block-gspmd) and written with shard_map (jax-mlp-shardmap, jax-block-shardmap).
 For each case: G_s/G_d op counts, capture time (lowering, XLA's SPMD partitioner, relation), median verification
 time (loading the HLO included) and milliseconds per G_d node. Targets from issue 4 (this 2-core machine): a
 Llama layer at degree 2 <= 2 s, degree 8 <= 10 s (cross-fx-hlo-llama: a PyTorch Llama layer against its JAX
@@ -21,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--examples", default="jax-mlp-gspmd,jax-block-shardmap,cross-fx-hlo-llama")
+    ap.add_argument("--examples", default="jax-mlp-gspmd,jax-mlp-shardmap,jax-block-gspmd,jax-block-shardmap,cross-fx-hlo-llama")
     ap.add_argument("--degrees", default="2,4,8")
     ap.add_argument("--passes", default="fwd,fwd+bwd")
     ap.add_argument("--repeat", type=int, default=1)

@@ -527,7 +527,7 @@ class EGraph:
                 try:
                     rhs = instantiate(r.rhs, env, ctx, self.reg)
                     lhs = Hole(root) if root is not None else instantiate(r.lhs, env, ctx, self.reg)
-                except (ShapeError, ValueError, ZeroDivisionError, IndexError, TypeError):
+                except (ShapeError, ValueError, ZeroDivisionError, IndexError, TypeError, OverflowError):
                     continue
                 a, b = snap.find(lhs), snap.find(rhs)
                 if a is not None and a == b:

@@ -499,7 +499,7 @@ def check_condition(rule: Rule, env: dict, ctx: EvalContext) -> bool:
         return True
     try:
         return evaluate(rule.cond, env, ctx) is True
-    except (ZeroDivisionError, ValueError, IndexError, TypeError, ShapeError):
+    except (ZeroDivisionError, ValueError, IndexError, TypeError, OverflowError, ShapeError):
         return False
 
 

@@ -138,7 +138,12 @@ def run_graph(g: Graph, env: dict, reg: Registry, sv: dict) -> dict:
 def _diff(a: np.ndarray, b: np.ndarray) -> float:
     if a.shape != b.shape:
         return float("inf")
-    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0
+    if not a.size:
+        return 0.0
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # equal infinities (masks) differ by 0, not by nan
+        d = np.where(a == b, 0.0, np.abs(a - b))
+    return float(np.max(d))
 
 
 def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg: Registry, seed: int = 0) -> dict:

@@ -65,6 +65,33 @@ def test_example_refines_with_expected_output_layout(name, world, backward):
     assert r.replay["ok"]
 
 
+
+def _collectives(proto: bytes) -> dict:
+    import collections
+
+    from graphguard.frontends.hlo.proto import HloModuleProto
+    m = HloModuleProto.FromString(proto)
+    c = collections.Counter(i.opcode for comp in m.computations for i in comp.instructions)
+    return {k: v for k, v in c.items() if k in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                                                 "collective-permute")}
+
+
+@pytest.mark.parametrize("name,world,backward,collectives", [
+    # GSPMD inserts an all-reduce after each row-parallel projection, and (backward) one per gradient of a
+    # replicated input (x, ln1, ln2)
+    ("jax-block-gspmd", 2, True, {"all-reduce": 6}),
+    ("jax-mlp-shardmap", 4, True, {"all-reduce": 2}),  # the psum, and its transpose for x's gradient
+])
+def test_block_by_gspmd_and_mlp_by_shard_map_refine(name, world, backward, collectives):
+    """Both programs in both styles: the block partitioned by GSPMD, the MLP written with shard_map."""
+    m, cap = capture_example(name, world, backward)
+    assert _collectives(cap.impl) == collectives
+    cap.relation["expect"] = m.expect(world, backward)
+    r = cap.verify(replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.expect["checked"] == len(m.expect(world, backward)) and not r.expect["missing"]
+    assert r.replay["ok"]
+
 def test_capture_names_inputs_and_outputs_after_the_program():
     m, cap = capture_example("jax-block-shardmap", 2, backward=True)
     assert cap.inputs == ["x", "p.ln1", "p.ln2", "p.w1", "p.w2", "p.wk", "p.wo", "p.wq", "p.wv", "tangent.out"]
@@ -106,6 +133,20 @@ def test_gspmd_mlp_with_ranks_swapped_in_the_relation_does_not_refine_at_gelu():
     assert f.input_relations == {"add.19": ["concat(sum(dot@1, add.32@0), sum(dot@0, add.32@1), dim=1)"]}
     assert f.replay["max_abs_diff"] > 1e-3
 
+
+
+def test_gspmd_block_with_w2_shards_swapped_does_not_refine_at_the_down_projection():
+    m, cap = capture_example("jax-block-gspmd", 2, backward=False)
+    rel = dict(cap.relation["inputs"])
+    rel["p.w2"] = "concat(p.w2@1, p.w2@0, dim=0)"  # w2's row shards in the wrong device order
+    cap.relation = {"inputs": rel}
+    r = cap.verify(replay=True)
+    assert r.verdict == "does-not-refine"
+    f = r.failure
+    # each rank's hidden activations are its own column shard, w2's rows the other rank's: the dot has no meaning
+    assert (f.op, f.loc) == ("hlo.dot", f"model.py:{_line('jax-block-shardmap/model.py', 'return x + h @ p')}")
+    assert f.input_relations["p.w2"] == ["concat(p.w2@1, p.w2@0, dim=0)"]
+    assert f.replay["max_abs_diff"] > 1e-3
 
 # =================================================================================================
 # Relations from shardings; collectives of a 2-D mesh
@@ -257,8 +298,8 @@ def test_pytorch_llama_layer_is_refined_by_the_jax_tensor_parallel_layer(tmp_pat
     assert r.expect["checked"] == 1 and not r.expect["missing"] and r.replay["ok"]
     hits = r.stats["lemma_hits"]
     # ATen and HLO met through core (dot: matmul, batched_matmul; bmm of views: batched_matmul) and the
-    # aten-hlo bridges (RMSNorm's square, mean, broadcasts; softmax; silu)
-    assert all(hits.get(ref) for ref in (800, 807, 364, 834, 838, 841, 842, 843)), hits
+    # aten-hlo bridges (RMSNorm's square, mean, broadcasts; softmax; silu; the causal mask, RoPE, GQA's expand)
+    assert all(hits.get(ref) for ref in (800, 807, 364, 834, 838, 841, 842, 843, 1100, 1101, 1102, 1103)), hits
 
 
 def test_jax_layer_missing_its_attention_psum_does_not_refine_the_pytorch_layer(tmp_path):
@@ -269,4 +310,15 @@ def test_jax_layer_missing_its_attention_psum_does_not_refine_the_pytorch_layer(
     # the residual is a sum over ranks; the post-attention RMSNorm's x ** 2 of the PyTorch model cannot use it
     where = f"torch_model.py:{_line('cross-fx-hlo-llama/torch_model.py', 'return self.weight * (x * torch.rsqrt')}"
     assert (r.failure.op, r.failure.loc) == ("aten.pow.Tensor_Scalar", where)
+    assert r.failure.replay["max_abs_diff"] > 1e-3
+
+
+def test_jax_layer_with_sin_and_cos_swapped_in_k_rope_does_not_refine_the_pytorch_layer(tmp_path):
+    f = _cross_capture()(2, tmp_path, rope_bug=True)
+    r = graphguard.verify(str(f["spec"]), str(f["impl"]), str(f["relation"]), spec_frontend="ir",
+                          impl_frontend="hlo", replay=True)
+    assert r.verdict == "does-not-refine"
+    # q's rotation meets; k's first product, k * cos, has no counterpart (the JAX layer computes k * sin)
+    where = f"torch_model.py:{_line('cross-fx-hlo-llama/torch_model.py', 'return x * cos + rotate_half(x) * sin')}"
+    assert (r.failure.op, r.failure.loc) == ("aten.mul.Tensor", where)
     assert r.failure.replay["max_abs_diff"] > 1e-3

@@ -27,28 +27,35 @@ import jax_model  # noqa: E402
 import torch_model  # noqa: E402
 
 
-def capture(world: int, out, skip_psum: bool = False) -> dict:
-    """Write the pair for ``world`` ranks into ``out``; return the paths. ``skip_psum``: the implementation
-    leaves out the attention output's all-reduce (a bug)."""
+def jnp(t):
+    return jax.numpy.asarray(t.numpy())
+
+
+def capture(world: int, out, skip_psum: bool = False, rope_bug: bool = False) -> dict:
+    """Write the pair for ``world`` ranks into ``out``; return the paths. Bugs for the must-not-prove twins:
+    ``skip_psum``: the implementation leaves out the attention output's all-reduce; ``rope_bug``: it rotates k with
+    sin and cos swapped."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     layer = torch_model.Layer()
     x = torch.randn(torch_model.BATCH, torch_model.SEQ, torch_model.HIDDEN)
-    spec = graphguard.torch.capture(lambda r: layer, (x,), world_size=1, name="llama-layer-torch")
+    cos, sin = torch_model.rope_tables()
+    mask = torch_model.causal_mask()
+    spec = graphguard.torch.capture(lambda r: layer, (x, cos, sin, mask), world_size=1, name="llama-layer-torch")
     spec.save(out / "spec.gg.json")
     params = {n: jax.numpy.asarray(p.detach().numpy()) for n, p in layer.named_parameters()}
     mesh = jax.make_mesh((world,), ("tp",), axis_types=(AxisType.Auto,), devices=jax.devices()[:world])
-    cap = graphguard.jax.capture(jax_model.layer, (jax.numpy.asarray(x.numpy()), params), mesh=mesh,
-                                 in_shardings=(P(), jax_model.SPECS), impl=jax_model.impl(mesh, skip_psum))
+    cap = graphguard.jax.capture(jax_model.layer, (jnp(x), jnp(cos), jnp(sin), jnp(mask), params), mesh=mesh,
+                                 in_shardings=(P(), P(), P(), P(), jax_model.SPECS), impl=jax_model.impl(mesh, skip_psum, rope_bug))
     (out / "impl.hlo.pb").write_bytes(cap.impl)
     # keys: the specification's (PyTorch) inputs; values: the implementation's (JAX) tensors, p.q_proj.weight@r
     rel = {(name[2:] if name.startswith("p.") else name): expr for name, expr in cap.relation["inputs"].items()}
     (out / "relation.yaml").write_text(yaml.safe_dump({"inputs": rel, "expect": {"out0": "out0@0"}}, sort_keys=False,
                                                       width=1000, default_flow_style=None))
-    if not skip_psum:  # the two programs compute the same numbers on the same weights (the example's own check)
-        want = layer(x).detach().numpy()
-        got = np.asarray(jax.jit(jax_model.impl(mesh))(jax.numpy.asarray(x.numpy()), params))
+    if not (skip_psum or rope_bug):  # the two programs compute the same numbers on the same weights (the example's own check)
+        want = layer(x, cos, sin, mask).detach().numpy()
+        got = np.asarray(jax.jit(jax_model.impl(mesh))(jnp(x), jnp(cos), jnp(sin), jnp(mask), params))
         assert np.allclose(want, got, atol=1e-4), np.abs(want - got).max()
     return {k: out / v for k, v in (("spec", "spec.gg.json"), ("impl", "impl.hlo.pb"), ("relation", "relation.yaml"))}
 

@@ -1,4 +1,4 @@
-"""ATen operators as the HLO ops that compute them. References: 834-843.
+"""ATen operators as the HLO ops that compute them. References: 834-843, 1100-1149.
 
 How dialects meet (see ``lemma_packs/hlo/README.md``): where the core dialect has the operator, both dialects
 bridge into it -- ``aten.mm`` and a 2-D ``hlo.dot`` are ``matmul`` (301, 800), ``aten.bmm`` and a batched
@@ -71,4 +71,28 @@ LEMMAS = [
     L(843, "softmax-is-shifted-exp-over-its-sum", f"aten._softmax(?x, dim=3, half_to_float=false) => {_SOFTMAX4}",
       "rank(?x) == 4", when="hlo.reduce(?x, dims=[3], reducer=max, init=?i)",
       examples=({"x": [2, 3, 2, 4], "i": -1000},)),
+    # a Llama layer's attention: an additive [seq, seq] mask (HF's causal mask) broadcast over batch and heads.
+    # The implementation's broadcast is per rank (fewer heads): the full one splits at it (hlo 880)
+    L(1100, "add-trailing-matrix-is-add-broadcast",
+      "aten.add.Tensor(?a, ?m, alpha=1) => hlo.add(?a, hlo.broadcast(?m, shape=shape(?a), dimensions=?k))",
+      "rank(?a) == 4 and rank(?m) == 2 and ?k == [2, 3] and shape(?m) == [size(?a, 2), size(?a, 3)]",
+      when="hlo.broadcast(?m, shape=?t, dimensions=?k)",
+      examples=({"a": [2, 3, 4, 5], "m": [4, 5], "k": [2, 3], "t": [2, 1, 4, 5]},)),
+    # RoPE: q and k [b, h, s, hd] times the [seq, hd] cos / sin tables, broadcast the same way
+    L(1101, "mul-by-trailing-matrix-is-multiply-by-broadcast",
+      "aten.mul.Tensor(?a, ?m) => hlo.multiply(?a, hlo.broadcast(?m, shape=shape(?a), dimensions=?k))",
+      "rank(?a) == 4 and rank(?m) == 2 and ?k == [2, 3] and shape(?m) == [size(?a, 2), size(?a, 3)]",
+      when="hlo.broadcast(?m, shape=?t, dimensions=?k)",
+      examples=({"a": [2, 3, 4, 5], "m": [4, 5], "k": [2, 3], "t": [2, 1, 4, 5]},)),
+    # RoPE's rotate_half: cat(-x2, x1) (slices and cat are core ops on both sides)
+    L(1102, "neg-is-negate", "aten.neg(?x) => hlo.negate(?x)", when="hlo.negate(?x)"),
+    # GQA's repeat_kv: k[:, :, None].expand(b, kv, rep, s, hd) -- JAX's broadcast_to of k[:, :, None] is a
+    # broadcast of k itself (the unit dim dropped) along the new dim 2. ATen's expand of a concatenation of KV
+    # heads splits first (aten 420) and meets each rank's broadcast
+    L(1103, "expand-of-unit-dim-is-broadcast",
+      "aten.expand(?u, size=?s, implicit=false) => hlo.broadcast(reshape(?u, shape=?v), shape=?s, dimensions=?m)",
+      "rank(?u) == 5 and size(?u, 2) == 1 and ?v == [size(?u, 0), size(?u, 1), size(?u, 3), size(?u, 4)]"
+      " and ?m == [0, 1, 3, 4] and ?s == set_at(shape(?u), 2, at(?s, 2))",
+      when="hlo.broadcast(reshape(?u, shape=?v), shape=?s, dimensions=?m)",
+      examples=({"u": [2, 3, 1, 4, 5], "s": [2, 3, 2, 4, 5], "v": [2, 3, 4, 5], "m": [0, 1, 3, 4]},)),
 ]

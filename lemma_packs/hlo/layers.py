@@ -48,4 +48,13 @@ LEMMAS = [
       f"hlo.dot(slice(?w, dim=?d, {_SL}), ?y, {_DOT}) => slice(hlo.dot(?w, ?y, {_DOT}),"
       f" dim=len(?lb) + reduced_dim(?d, ?lb, 0) + reduced_dim(?d, ?lc, 0) - ?d, {_SL})",
       "not contains(?lb, ?d) and not contains(?lc, ?d)", examples=_DOT_SEEDS_L),
+    # a broadcast of a [1, m, n] reshape of a matrix (the unit dim landing on a unit dim of the result) is the
+    # broadcast of the matrix: XLA writes a replicated [s, d] table broadcast over one head per rank that way
+    # (jnp's [2, 1, s, d] = broadcast(reshape(t, [1, s, d]), dims [1, 2, 3]), wider ranks as broadcast(t, dims [2, 3]))
+    L(883, "broadcast-of-unit-reshape-of-matrix",
+      "hlo.broadcast(reshape(?x, shape=?u), shape=?s, dimensions=?m)"
+      " => hlo.broadcast(?x, shape=?s, dimensions=[at(?m, 1), at(?m, 2)])",
+      "rank(?x) == 2 and ?u == [1, size(?x, 0), size(?x, 1)] and len(?m) == 3 and at(?s, at(?m, 0)) == 1",
+      examples=({"x": [3, 4], "u": [1, 3, 4], "s": [2, 1, 3, 4], "m": [1, 2, 3]},
+                {"x": [3, 4], "u": [1, 3, 4], "s": [1, 2, 3, 4], "m": [0, 2, 3]})),
 ]

@@ -35,7 +35,7 @@ CLEAN = [
     L(120, "concat-of-same-range-slices",
       "concat(slice(?p, dim=?k, start=?s, end=?e), slice(?q, dim=?k, start=?s, end=?e), dim=?d)"
       " => slice(concat(?p, ?q, dim=?d), dim=?k, start=?s, end=?e)",
-      "?k != ?d and size(?p, ?k) == size(?q, ?k)"),
+      "?k != ?d and size(?p, ?k) == size(?q, ?k)", when="concat(?p, ?q, dim=?d)"),
     L(107, "concat-assoc", "concat(?a, concat(?b, ?c, dim=?d), dim=?d) => concat(concat(?a, ?b, dim=?d), ?c, dim=?d)"),
     L(108, "permute-permute", "permute(permute(?x, dims=?p), dims=?q) => permute(?x, dims=compose(?p, ?q))"),
     L(109, "permute-identity", "permute(?x, dims=?p) => ?x", "is_identity(?p)"),

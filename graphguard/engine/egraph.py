@@ -480,6 +480,11 @@ class EGraph:
     def union(self, a: Term, b: Term, snap: Snapshot | None = None) -> None:
         self._run(f"(union {self.emit(a, snap)} {self.emit(b, snap)})")
 
+    def union_all(self, pairs) -> None:
+        """Several unions in one egglog program (G_d facts: small terms)."""
+        if pairs:
+            self._run("\n".join(f"(union {self.emit(a)} {self.emit(b)})" for a, b in pairs))
+
     def snapshot(self) -> Snapshot:
         return Snapshot(self)
 

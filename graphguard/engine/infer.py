@@ -144,15 +144,16 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
         r_d = [n for n in _direct_children(g_d, t_rel) if n.name not in explored]
         if not r_d:
             break
+        facts = []
         for n in r_d:
             explored[n.name] = n
-            for out, term in zip(n.outputs, g_d.node_terms(n)):
-                eg.union(Leaf(out), term)
+            facts.extend((Leaf(out), term) for out, term in zip(n.outputs, g_d.node_terms(n)))
             if n.op in INVERTIBLE or not n.inputs or _scaling(ctx, n) or n.op == op:  # (constants relate to everything)
                 # its input is a clean function of its output, so the output relates to v as much
                 # as the input does (the paper's observation (i) carries over); v's own operator on related
                 # tensors is a rank's partial result of v (DTensor adds a replicated bias before the all-reduce)
                 t_rel.update(n.outputs)
+        eg.union_all(facts)
         snap = eg.saturate(ctx.budget, deadline, ctx.stats)
         for root in roots:
             for e in snap.clean_variants(snap.find(root)):

@@ -119,13 +119,9 @@ class Snapshot:
                     self.hashcons[(op.name, ch, attrs)] = row.output
                     n += 1
                 continue
-            rule = eg._rules_by_rel.get(fname)
-            if rule is not None:
-                rows = []
+            if fname in eg._match_rels:  # one relation per column signature; column 0 names the rule
                 for row in fn.rows:
-                    vals = list(row.inputs)
-                    rows.append(tuple(vals))
-                self.matches[rule.id] = rows
+                    self.matches.setdefault(s(row.inputs[0]), []).append(tuple(row.inputs[1:]))
         self.n_nodes = n
         self._strings = s
         self._shape: dict[Any, tuple] = {}
@@ -145,38 +141,47 @@ class Snapshot:
 
     # -- shapes ---------------------------------------------------------------------------------
     def _compute_shapes(self) -> None:
+        """Shape every e-class bottom-up (a worklist: an e-node is shaped once all its children are) and check
+        that every e-node of a class agrees -- a lemma that merged tensors of two shapes is unsound."""
         eg = self.eg
-        pending = [(c, nd) for c, nodes in self.classes.items() for nd in nodes]
-        changed = True
-        done: set[int] = set()
-        while changed:
-            changed = False
-            for idx, (c, nd) in enumerate(pending):
-                if idx in done:
-                    continue
-                if nd.op == "T":
-                    shp = tuple(eg.leaf_shape(nd.attrs))
-                else:
-                    if not all(ch in self._shape for ch in nd.children):
-                        continue
-                    ins = tuple(self._shape[ch] for ch in nd.children)
-                    key = (nd.op, ins, nd.attrs)  # shape functions are pure: one call per distinct e-node type
-                    shp = eg._shape_cache.get(key)
-                    if shp is None:
-                        try:
-                            shp = tuple(eg.reg.get(nd.op).shape(list(ins), dict(nd.attrs), eg.cx))
-                        except (ShapeError, ValueError, IndexError, KeyError, TypeError) as e:
-                            raise UnsoundLemmaError(f"ill-shaped e-node {nd.op} in the e-graph: {e}") from None
-                        eg._shape_cache[key] = shp
-                done.add(idx)
-                old = self._shape.get(c)
-                if old is None:
-                    self._shape[c] = shp
-                    changed = True
-                elif len(old) != len(shp) or any(S.norm(a) != S.norm(b) for a, b in zip(old, shp)):
-                    raise UnsoundLemmaError(
-                        f"e-class merged tensors of shapes {fmt_shape(old)} and {fmt_shape(shp)} "
-                        f"({self.repr(c) if c in self._repr else nd.op}); a lemma is unsound")
+        items = [(c, nd) for c, nodes in self.classes.items() for nd in nodes]
+        waiting: dict[Any, list[int]] = {}
+        missing = [0] * len(items)
+        work = []
+        for i, (_, nd) in enumerate(items):
+            kids = set(nd.children)
+            missing[i] = len(kids)
+            for ch in kids:
+                waiting.setdefault(ch, []).append(i)
+            if not kids:
+                work.append(i)
+        shapes = self._shape
+        while work:
+            i = work.pop()
+            c, nd = items[i]
+            if nd.op == "T":
+                shp = tuple(eg.leaf_shape(nd.attrs))
+            else:
+                ins = tuple(shapes[ch] for ch in nd.children)
+                key = (nd.op, ins, nd.attrs)  # shape functions are pure: one call per distinct e-node type
+                shp = eg._shape_cache.get(key)
+                if shp is None:
+                    try:
+                        shp = tuple(eg.reg.get(nd.op).shape(list(ins), dict(nd.attrs), eg.cx))
+                    except (ShapeError, ValueError, IndexError, KeyError, TypeError) as e:
+                        raise UnsoundLemmaError(f"ill-shaped e-node {nd.op} in the e-graph: {e}") from None
+                    eg._shape_cache[key] = shp
+            old = shapes.get(c)
+            if old is None:
+                shapes[c] = shp
+                for j in waiting.get(c, ()):
+                    missing[j] -= 1
+                    if not missing[j]:
+                        work.append(j)
+            elif old != shp and (len(old) != len(shp) or any(S.norm(a) != S.norm(b) for a, b in zip(old, shp))):
+                raise UnsoundLemmaError(
+                    f"e-class merged tensors of shapes {fmt_shape(old)} and {fmt_shape(shp)} "
+                    f"({self.repr(c) if c in self._repr else nd.op}); a lemma is unsound")
 
     def shape(self, c) -> tuple:
         return self._shape[c]
@@ -354,9 +359,10 @@ class EGraph:
         self.leaf_shape = leaf_shape
         self._eg = eb.EGraph()
         self._ops_by_cname: dict[str, tuple[OpDef, int]] = {}
-        self._rules_by_rel: dict[str, Rule] = {}
+        self._match_rels: set[str] = set()  # relations collecting the matches of non-native rules
         self._decode_cache: dict[tuple, Any] = {}
         self._shape_cache: dict[tuple, tuple] = {}
+        self._cond_cache: dict[tuple, bool] = {}  # (rule, shapes, attrs) -> condition proved
         self.commands = 0
         prog = ["(datatype Term)", "(constructor T (String) Term)"]
         if ops is not None:
@@ -461,10 +467,11 @@ class EGraph:
         facts += guards
         cols = (["root"] if root else []) + ["v_" + v for v in r.tvars] + ["v_" + v for v in r.avars]
         sorts = (["Term"] if root else []) + ["Term"] * len(r.tvars) + ["String"] * len(r.avars)
-        rel = f"M_{r.id}"
-        self._rules_by_rel[rel] = r
-        return [f"(relation {rel} ({' '.join(sorts)}))",
-                f"(rule ({' '.join(facts)}) (({rel} {' '.join(cols)})) :ruleset lemmas)"]
+        # rules with the same columns share one relation (each declared table costs every push a copy)
+        rel = "M_" + "".join(x[0] for x in sorts)
+        decl = [] if rel in self._match_rels else [f"(relation {rel} (String {' '.join(sorts)}))"]
+        self._match_rels.add(rel)
+        return decl + [f"(rule ({' '.join(facts)}) (({rel} {_q(r.id)} {' '.join(cols)})) :ruleset lemmas)"]
 
     # -- per-operator use -----------------------------------------------------------------------
     def push(self) -> None:
@@ -527,7 +534,14 @@ class EGraph:
                 for v, (op, attr) in r.avars.items():
                     env[v] = self.decode(op.attr_spec(attr), op, snap._strings(row[i]))
                     i += 1
-                if not check_condition(r, env, ctx):
+                # a condition reads only shapes and attribute values (FUNCTIONS): decided once per distinct set
+                tv, av = r.cond_vars
+                ck = (r.id, tuple(snap.shape(row_cls) for row_cls in (env[v].cls for v in tv)),
+                      tuple(env[v] for v in av))
+                ok = self._cond_cache.get(ck)
+                if ok is None:
+                    ok = self._cond_cache[ck] = check_condition(r, env, ctx)
+                if not ok:
                     continue
                 try:
                     rhs = instantiate(r.rhs, env, ctx, self.reg)
@@ -537,7 +551,7 @@ class EGraph:
                 a, b = snap.find(lhs), snap.find(rhs)
                 if a is not None and a == b:
                     continue
-                self.union(lhs, rhs, snap)
+                self.union(lhs, rhs, snap)  # (one program per union: egglog slows on long programs)
                 r.hits += 1
                 stats.setdefault("lemma_hits", {}).setdefault(r.lemma.ref, 0)
                 stats["lemma_hits"][r.lemma.ref] += 1

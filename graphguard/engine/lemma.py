@@ -82,6 +82,7 @@ class Rule:
     hits: int = 0
     when: App | None = None
     index: dict = None  # index tensor variable -> the bound of its values (an attribute expression)
+    cond_vars: tuple = ()  # (tensor vars, attr vars) the condition reads: its value depends on their shapes/values only
 
     @property
     def ref(self) -> int:
@@ -235,8 +236,11 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
             if v not in tv or used - bound:
                 raise LemmaError(f"lemma {lem.ref} ({lem.where}): index variable ?{v} or its bound is not bound "
                                  f"by the left side")
+        cv: set[str] = set()
+        if cond is not None:
+            _expr_vars(cond, cv)
         rules.append(Rule(lem, f"L{lem.ref}{suffix}", lhs, rhs, cond, lem.exists, tv, avars, native, when=when,
-                          index=index))
+                          index=index, cond_vars=(tuple(v for v in tv if v in cv), tuple(v for v in avars if v in cv))))
     return rules
 
 

@@ -6,10 +6,13 @@ import pytest
 import graphguard
 from conftest import EXAMPLES
 from graphguard.frontends.fx.model_file import load_model_file
+from graphguard.ir.expr import to_text
 from graphguard.torch import capture
 
 
-def _verify(path, world):
+def _verify(path, world, reduce=None, monkeypatch=None):
+    if reduce is not None:
+        monkeypatch.setenv("GG_DP_REDUCE", reduce)
     mod = load_model_file(path)
     s = capture(lambda r: mod.spec(), lambda r: mod.inputs(None, world), backward=True)
     d = capture(lambda r: mod.impl(r, world), lambda r: mod.inputs(r, world), world_size=world, backward=True)
@@ -17,9 +20,13 @@ def _verify(path, world):
     return graphguard.verify(s.graph(), d.graph(), rel, replay=True)
 
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_every_rank_holds_the_sequential_loss_and_gradients(world):
-    r = _verify(EXAMPLES / "dp-grads" / "model.py", world)
+@pytest.mark.parametrize("world,reduce", [(2, "avg"), (4, "avg"), (2, "presum")])
+def test_every_rank_holds_the_sequential_loss_and_gradients(world, reduce, monkeypatch):
+    """DDP's average (each rank's gradients are world x its slice until the all-reduce divides them: related up
+    to that factor in between), and the loss divided before a summing all-reduce."""
+    r = _verify(EXAMPLES / "dp-grads" / "model.py", world, reduce, monkeypatch)
+    if (world, reduce) == (2, "avg"):
+        assert [to_text(e) for e in r.relations["bw.sum_1"]] == ["scale(sum(bw.sum_1@0, bw.sum_1@1), factor=1/2)"]
     assert r.verdict == "refines", r.failure
     assert not r.expect["missing"] and r.expect["checked"] == 7 and r.replay["ok"]
     assert {"out0 = out0@0", f"grad.fc1.weight = grad.fc1.weight@{world - 1}", "grad.ln.bias = grad.ln.bias@0"} \
@@ -30,6 +37,8 @@ def test_summed_gradients_are_flagged_at_the_mean_loss():
     r = _verify(EXAMPLES / "bugs" / "dp-grads-sum" / "model.py", 2)
     assert r.verdict == "does-not-refine" and r.exit_code == 1
     assert (r.failure.op, r.failure.outputs) == ("aten.mse_loss", ["mse_loss"])
+    assert "output out0 is known only up to a constant factor" in r.failure.reason
+    assert "scale(sum(mse_loss@0, mse_loss@1), factor=1/2)" in r.failure.reason
     assert r.failure.loc.startswith("model.py:")
     assert r.failure.replay["max_abs_diff"] > 1e-3
     assert r.replay["ok"]  # what was related before the failure still holds numerically

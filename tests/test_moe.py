@@ -82,9 +82,15 @@ def test_a_replicated_value_is_the_sum_of_its_shares(plugins):
     assert r.replay["ok"]
 
 
-@pytest.mark.parametrize("factor", ["1", "1/4"])
-def test_copies_that_are_not_shares_do_not_add_up(plugins, factor):
-    assert graphguard.verify(*_shares_graphs(plugins, factor)).verdict == "does-not-refine"
+def test_copies_that_are_not_shares_do_not_add_up(plugins):
+    r = graphguard.verify(*_shares_graphs(plugins, "1/4"), replay=True)
+    assert r.verdict == "does-not-refine" and r.failure.node == "loss"
+    assert r.failure.reason == "output Y maps only to tensors that are not outputs of G_d (X@0, X@1)"
+
+
+def test_a_copy_times_one_is_a_copy_not_a_share(plugins):
+    r = graphguard.verify(*_shares_graphs(plugins, "1"))
+    assert r.verdict == "refines" and sorted(r.r_o_lines()) == ["Y = Y@0", "Y = Y@1"]
 
 
 SHAPES = {"X": [6, 4], "Y": [3, 2, 4], "P": [4, 2], "Q": [4, 3], "A": [2, 3], "B": [2, 3], "C": [2, 3], "D": [2, 3],

@@ -26,7 +26,7 @@ import egglog.bindings as eb
 
 from ..errors import ShapeError, UnsoundLemmaError
 from ..ir import scalar as S
-from ..ir.expr import VARIADIC, App, Leaf, PVar, Term, ac_text, app, attr_text, to_text
+from ..ir.expr import VARIADIC, App, Leaf, PVar, Term, ac_text, app, attr_text, size, to_text
 from ..ir.ops import OpDef, Registry, fmt_shape
 from .lemma import EvalContext, Rule, check_condition, instantiate, term_ops
 
@@ -297,6 +297,17 @@ class Snapshot:
                 if key not in out or (r[0], to_text(r[1])) < (out[key][0], to_text(out[key][1])):
                     out[key] = (r[0], r[1])
         return [t for _, t in sorted(out.values(), key=lambda x: (x[0], str(x[1])))]
+
+    def scaled_variants(self, c, allowed: frozenset | None = None) -> list[Term]:
+        """``scale(E, factor=f)`` with E clean: class ``c`` known only up to a constant factor (asked only where
+        nothing clean exists). Such a relation is exact, so later operators may use it; it is never part of R_o."""
+        out: dict[str, Term] = {}
+        for nd in self.classes.get(c, []):
+            if nd.op == "core.scale":
+                for e in self.clean_variants(nd.children[0], allowed):
+                    t = App("core.scale", (e,), nd.attrs)
+                    out.setdefault(to_text(t), t)
+        return sorted(out.values(), key=lambda t: (size(t), to_text(t)))
 
     def leaves_below(self, classes, invertible: frozenset = frozenset()) -> set[str]:
         """Tensor names in the given e-classes and every e-class below them, and in the classes reached

@@ -41,6 +41,7 @@ def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
     """Listing 1: walk G_s in topological order, extending R operator by operator."""
     R: Relation = {t: list(exprs) for t, exprs in r_i.items()}
     result = VerifyResult(relations=R)
+    scaled_from: dict[str, Node] = {}  # G_s tensor known only up to a constant factor -> where that began
     replica_aliases(ctx, R)
     for v in ctx.g_s.topo_order():
         t0 = time.monotonic()
@@ -61,25 +62,52 @@ def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
         if missing:
             # a failure after a truncated search could be an artefact of the truncation
             result.verdict = "inconclusive" if ctx.stats.get("truncated") else "does-not-refine"
-            result.failure = _failure(ctx, v, R, explored,
-                                      f"no clean expression over G_d tensors for {', '.join(missing)}")
+            why = f"no clean expression over G_d tensors for {', '.join(missing)}"
+            origins = sorted({scaled_from[t].name for t in v.inputs if t in scaled_from})
+            if origins:
+                why += f" (inputs known only up to a constant factor since {', '.join(origins)})"
+            result.failure = _failure(ctx, v, R, explored, why)
             return result
         R.update(r_v)
+        _track_scaled(ctx, v, r_v, scaled_from)
         replica_aliases(ctx, r_v)  # equal pieces of two concatenations found for one tensor
-    # Listing 1, line 9: R_o keeps the expressions over G_d outputs only
+    # Listing 1, line 9: R_o keeps the clean expressions over G_d outputs only
     d_out = set(ctx.g_d.outputs)
     for o in ctx.g_s.outputs:
-        exprs = [e for e in R.get(o, []) if set(leaves(e)) <= d_out and next(leaves(e), None) is not None]
+        exprs = [e for e in R.get(o, []) if set(leaves(e)) <= d_out and next(leaves(e), None) is not None
+                 and not _is_scaled(e)]
         if not exprs:
             v = ctx.g_s.producer.get(o)
             known = ", ".join(to_text(e) for e in R.get(o, [])) or "none"
             result.verdict = "does-not-refine"
-            result.failure = _failure(ctx, v, R, set(), f"output {o} maps only to tensors that are not outputs "
-                                      f"of G_d ({known})", output=o)
+            if o in scaled_from or any(_is_scaled(e) and set(leaves(e)) <= d_out for e in R.get(o, [])):
+                v = scaled_from.get(o, v)  # a factor that G_d never takes back: report where it entered
+                result.failure = _failure(ctx, v, R, set(), f"output {o} is known only up to a constant factor "
+                                          f"({known}); the factor entered here, at {', '.join(v.outputs)}")
+            else:
+                result.failure = _failure(ctx, v, R, set(), f"output {o} maps only to tensors that are not outputs "
+                                          f"of G_d ({known})", output=o)
             return result
         result.r_o[o] = exprs
     result.verdict = "refines"
     return result
+
+
+def _is_scaled(e: Term) -> bool:
+    return isinstance(e, App) and e.op == "core.scale"
+
+
+def _track_scaled(ctx: Context, v: Node, r_v: Relation, scaled_from: dict) -> None:
+    """Outputs related only up to a constant factor inherit the earliest operator where their inputs' factor
+    began, or start at ``v``: the operator a report names when no G_d operator takes the factor back."""
+    for o, exprs in r_v.items():
+        if exprs and all(_is_scaled(e) for e in exprs):
+            before = [scaled_from[t] for t in v.inputs if t in scaled_from]
+            if before:
+                order = {n.name: i for i, n in enumerate(ctx.g_s.topo_order())}
+                scaled_from[o] = min(before, key=lambda n: order[n.name])
+            else:
+                scaled_from[o] = v
 
 
 # -- Listing 2 ------------------------------------------------------------------------------------
@@ -115,9 +143,11 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
         s_outputs = set(ctx.g_s.outputs)
         for out, root in zip(v.outputs, roots):
             c = snap.find(root)
-            exprs = snap.clean_variants(c)
+            # (failing that: the output up to a constant factor, which a later average may take back)
+            exprs = snap.clean_variants(c) or snap.scaled_variants(c)
             if out in s_outputs:  # R_o needs expressions over G_d outputs: extract those too
-                exprs += [e for e in snap.clean_variants(c, d_outputs) if e not in exprs]
+                over_out = snap.clean_variants(c, d_outputs) or snap.scaled_variants(c, d_outputs)
+                exprs += [e for e in over_out if e not in exprs]
             found[out] = exprs
             for e in exprs:  # remember which G_d tensors are equal to the ones kept
                 for leaf in leaves(e):

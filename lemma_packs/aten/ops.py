@@ -1128,6 +1128,8 @@ def _mse_ref(xs, attrs):
 
 def _mse_bw_shape(shapes, attrs, cx):
     same_shapes("mse_loss_backward", shapes[1:])
+    if len(shapes[0]):  # the loss's gradient: a scalar, or elementwise
+        same_shapes("mse_loss_backward", shapes[:2])
     return tuple(shapes[1])
 
 

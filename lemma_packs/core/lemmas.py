@@ -132,4 +132,21 @@ COMPUTE = [
       "shape(?x) == shape(?y)"),
 ]
 
-LEMMAS = CLEAN + COMPUTE
+# A tensor known only up to a constant factor (a data-parallel rank's gradient is world x its slice of the
+# sequential one until the all-reduce averages it): the factor moves out through data movement and linear
+# ops, and factors of equal summands or pieces combine, so that an average over ranks meets it again.
+SCALED = [
+    L(140, "concat-of-scales",
+      "concat(scale(?a, factor=?f), scale(?b, factor=?f), dim=?d) => scale(concat(?a, ?b, dim=?d), factor=?f)"),
+    L(141, "sum-of-scales", "sum(scale(?a, factor=?f), scale(?b, factor=?f)) => scale(sum(?a, ?b), factor=?f)"),
+    L(142, "scale-of-scale", "scale(scale(?x, factor=?f), factor=?g) => scale(?x, factor=?f * ?g)"),
+    L(143, "scale-by-one", "scale(?x, factor=?f) => ?x", "?f == 1"),
+    L(144, "slice-of-scale",
+      "slice(scale(?x, factor=?f), dim=?d, start=?s, end=?e) => scale(slice(?x, dim=?d, start=?s, end=?e), factor=?f)"),
+    L(145, "permute-of-scale", "permute(scale(?x, factor=?f), dims=?p) => scale(permute(?x, dims=?p), factor=?f)"),
+    L(146, "reshape-of-scale", "reshape(scale(?x, factor=?f), shape=?s) => scale(reshape(?x, shape=?s), factor=?f)"),
+    L(147, "matmul-of-scale-left", "matmul(scale(?a, factor=?f), ?b) => scale(matmul(?a, ?b), factor=?f)"),
+    L(148, "matmul-of-scale-right", "matmul(?a, scale(?b, factor=?f)) => scale(matmul(?a, ?b), factor=?f)"),
+]
+
+LEMMAS = CLEAN + COMPUTE + SCALED

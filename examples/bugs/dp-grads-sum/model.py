@@ -1,9 +1,10 @@
 """Bug: data-parallel gradients summed instead of averaged.
 
-The dp-grads training step without the division by the world size: every rank's loss is its local mean,
+The dp-grads training step with ``sum`` all-reduces where DDP averages: every rank's loss is its local mean,
 and the all-reduces sum them, so the logged loss and every gradient are ``world`` times too large (the
-bug class of forgetting DDP's averaging when all-reducing by hand). graphguard stops at the sequential
-``mse_loss``: its mean over the whole batch is no clean expression of the ranks' tensors.
+bug class of forgetting DDP's averaging when all-reducing by hand). graphguard names the sequential
+``mse_loss``: its mean over the whole batch is only ``scale(sum of the ranks' means, 1/world)``, a factor
+that no G_d operator takes back.
 """
 import importlib.util
 from pathlib import Path
@@ -16,4 +17,4 @@ spec, inputs, relation, expect = base.spec, base.inputs, base.relation, base.exp
 
 
 def impl(rank, world):
-    return base.Regression(world, average=False)
+    return base.Regression(world, reduce="sum")

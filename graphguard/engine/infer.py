@@ -100,6 +100,7 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
         for leaf in _input_leaves(v, R):  # equalities proven for earlier operators
             for other in ctx.aliases.get(leaf, ()):
                 eg.union(Leaf(leaf), Leaf(other))
+        eg.union_all(broadcast_definitions(ctx, _input_leaves(v, R)))
         roots = [_substitute(term, subst) for term in ctx.g_s.node_terms(v)]
         for r in roots:
             eg.add(r)
@@ -163,6 +164,18 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
         t_rel.update(snap.leaves_below([snap.find(r) for r in roots], INVERTIBLE_TERMS))
     return snap, {t for n in explored.values() for t in n.outputs}
 
+
+def broadcast_definitions(ctx: Context, names: list[str]) -> list[tuple[Term, Term]]:
+    """``(b, broadcast(x))`` for each named G_d tensor that a broadcast produces: G_d facts, true whatever R
+    says. R relates G_s tensors to G_d *names*, so a G_s tensor kept as copies of a wide broadcast (a rank's q
+    heads' RoPE table) would otherwise be opaque where a narrower piece of it is needed (its k head's)."""
+    g_d = ctx.g_d
+    defs = [(n, g_d.producer.get(n)) for n in names]
+    return [(Leaf(t), g_d.node_terms(p)[0]) for t, p in defs if p is not None and p.op in BROADCASTS]
+
+
+# a broadcast's output repeats its input: knowing that, lemmas can cut it to any narrower copy
+BROADCASTS = frozenset({"hlo.broadcast", "aten.expand"})
 
 # all_to_all and split: their outputs, together, hold exactly the data of their inputs (so do the slices
 # a backward takes of a concatenation)

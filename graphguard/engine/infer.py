@@ -3,9 +3,9 @@
 ``R`` maps each G_s tensor to a list of clean expressions over G_d tensors (several per tensor:
 ``C = sum(C@0, C@1)`` and ``C = concat(D@0, D@1, dim=0)`` are both kept, because later operators may need
 either). For each G_s operator in topological order we build a small e-graph holding the operator
-applied to its inputs' expressions, saturate it with the lemmas, grow it with the G_d operators that
-are reachable from related tensors (the frontier of Listing 3), and keep the clean expressions found
-for the operator's outputs.
+applied to its inputs' expressions (and the G_d definitions of the broadcasts they name), saturate it with
+the lemmas, grow it with the G_d operators that are reachable from related tensors (the frontier of
+Listing 3), and keep the clean expressions found for the operator's outputs.
 """
 from __future__ import annotations
 
@@ -97,17 +97,18 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
             subst[t] = exprs[0]
             for e in exprs[1:]:
                 eg.union(exprs[0], e)
-        for leaf in _input_leaves(v, R):  # equalities proven for earlier operators
+        in_leaves = _input_leaves(v, R)
+        for leaf in in_leaves:  # equalities proven for earlier operators
             for other in ctx.aliases.get(leaf, ()):
                 eg.union(Leaf(leaf), Leaf(other))
-        eg.union_all(broadcast_definitions(ctx, _input_leaves(v, R)))
+        eg.union_all(broadcast_definitions(ctx, in_leaves))
         roots = [_substitute(term, subst) for term in ctx.g_s.node_terms(v)]
         for r in roots:
             eg.add(r)
         # Step 2: rewrite_using_lemma
         snap = eg.saturate(ctx.budget, deadline, ctx.stats)
         # Step 3 (Listing 3): rewrite_expr_to_t over the explored frontier of G_d
-        t_rel = set(_input_leaves(v, R))
+        t_rel = set(in_leaves)
         t_rel |= {a for leaf in list(t_rel) for a in ctx.aliases.get(leaf, ())}
         snap, explored = explore_frontier(ctx, snap, roots, t_rel, deadline, v.op)
         # Step 4: keep the clean expressions

@@ -1,4 +1,4 @@
-"""The neuronx pack (AWS Neuron custom calls in HLO) and its example, a NeuronX-style Llama-3 layer at TP=2.
+"""The neuronx pack (AWS Neuron custom calls in HLO) and its example, a NeuronX-style Llama-3 layer at TP=2 and 4.
 
 The pack loads as a plugin; its NumPy references compute what the Neuron kernels compute (checked against
 torch and against the same normalisation spelled out in plain HLO, as transformers-neuronx's fallback
@@ -257,17 +257,40 @@ def test_neuronx_llama_tp2_verifies():
     assert r.stats["lemma_hits"].get(880) and r.stats["lemma_hits"].get(881)  # the mask / RoPE tables, fused QKV
 
 
-def test_k_sliced_from_the_q_columns_is_flagged_at_the_first_op_on_k():
-    r = graphguard.verify(*_files(BUG), frontend="hlo", world_size=2, replay=True)
+def test_neuronx_llama_tp4_verifies(tmp_path):
+    """At 4 ranks a rank's q heads and its one k head are broadcasts of one RoPE table at two widths: R keeps
+    k's sequential table as q-width copies, which the engine cuts to k's width knowing they are broadcasts."""
+    make.write(tmp_path, 4, "ok")
+    r = graphguard.verify(*_files(tmp_path), frontend="hlo", world_size=4, replay=True)
+    assert r.verdict == "refines" and r.exit_code == 0, r.render()
+    parts = lambda o: ", ".join(f"{o}@{i}" for i in range(4))
+    assert r.r_o_lines() == [f"out0 = concat({parts('out0')}, dim=0)", f"out1 = concat({parts('out1')}, dim=2)",
+                             f"out2 = concat({parts('out2')}, dim=2)"]
+    assert r.replay["ok"] and r.replay["checked"] >= 100
+
+
+def _flagged_at_the_first_op_on_k(r, tp: int):
     assert r.verdict == "does-not-refine" and r.exit_code == 1
     f = r.failure
     source = (EXAMPLE / "make.py").read_text().splitlines()
     line = next(i for i, s in enumerate(source, 1) if '"multiply", f"{name}.xcos"' in s)
     assert (f.op, f.node, f.loc, f.outputs) == ("hlo.multiply", "k.rope.xcos", f"make.py:{line}", ["k.rope.xcos"])
     # what G_s's K is: the K columns of each rank's fused projection -- which the ranks never read
-    assert any("slice(qkv@0, dim=1, start=16, end=24)" in e for e in f.input_relations["k"])
+    q_cols, k_cols = make.NH // tp * make.D, make.NKV // tp * make.D
+    assert any(f"slice(qkv@0, dim=1, start={q_cols}, end={q_cols + k_cols})" in e for e in f.input_relations["k"])
     assert f.replay["max_abs_diff"] > 1e-3
     assert r.replay["ok"]  # every relation found before the failure holds numerically
+
+
+def test_k_sliced_from_the_q_columns_is_flagged_at_the_first_op_on_k():
+    r = graphguard.verify(*_files(BUG), frontend="hlo", world_size=2, replay=True)
+    _flagged_at_the_first_op_on_k(r, 2)
+
+
+def test_k_sliced_from_the_q_columns_is_flagged_at_the_same_op_at_tp4(tmp_path):
+    make.write(tmp_path, 4, "k-slice")
+    r = graphguard.verify(*_files(tmp_path), frontend="hlo", world_size=4, replay=True)
+    _flagged_at_the_first_op_on_k(r, 4)
 
 
 def test_a_rank_after_rank_fused_qkv_relation_is_refuted(tmp_path):

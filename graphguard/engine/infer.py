@@ -3,9 +3,9 @@
 ``R`` maps each G_s tensor to a list of clean expressions over G_d tensors (several per tensor:
 ``C = sum(C@0, C@1)`` and ``C = concat(D@0, D@1, dim=0)`` are both kept, because later operators may need
 either). For each G_s operator in topological order we build a small e-graph holding the operator
-applied to its inputs' expressions, saturate it with the lemmas, grow it with the G_d operators that
-are reachable from related tensors (the frontier of Listing 3), and keep the clean expressions found
-for the operator's outputs.
+applied to its inputs' expressions (and the G_d definitions of the broadcasts they name), saturate it with
+the lemmas, grow it with the G_d operators that are reachable from related tensors (the frontier of
+Listing 3), and keep the clean expressions found for the operator's outputs.
 """
 from __future__ import annotations
 
@@ -125,16 +125,18 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
             subst[t] = exprs[0]
             for e in exprs[1:]:
                 eg.union(exprs[0], e)
-        for leaf in _input_leaves(v, R):  # equalities proven for earlier operators
+        in_leaves = _input_leaves(v, R)
+        for leaf in in_leaves:  # equalities proven for earlier operators
             for other in ctx.aliases.get(leaf, ()):
                 eg.union(Leaf(leaf), Leaf(other))
+        eg.union_all(broadcast_definitions(ctx, in_leaves))
         roots = [_substitute(term, subst) for term in ctx.g_s.node_terms(v)]
         for r in roots:
             eg.add(r)
         # Step 2: rewrite_using_lemma
         snap = eg.saturate(ctx.budget, deadline, ctx.stats)
         # Step 3 (Listing 3): rewrite_expr_to_t over the explored frontier of G_d
-        t_rel = set(_input_leaves(v, R))
+        t_rel = set(in_leaves)
         t_rel |= {a for leaf in list(t_rel) for a in ctx.aliases.get(leaf, ())}
         snap, explored = explore_frontier(ctx, snap, roots, t_rel, deadline, v.op)
         # Step 4: keep the clean expressions
@@ -193,6 +195,18 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
         t_rel.update(snap.leaves_below([snap.find(r) for r in roots], INVERTIBLE_TERMS))
     return snap, {t for n in explored.values() for t in n.outputs}
 
+
+def broadcast_definitions(ctx: Context, names: list[str]) -> list[tuple[Term, Term]]:
+    """``(b, broadcast(x))`` for each named G_d tensor that a broadcast produces: G_d facts, true whatever R
+    says. R relates G_s tensors to G_d *names*, so a G_s tensor kept as copies of a wide broadcast (a rank's q
+    heads' RoPE table) would otherwise be opaque where a narrower piece of it is needed (its k head's)."""
+    g_d = ctx.g_d
+    defs = [(n, g_d.producer.get(n)) for n in names]
+    return [(Leaf(t), g_d.node_terms(p)[0]) for t, p in defs if p is not None and p.op in BROADCASTS]
+
+
+# a broadcast's output repeats its input: knowing that, lemmas can cut it to any narrower copy
+BROADCASTS = frozenset({"hlo.broadcast", "aten.expand"})
 
 # all_to_all and split: their outputs, together, hold exactly the data of their inputs (so do the slices
 # a backward takes of a concatenation)

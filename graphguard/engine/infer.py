@@ -200,13 +200,9 @@ def broadcast_definitions(ctx: Context, names: list[str]) -> list[tuple[Term, Te
     """``(b, broadcast(x))`` for each named G_d tensor that a broadcast produces: G_d facts, true whatever R
     says. R relates G_s tensors to G_d *names*, so a G_s tensor kept as copies of a wide broadcast (a rank's q
     heads' RoPE table) would otherwise be opaque where a narrower piece of it is needed (its k head's)."""
-    g_d = ctx.g_d
+    g_d, reg = ctx.g_d, ctx.egraph.reg
     defs = [(n, g_d.producer.get(n)) for n in names]
-    return [(Leaf(t), g_d.node_terms(p)[0]) for t, p in defs if p is not None and p.op in BROADCASTS]
-
-
-# a broadcast's output repeats its input: knowing that, lemmas can cut it to any narrower copy
-BROADCASTS = frozenset({"hlo.broadcast", "aten.expand"})
+    return [(Leaf(t), g_d.node_terms(p)[0]) for t, p in defs if p is not None and reg.get(p.op).broadcast]
 
 # all_to_all and split: their outputs, together, hold exactly the data of their inputs (so do the slices
 # a backward takes of a concatenation)

@@ -51,6 +51,8 @@ class OpDef:
     returns one term per output; such ops never appear inside terms themselves.
     ``scaling``: with one operand a constant, the op multiplies or divides the other by it (so the
     input is a clean function of the output, as for data movement).
+    ``broadcast``: the output repeats its input along new or size-1 dims (the engine tells the e-graph how
+    a G_d tensor named in a relation was broadcast, so lemmas can cut it to a narrower copy).
     """
     name: str
     arity: int | None
@@ -65,6 +67,7 @@ class OpDef:
     source: str = ""  # which plugin registered it
     dtype: Callable | None = None  # dtype(in_dtypes, attrs) -> out dtype; default: the first input's
     scaling: bool = False
+    broadcast: bool = False
 
     def attr_spec(self, name: str) -> AttrSpec | None:
         for a in self.attrs:

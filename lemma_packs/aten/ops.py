@@ -1043,7 +1043,7 @@ FACTORY_OPS = [
           doc="Zeros of the given size (self's dtype unless dtype).", dtype=_attr_dtype(_first)),
     OpDef("aten.expand", 1, _expand_shape, _expand_ref,
           (AttrSpec("size", "scalars"), AttrSpec("implicit", "bool", False)),
-          doc="Broadcast self to size (-1 keeps a dim; new dims lead)."),
+          doc="Broadcast self to size (-1 keeps a dim; new dims lead).", broadcast=True),
     OpDef("aten.repeat", 1, _repeat_shape, lambda xs, a: np.tile(xs[0], _conc(a["repeats"])),
           (AttrSpec("repeats", "scalars"),), doc="Tile self repeats[i] times along each dim (new dims lead)."),
 ]

@@ -386,7 +386,7 @@ SHAPE_OPS = [
     OpDef("hlo.iota", 0, _iota_shape, _iota_ref, (SHAPES, AttrSpec("dimension", "int"), DTYPE),
           doc="0, 1, 2, ... along dimension, constant along the others.", dtype=_attr_dtype),
     OpDef("hlo.broadcast", 1, _broadcast_shape, _broadcast_ref, (SHAPES, AttrSpec("dimensions", "ints")),
-          doc="Operand dim i becomes output dim dimensions[i]; the other output dims repeat it."),
+          doc="Operand dim i becomes output dim dimensions[i]; the other output dims repeat it.", broadcast=True),
     OpDef("hlo.slice", 1, _slice_shape, _slice_ref,
           (AttrSpec("starts", "ints"), AttrSpec("limits", "ints"), AttrSpec("strides", "ints")),
           doc="x[starts:limits:strides] on every dim (stride-1 slices become core.slice)."),

@@ -30,6 +30,15 @@ def graphguard_lemmas() -> list:
 
 
 @hookspec
+def graphguard_lemma_functions() -> dict:
+    """Functions this plugin's lemmas call in conditions and right-hand attributes, by name:
+    ``{"moves_only_unit_dims": f}`` with ``f(ctx, *args)``; a tensor argument arrives as its binding and
+    ``ctx.shape_of(arg)`` reads its shape (symbolic sizes are decided with ``ctx.cx.prove``). A function
+    must read only shapes and attribute values (the engine caches results on them) and raise ValueError
+    where it does not apply. Names are global: a clash with a built-in or another plugin's is an error."""
+
+
+@hookspec
 def graphguard_frontends() -> list:
     """Graph readers (:class:`graphguard.frontends.Frontend`): turn files of some framework into IR graphs."""
 

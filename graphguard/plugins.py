@@ -66,6 +66,13 @@ def load_plugins(disabled: frozenset[str] = frozenset(), extra: tuple = ()) -> P
             if target in reg.collective_ops:
                 raise GraphGuardError(f"collective op {target} is declared twice")
             reg.collective_ops[target] = dict(spec)
+    from .engine.lemma import FUNCTIONS
+    for impl in pm.hook.graphguard_lemma_functions.get_hookimpls():
+        for name, fn in (impl.function() or {}).items():
+            if name in FUNCTIONS or name in reg.functions:
+                raise GraphGuardError(f"lemma function {name}() of plugin {names.get(id(impl.plugin), '?')} "
+                                      f"is defined twice")
+            reg.functions[name] = fn
     lemmas = []
     seen: dict[int, object] = {}
     for impl in pm.hook.graphguard_lemmas.get_hookimpls():

@@ -21,10 +21,15 @@ def graphguard_ops():
     return [OpDef("extra.double", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: 2 * xs[0], doc="2x")]
 
 @hookimpl
+def graphguard_lemma_functions():
+    return {"extra_rank": lambda ctx, x: len(ctx.shape_of(x))}
+
+@hookimpl
 def graphguard_lemmas():
     return [
         L(9901, "double-of-concat",
-          "extra.double(concat(?a, ?b, dim=?d)) => concat(extra.double(?a), extra.double(?b), dim=?d)"),
+          "extra.double(concat(?a, ?b, dim=?d)) => concat(extra.double(?a), extra.double(?b), dim=?d)",
+          "extra_rank(?a) >= 1"),
         L(9902, "double-is-sum-BOGUS", "extra.double(?x) => ?x"),
     ]
 '''
@@ -90,7 +95,22 @@ def test_core_never_imports_packs_or_frontends_by_name():
 def test_one_hookspec_module_lists_every_extension_point():
     from graphguard import hookspecs
     hooks = sorted(n for n in dir(hookspecs) if n.startswith("graphguard_"))
-    assert hooks == ["graphguard_collective_ops", "graphguard_frontends", "graphguard_lemmas", "graphguard_ops"]
+    assert hooks == ["graphguard_collective_ops", "graphguard_frontends", "graphguard_lemma_functions",
+                     "graphguard_lemmas", "graphguard_ops"]
+
+
+@pytest.mark.parametrize("change,msg", [
+    (("extra_rank(?a) >= 1", "extra_rnak(?a) >= 1"),
+     r"lemma 9901 \(.*ggextra.__init__\.py:\d+\): unknown function\(s\) extra_rnak\(\) \(built-in, or a plugin's "
+     r"graphguard_lemma_functions\)"),
+    (('{"extra_rank":', '{"size":'), r"lemma function size\(\) of plugin extra is defined twice"),
+])
+def test_lemma_functions_of_a_plugin_are_checked_when_loaded(third_party, tmp_path, change, msg):
+    init = tmp_path / "ggextra" / "__init__.py"
+    init.write_text(init.read_text().replace(*change))
+    p = _gg(third_party, "lemmas", "list")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert re.fullmatch(r"graphguard: error: " + msg + r"\n", p.stderr), p.stderr
 
 
 def test_a_pack_whose_dependency_is_disabled_fails_clearly():

@@ -524,7 +524,7 @@ class EGraph:
 
     def _apply_matches(self, snap: Snapshot, stats: dict) -> int:
         merged = 0
-        ctx = EvalContext(lambda h: snap.shape(h.cls), self.cx)
+        ctx = EvalContext(lambda h: snap.shape(h.cls), self.cx, self.reg.functions)
         for r in self.rules:
             if r.native:
                 continue

@@ -121,7 +121,7 @@ def fuzz_rule(rule: Rule, reg: Registry, trials: int = 25, attempts: int = 4000,
                 env[v] = seed[v] if not isinstance(seed[v], list) else tuple(seed[v])
             else:
                 env[v] = _draw_attr(rng, spec.kind, spec, rank, pool)
-        ctx = EvalContext(lambda leaf: shapes[leaf.name], cx)
+        ctx = EvalContext(lambda leaf: shapes[leaf.name], cx, reg.functions)
         try:
             lhs = instantiate(rule.lhs, env, ctx, reg)
             lshape = term_shape(lhs, shapes.__getitem__, reg, cx)

@@ -167,6 +167,18 @@ def _expr_vars(e, out: set) -> None:
             _expr_vars(v, out)
 
 
+def _expr_calls(e, out: set) -> None:
+    """Names of the functions an attribute expression (or a pattern's attributes) calls."""
+    if isinstance(e, ACall):
+        out.add(e.fn)
+    for sub in (e.args if isinstance(e, (ACall, App)) else e.items if isinstance(e, AList)
+                else (e.left, e.right) if isinstance(e, ABin) else ()):
+        _expr_calls(sub, out)
+    if isinstance(e, App):
+        for _, v in e.attrs:
+            _expr_calls(v, out)
+
+
 def _is_plain(p: Term) -> bool:
     if isinstance(p, PVar):
         return True
@@ -192,6 +204,13 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
         raise
     except GraphGuardError as e:
         raise LemmaError(f"lemma {lem.ref} ({lem.where}): {e}") from None
+    calls: set[str] = set()
+    for e in (lp, rp, cond):
+        _expr_calls(e, calls)
+    unknown = sorted(calls - FUNCTIONS.keys() - reg.functions.keys())
+    if unknown:
+        raise LemmaError(f"lemma {lem.ref} ({lem.where}): unknown function(s) {', '.join(f + '()' for f in unknown)} "
+                         f"(built-in, or a plugin's graphguard_lemma_functions)")
     pairs = [(lp, rp, "")] + ([(rp, lp, "r")] if both else [])
     rules = []
     for lhs, rhs, suffix in pairs:
@@ -281,9 +300,10 @@ def compile_lemmas(lemmas: list[Lemma], reg: Registry) -> list[Rule]:
 class EvalContext:
     """How to read a bound tensor variable's shape; the constraint oracle."""
 
-    def __init__(self, shape_of: Callable[[Any], tuple], cx: S.Constraints):
+    def __init__(self, shape_of: Callable[[Any], tuple], cx: S.Constraints, functions: dict | None = None):
         self.shape_of = shape_of
         self.cx = cx
+        self.functions = {**FUNCTIONS, **functions} if functions else FUNCTIONS  # + plugins' (Registry.functions)
 
 
 def _perm(v) -> tuple:
@@ -454,7 +474,7 @@ def evaluate(e, env: dict[str, Any], ctx: EvalContext):
     if isinstance(e, AList):
         return tuple(evaluate(x, env, ctx) for x in e.items)
     if isinstance(e, ACall):
-        fn = FUNCTIONS.get(e.fn)
+        fn = ctx.functions.get(e.fn)
         if fn is None:
             raise LemmaError(f"unknown function {e.fn}() in a lemma")
         return fn(ctx, *[evaluate(a, env, ctx) for a in e.args])

@@ -154,6 +154,7 @@ class Registry:
     def __init__(self):
         self.ops: dict[str, OpDef] = {}
         self.collective_ops: dict[str, dict] = {}  # custom ops that are collectives (hook graphguard_collective_ops)
+        self.functions: dict[str, object] = {}  # lemma functions of plugins (hook graphguard_lemma_functions)
 
     def add(self, op: OpDef) -> None:
         if op.name in self.ops and self.ops[op.name] is not op:

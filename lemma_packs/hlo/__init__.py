@@ -2,7 +2,7 @@
 from graphguard.hookspecs import hookimpl
 
 from .layers import LEMMAS as LAYER_LEMMAS
-from .lemmas import LEMMAS
+from .lemmas import FUNCTIONS, LEMMAS
 from .ops import OPS
 
 
@@ -14,3 +14,8 @@ def graphguard_ops():
 @hookimpl
 def graphguard_lemmas():
     return LEMMAS + LAYER_LEMMAS
+
+
+@hookimpl
+def graphguard_lemma_functions():
+    return FUNCTIONS

@@ -62,13 +62,21 @@ BRIDGES = [
     L(806, "exponential-is-core-exp", "hlo.exponential(?a) => exp(?a)"),
 ]
 
-def _unit_permute(r: int) -> tuple[str, str]:
-    """``permute(x, p) => reshape(x, the permuted shape)`` for rank r, where p moves only size-1 dims (the other
-    dims keep their order): the rule and its condition."""
-    shape = ", ".join(f"size(?x, at(?p, {i}))" for i in range(r))
-    keep = " and ".join(f"(size(?x, at(?p, {i})) == 1 or size(?x, at(?p, {j})) == 1 or at(?p, {i}) < at(?p, {j}))"
-                        for i in range(r) for j in range(i + 1, r))
-    return f"permute(?x, dims=?p) => reshape(?x, shape=[{shape}])", f"len(?p) == {r} and {keep}"
+def _moves_only_unit_dims(ctx, x, p) -> bool:
+    """Does ``permute(x, p)`` keep the order of x's dims that are not (provably) of size 1?"""
+    shape = ctx.shape_of(x)
+    p = [int(i) for i in p]
+    if sorted(p) != list(range(len(shape))):
+        raise ValueError("not a permutation of the operand's dims")
+    kept = [i for i in p if not ctx.cx.prove("==", shape[i], 1)]
+    return kept == sorted(kept)
+
+
+# functions of this pack's conditions and right-hand sides (the graphguard_lemma_functions hook)
+FUNCTIONS = {
+    "moves_only_unit_dims": _moves_only_unit_dims,
+    "permuted_shape": lambda ctx, x, p: tuple(ctx.shape_of(x)[int(i)] for i in p),
+}
 
 
 MOVEMENT = [
@@ -81,10 +89,10 @@ MOVEMENT = [
                 {"a": [3], "b": [2], "d": 0, "s": [4, 5], "m": [1]})),
     # a transpose that moves only size-1 dims moves no data: XLA writes it as a reshape (one head per rank:
     # [b, 1, s, d] -> [b, s, 1, d]), so the pieces of a permuted concatenation must meet that reshape
-    L(865, "unit-dims-permute-is-reshape-3d", *_unit_permute(3),
-      examples=({"x": [2, 1, 3], "p": [1, 0, 2]}, {"x": [1, 2, 1], "p": [2, 1, 0]})),
-    L(866, "unit-dims-permute-is-reshape-4d", *_unit_permute(4),
-      examples=({"x": [2, 1, 4, 2], "p": [0, 2, 1, 3]}, {"x": [1, 3, 1, 2], "p": [1, 2, 3, 0]})),
+    L(865, "unit-dims-permute-is-reshape",
+      "permute(?x, dims=?p) => reshape(?x, shape=permuted_shape(?x, ?p))", "moves_only_unit_dims(?x, ?p)",
+      examples=({"x": [2, 1, 3], "p": [1, 0, 2]}, {"x": [1, 2, 1], "p": [2, 1, 0]},
+                {"x": [2, 1, 4, 2], "p": [0, 2, 1, 3]}, {"x": [1, 3, 1, 2], "p": [1, 2, 3, 0]})),
 ]
 
 UNARY = [

@@ -6,6 +6,7 @@ import pytest
 import graphguard
 from conftest import EXAMPLES
 from graphguard.frontends.fx.model_file import load_model_file
+from graphguard.engine.prove import proves
 from graphguard.ir.expr import to_text
 from graphguard.torch import capture
 
@@ -42,3 +43,31 @@ def test_summed_gradients_are_flagged_at_the_mean_loss():
     assert r.failure.loc.startswith("model.py:")
     assert r.failure.replay["max_abs_diff"] > 1e-3
     assert r.replay["ok"]  # what was related before the failure still holds numerically
+
+
+# the ATen side of a factor (lemmas 540-553): only through an argument the operator is linear in
+SHAPES = {"G": [4, 3], "X": [4, 3], "Y": [4, 3], "W": [3], "B": [3], "M": [4, 1], "R": [4, 1]}
+
+
+@pytest.mark.parametrize("lhs,rhs", [
+    ("aten.gelu_backward(scale(G, factor=1/2), X)", "scale(aten.gelu_backward(G, X), factor=1/2)"),
+    ("aten.mse_loss_backward(scale(G, factor=1/4), X, Y, reduction=0)",
+     "scale(aten.mse_loss_backward(G, X, Y, reduction=0), factor=1/4)"),
+    ("aten.sum.dim_IntList(scale(G, factor=1/2), dim=[0])", "scale(aten.sum.dim_IntList(G, dim=[0]), factor=1/2)"),
+    ("aten.mul.Tensor(X, scale(G, factor=2))", "scale(aten.mul.Tensor(X, G), factor=2)"),
+])
+def test_a_factor_moves_out_of_a_linear_argument(lhs, rhs):
+    assert proves(lhs, rhs, SHAPES)
+
+
+@pytest.mark.parametrize("lhs,rhs", [
+    # gelu's derivative is not linear in the input, nor the squared error in the prediction
+    ("aten.gelu_backward(G, scale(X, factor=1/2))", "scale(aten.gelu_backward(G, X), factor=1/2)"),
+    ("aten.mse_loss_backward(G, scale(X, factor=1/2), Y, reduction=0)",
+     "scale(aten.mse_loss_backward(G, X, Y, reduction=0), factor=1/2)"),
+    ("aten.gelu(scale(X, factor=2))", "scale(aten.gelu(X), factor=2)"),
+    # a sum of two halves with different factors is no scaled sum
+    ("aten.add.Tensor(scale(X, factor=1/2), scale(Y, factor=1/4))", "scale(aten.add.Tensor(X, Y), factor=1/2)"),
+])
+def test_a_factor_never_moves_out_of_a_nonlinear_one(lhs, rhs):
+    assert not proves(lhs, rhs, SHAPES)

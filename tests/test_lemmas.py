@@ -24,6 +24,12 @@ PROVES = [
     ("add(X, Y)", "sum(X, Y)"),
     ("identity(X)", "X"),
     ("concat(P, concat(Q, P, dim=0), dim=0)", "concat(concat(P, Q, dim=0), P, dim=0)"),
+    # a constant factor moves out of data movement and matmuls, and combines (140-148)
+    ("concat(scale(R0, factor=1/2), scale(R1, factor=1/2), dim=0)", "scale(concat(R0, R1, dim=0), factor=1/2)"),
+    ("sum(scale(X, factor=1/4), scale(Y, factor=1/4))", "scale(sum(X, Y), factor=1/4)"),
+    ("scale(scale(X, factor=2), factor=1/2)", "X"),
+    ("matmul(scale(R0, factor=1/2), W)", "scale(matmul(R0, W), factor=1/2)"),
+    ("permute(scale(X, factor=3), dims=[1, 0])", "scale(permute(X, dims=[1, 0]), factor=3)"),
 ]
 
 MUST_NOT_PROVE = [
@@ -39,6 +45,12 @@ MUST_NOT_PROVE = [
     ("sum(X, Y)", "X"),
     ("permute(X, dims=[1, 0])", "reshape(X, shape=[3, 4])"),
     ("matmul(concat(A0, A1, dim=1), concat(B0, B1, dim=0))", "matmul(A0, B0)"),
+    # factors: different ones never combine, none disappears, and a nonlinear op keeps its own
+    ("sum(scale(X, factor=1/2), scale(Y, factor=1/4))", "scale(sum(X, Y), factor=1/2)"),
+    ("concat(scale(R0, factor=1/2), R1, dim=0)", "scale(concat(R0, R1, dim=0), factor=1/2)"),
+    ("scale(X, factor=1/2)", "X"),
+    ("scale(scale(X, factor=2), factor=2)", "X"),
+    ("exp(scale(X, factor=2))", "scale(exp(X), factor=2)"),
 ]
 
 

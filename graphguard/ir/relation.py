@@ -237,6 +237,8 @@ def _attr_for_kind(c, kind: str, where: str):
         return c[1] if kind == "str" else S.symbol(c[1])
     if isinstance(c, list):
         return [_attr_for_kind(x, "scalar", where) if kind in ("scalars", "ints") else x for x in c]
+    if kind == "number" and isinstance(c, S.sp.Rational):  # factor=1/2, as relations are printed
+        return Fraction(int(c.p), int(c.q))
     return c
 
 

@@ -32,6 +32,7 @@ def _verify(monkeypatch, world=2, backward=False, bug="", form="index_put"):
     d = ggt.capture(lambda r: M.impl(r, world), lambda r: M.inputs(r, world), world_size=world, backward=backward)
     ops = {n.op for n in d.graph().nodes}
     assert ("aten.masked_fill.Scalar" in ops) == (form == "masked_fill"), ops
+    assert ("aten.where.self" in ops) == (form == "where"), ops
     rel = dict(M.relation(world, backward), expect=M.expect(world, backward))
     return graphguard.verify(s.graph(), d.graph(), rel, replay=True)
 
@@ -52,11 +53,12 @@ def test_vocab_parallel_embedding_and_cross_entropy_refine(monkeypatch, world):
     assert not r.expect["missing"] and r.replay["ok"]
 
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_masked_fill_form_refines(monkeypatch, world):
+@pytest.mark.parametrize("world,form", [(2, "masked_fill"), (4, "masked_fill"), (2, "where")])
+def test_masked_fill_form_refines(monkeypatch, world, form):
     """``(ids - start).masked_fill(mask, 0)``, ``out.masked_fill(mask.unsqueeze(-1), 0.0)`` and
-    ``predicted.masked_fill(target_mask, 0.0)``; the backward zeroes the gradient with masked_fill too."""
-    r = _verify(monkeypatch, world, backward=True, form="masked_fill")
+    ``predicted.masked_fill(target_mask, 0.0)``; the backward zeroes the gradient with masked_fill too. The
+    ``torch.where(mask, 0, x)`` form is the same through lemma 487."""
+    r = _verify(monkeypatch, world, backward=True, form=form)
     assert r.verdict == "refines", r.render()
     lines = r.r_o_lines()
     assert [f"out0 = out0@{k}" for k in range(world)] == [x for x in lines if x.startswith("out0 ")]
@@ -65,13 +67,15 @@ def test_masked_fill_form_refines(monkeypatch, world):
     assert {"481", "483", "485"} <= {str(k) for k in r.stats["lemma_hits"]}  # (480 is native: not counted)
 
 
-@pytest.mark.parametrize("bug,backward,op", [
-    ("mask", False, "aten.embedding"),
-    ("target-mask", False, "aten.gather"),
-    ("offset", True, "aten.embedding"),
+@pytest.mark.parametrize("bug,backward,op,form", [
+    ("mask", False, "aten.embedding", "masked_fill"),
+    ("target-mask", False, "aten.gather", "masked_fill"),
+    ("offset", True, "aten.embedding", "masked_fill"),
+    ("mask", False, "aten.embedding", "where"),
+    ("target-mask", False, "aten.gather", "where"),
 ])
-def test_masked_fill_form_bugs_are_flagged(monkeypatch, bug, backward, op):
-    r = _verify(monkeypatch, backward=backward, bug=bug, form="masked_fill")
+def test_masked_fill_form_bugs_are_flagged(monkeypatch, bug, backward, op, form):
+    r = _verify(monkeypatch, backward=backward, bug=bug, form=form)
     assert r.verdict == "does-not-refine" and r.exit_code == 1, r.render()
     assert r.failure.op == op and r.failure.replay["max_abs_diff"] > 1e-3
 

@@ -41,8 +41,8 @@ _spec.loader.exec_module(base)
 HIDDEN, SEQ, BATCH, LAYERS = base.HIDDEN, base.SEQ, base.BATCH, base.LAYERS
 VOCAB = 64
 BUG = os.environ.get("GG_VOCAB_BUG", "")
-# how out-of-shard entries are masked: "index_put" (Megatron: x[mask] = 0) or "masked_fill" (x.masked_fill(mask, 0),
-# as other versions and vLLM's VocabParallelEmbedding write it)
+# how out-of-shard entries are masked: "index_put" (Megatron: x[mask] = 0), "masked_fill" (x.masked_fill(mask, 0),
+# as other versions and vLLM's VocabParallelEmbedding write it) or "where" (torch.where(mask, 0, x))
 MASK_FORM = os.environ.get("GG_VOCAB_MASK", "index_put")
 _F, _G = base._F, base._G
 
@@ -64,6 +64,11 @@ class VocabParallelEmbedding(torch.nn.Module):
             if BUG != "mask":
                 out = out.masked_fill(mask.unsqueeze(-1), 0.0)
             return _G.apply(out)
+        if MASK_FORM == "where":
+            out = torch.nn.functional.embedding(torch.where(mask, 0, ids - self.start), self.weight)
+            if BUG != "mask":
+                out = torch.where(mask.unsqueeze(-1), 0.0, out)
+            return _G.apply(out)
         local = ids.clone() - self.start
         local[mask] = 0
         out = torch.nn.functional.embedding(local, self.weight)
@@ -82,6 +87,8 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         target_mask = (target < start) | (target >= end)
         if MASK_FORM == "masked_fill":
             masked_target = (target - start).masked_fill(target_mask, 0)
+        elif MASK_FORM == "where":
+            masked_target = torch.where(target_mask, 0, target - start)
         else:
             masked_target = target.clone() - start
             masked_target[target_mask] = 0
@@ -90,6 +97,8 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         if BUG != "target-mask":
             if MASK_FORM == "masked_fill":
                 predicted_logits = predicted_logits.masked_fill(target_mask, 0.0)
+            elif MASK_FORM == "where":
+                predicted_logits = torch.where(target_mask, 0.0, predicted_logits)
             else:
                 predicted_logits[target_mask] = 0.0
         predicted_logits = funcol.all_reduce(predicted_logits, "sum", dist.group.WORLD)

@@ -184,6 +184,11 @@ MASKED_FILL = [
       f" => sum({_PREDICTED_MF.format(x='?a', m='?n', i='?t', s='?s', e='?s + ' + _AC)},"
       f" {_PREDICTED_MF.format(x='?b', m='?n', i='?t', s='?s + ' + _AC, e='?e')})",
       _NESTED, index={"t": "?e + 2"}, examples=_NESTED_EXAMPLES),
+    # torch.where(mask, 0, x) is x.masked_fill(mask, 0) (a whole-number fill: the same value whatever the
+    # dtypes promote to), so the masked_fill lemmas above cover the torch.where form too
+    L(487, "where-of-a-scalar-is-masked-fill",
+      "aten.where.self(?m, aten.scalar_tensor(s=?v, dtype=?t), ?x) => aten.masked_fill.Scalar(?x, ?m, value=?v)",
+      "?v // 1 == ?v"),
 ]
 
 LEMMAS = EMBEDDING + CROSS_ENTROPY + MASKED_FILL

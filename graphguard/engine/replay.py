@@ -177,7 +177,14 @@ def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg:
               "mismatches": mismatches, "symbols": sv}
     if result.failure is not None and result.failure.outputs and result.failure.outputs[0] in s_env:
         result.failure.replay = _closest(result, g_s, g_d, s_env, d_env)
-        missing = [m for m in (result.expect or {}).get("missing") or [] if m[0] == result.failure.outputs[0]]
+        all_missing = (result.expect or {}).get("missing") or []
+        missing = [m for m in all_missing if m[0] == result.failure.outputs[0]]
+        if not missing and result.failure.replay["max_abs_diff"] == float("inf"):
+            # no G_d tensor has the failing tensor's shape (e.g. a batch sharded over one axis of a 2-D mesh,
+            # where concatenating every rank's piece is too long): the expectation R_o misses for the first
+            # G_s output instead (the output a failure in R_o's extraction names)
+            order = {t: i for i, t in enumerate(g_s.outputs)}
+            missing = sorted((m for m in all_missing if m[0] in s_env), key=lambda m: order.get(m[0], len(order)))[:1]
         if missing:  # the failure is an expectation: how far is the expected relation from the specification?
             t, exp_text, _ = missing[0]
             exp = next(e for e in rel.expect[t] if to_text(e) == exp_text)

@@ -61,6 +61,7 @@ def _cname(op: str, n: int | None = None) -> str:
 
 SHARES = "#shares"  # a virtual e-node of the clean extraction: x as the sum of n shares x/n (Snapshot)
 CONSTANT = frozenset({"#constant"})  # marks a constant in the clean table
+HANDLE = "H"  # (H k): an egglog function naming an e-class, so a term spells it in two symbols
 NONE = "#none"  # an absent optional attribute, inside the e-graph (never a legal string attribute)
 
 
@@ -88,6 +89,7 @@ class Snapshot:
         self.classes: dict[Any, list[ENode]] = {}
         self.hashcons: dict[tuple, Any] = {}
         self.matches: dict[str, list[tuple]] = {}
+        self.handle: dict[Any, int] = {}  # e-class -> the number k of a handle (H k) naming it
         strings: dict[Any, str] = {}
 
         def s(v):
@@ -97,36 +99,52 @@ class Snapshot:
             return t
 
         n = 0
+        classes, hashcons = self.classes, self.hashcons
+        seen = getattr(eg, "_seen", None)  # match rows already handled since the last push: skipped here
+        raw_matches: dict[Any, list[tuple]] = {}
         for fname, fn in fz.functions.items():
             if fn.is_let_binding:
                 continue
             if fname == "T":
                 for row in fn.rows:
+                    out = row.output
                     name = s(row.inputs[0])
-                    node = ENode("T", (), name)
-                    self.classes.setdefault(row.output, []).append(node)
-                    self.hashcons[("T", (), name)] = row.output
+                    classes.setdefault(out, []).append(ENode("T", (), name))
+                    hashcons[("T", (), name)] = out
                     n += 1
                 continue
             hit = eg._ops_by_cname.get(fname)
             if hit is not None:
                 op, k = hit
+                specs = op.attrs
+                decoded: dict[tuple, tuple] = {}  # raw attribute values -> decoded attributes
                 for row in fn.rows:
-                    ch = tuple(row.inputs[:k])
-                    attrs = tuple((spec.name, eg.decode(spec, op, s(v))) for spec, v in zip(op.attrs, row.inputs[k:]))
-                    node = ENode(op.name, ch, attrs)
-                    self.classes.setdefault(row.output, []).append(node)
-                    self.hashcons[(op.name, ch, attrs)] = row.output
+                    ins = row.inputs
+                    out = row.output
+                    ch = tuple(ins[:k])
+                    raw = tuple(ins[k:])
+                    attrs = decoded.get(raw)
+                    if attrs is None:
+                        attrs = decoded[raw] = tuple((spec.name, eg.decode(spec, op, s(v))) for spec, v in zip(specs, raw))
+                    classes.setdefault(out, []).append(ENode(op.name, ch, attrs))
+                    hashcons[(op.name, ch, attrs)] = out
                     n += 1
+                continue
+            if fname == HANDLE:  # (H k): a name for an e-class, set once (see EGraph.emit)
+                for row in fn.rows:
+                    self.handle.setdefault(row.output, eg._eg.value_to_i64(row.inputs[0]))
                 continue
             if fname in eg._match_rels:  # one relation per column signature; column 0 names the rule
                 for row in fn.rows:
-                    self.matches.setdefault(s(row.inputs[0]), []).append(tuple(row.inputs[1:]))
+                    t = tuple(row.inputs)
+                    if seen is None or t not in seen:
+                        raw_matches.setdefault(t[0], []).append(t)
+        for v, rows in raw_matches.items():
+            self.matches[s(v)] = rows
         self.n_nodes = n
         self._strings = s
         self._shape: dict[Any, tuple] = {}
         self._repr: dict[Any, Term] = {}
-        self._emitted: dict[Any, str] = {}  # e-class -> its representative in egglog syntax
         self._clean: dict[Any, dict] = {}
         self._inv_parents: dict | None = None  # class -> classes holding reshape/permute/identity of it
         self._compute_shapes()
@@ -364,7 +382,9 @@ class EGraph:
         self._shape_cache: dict[tuple, tuple] = {}
         self._cond_cache: dict[tuple, bool] = {}  # (rule, shapes, attrs) -> condition proved
         self.commands = 0
-        prog = ["(datatype Term)", "(constructor T (String) Term)"]
+        self._handles = 0  # handles given out (numbers are never reused, so (H k) names one class for ever)
+        self._pending: list[str] = []  # (set (H k) term) commands to run before the next one that uses (H k)
+        prog = ["(datatype Term)", "(constructor T (String) Term)", f"(function {HANDLE} (i64) Term :merge old)"]
         if ops is not None:
             ops = set(ops)
             for r in rules:
@@ -412,11 +432,19 @@ class EGraph:
     def emit(self, t: Term, snap: Snapshot | None = None) -> str:
         if isinstance(t, Leaf):
             return f"(T {_q(t.name)})"
-        if isinstance(t, Hole):  # an e-class, by its representative term (spelled once per snapshot)
-            text = snap._emitted.get(t.cls)
-            if text is None:
-                text = snap._emitted[t.cls] = self.emit(snap.repr(t.cls), snap)
-            return text
+        if isinstance(t, Hole):
+            # an e-class, by its handle (H k): egglog's cost grows with the symbols of a command, and the
+            # representative term of a class (an 8-way concatenation: 15 symbols) is spelled once per push
+            # -- when the handle is set to it -- instead of once per use
+            k = snap.handle.get(t.cls)
+            if k is None:
+                r = snap.repr(t.cls)
+                if isinstance(r, Leaf):
+                    return self.emit(r)
+                k = snap.handle[t.cls] = self._handles
+                self._handles += 1
+                self._pending.append(f"(set ({HANDLE} {k}) {self.emit(r, snap)})")
+            return f"({HANDLE} {k})"
         assert isinstance(t, App)
         op = self.reg.get(t.op)
         parts = [self.emit(a, snap) for a in t.args]
@@ -485,7 +513,12 @@ class EGraph:
         self._run(self.emit(t))
 
     def union(self, a: Term, b: Term, snap: Snapshot | None = None) -> None:
-        self._run(f"(union {self.emit(a, snap)} {self.emit(b, snap)})")
+        text = f"(union {self.emit(a, snap)} {self.emit(b, snap)})"
+        if self._pending:
+            for cmd in self._pending:
+                self._run(cmd)
+            self._pending.clear()
+        self._run(text)
 
     def union_all(self, pairs) -> None:
         """Several unions in one egglog program (G_d facts: small terms)."""
@@ -517,11 +550,11 @@ class EGraph:
         for r in self.rules:
             if r.native:
                 continue
-            for row in snap.matches.get(r.id, ()):
-                key = (r.id, row)
+            for key in snap.matches.get(r.id, ()):  # (rule, columns...) rows not seen since the last push
                 if key in self._seen:
                     continue
                 self._seen.add(key)
+                row = key[1:]
                 env: dict[str, Any] = {}
                 i = 0
                 root = None

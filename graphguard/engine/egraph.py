@@ -201,6 +201,9 @@ class Snapshot:
                     f"e-class merged tensors of shapes {fmt_shape(old)} and {fmt_shape(shp)} "
                     f"({self.repr(c) if c in self._repr else nd.op}); a lemma is unsound")
 
+    def has_leaf(self, c) -> bool:
+        return any(nd.op == "T" for nd in self.classes.get(c, ()))
+
     def shape(self, c) -> tuple:
         return self._shape[c]
 
@@ -438,12 +441,22 @@ class EGraph:
             # -- when the handle is set to it -- instead of once per use
             k = snap.handle.get(t.cls)
             if k is None:
-                r = snap.repr(t.cls)
-                if isinstance(r, Leaf):
-                    return self.emit(r)
+                nodes = snap.classes.get(t.cls, ())
+                for nd in nodes:
+                    if nd.op == "T":
+                        return f"(T {_q(nd.attrs)})"
+                # the handle is set to an e-node of the class whose operands are named already (a few
+                # symbols), else to the class's representative term
+                body = None
+                for nd in nodes:
+                    if all(ch in snap.handle or snap.has_leaf(ch) for ch in nd.children):
+                        body = self.emit(App(nd.op, tuple(Hole(ch) for ch in nd.children), nd.attrs), snap)
+                        break
+                if body is None:
+                    body = self.emit(snap.repr(t.cls), snap)
                 k = snap.handle[t.cls] = self._handles
                 self._handles += 1
-                self._pending.append(f"(set ({HANDLE} {k}) {self.emit(r, snap)})")
+                self._pending.append(f"(set ({HANDLE} {k}) {body})")
             return f"({HANDLE} {k})"
         assert isinstance(t, App)
         op = self.reg.get(t.op)

@@ -384,6 +384,7 @@ class EGraph:
         self._decode_cache: dict[tuple, Any] = {}
         self._shape_cache: dict[tuple, tuple] = {}
         self._cond_cache: dict[tuple, bool] = {}  # (rule, shapes, attrs) -> condition proved
+        self._side_cache: dict[tuple, Any] = {}  # (rule, shapes, attrs) -> its sides over slots (None: ill-formed)
         self.commands = 0
         self._handles = 0  # handles given out (numbers are never reused, so (H k) names one class for ever)
         self._pending: list[str] = []  # (set (H k) term) commands to run before the next one that uses (H k)
@@ -589,11 +590,24 @@ class EGraph:
                     ok = self._cond_cache[ck] = check_condition(r, env, ctx)
                 if not ok:
                     continue
-                try:
-                    rhs = instantiate(r.rhs, env, ctx, self.reg)
-                    lhs = Hole(root) if root is not None else instantiate(r.lhs, env, ctx, self.reg)
-                except (ShapeError, ValueError, ZeroDivisionError, IndexError, TypeError, OverflowError):
+                # so does every attribute of the sides: they are built once per distinct set, over slots
+                # that stand for the tensor variables, which are then filled with this match's e-classes
+                tk = (r.id, tuple(snap.shape(env[v].cls) for v in r.tvars), tuple(env[v] for v in r.avars))
+                tmpl = self._side_cache.get(tk, _MISSING)
+                if tmpl is _MISSING:
+                    slots = dict(env)
+                    for v in r.tvars:
+                        slots[v] = Hole(_Slot(v, snap.shape(env[v].cls)))
+                    try:
+                        tmpl = (instantiate(r.rhs, slots, _SLOT_CTX(self.cx), self.reg),
+                                None if root is not None else instantiate(r.lhs, slots, _SLOT_CTX(self.cx), self.reg))
+                    except (ShapeError, ValueError, ZeroDivisionError, IndexError, TypeError, OverflowError):
+                        tmpl = None
+                    self._side_cache[tk] = tmpl
+                if tmpl is None:
                     continue
+                rhs = _fill(tmpl[0], env)
+                lhs = Hole(root) if root is not None else _fill(tmpl[1], env)
                 a, b = snap.find(lhs), snap.find(rhs)
                 if a is not None and a == b:
                     continue
@@ -603,6 +617,29 @@ class EGraph:
                 stats["lemma_hits"][r.lemma.ref] += 1
                 merged += 1
         return merged
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Stands for tensor variable ``name`` (of shape ``shape``) in a lemma side built once for many matches."""
+    name: str
+    shape: tuple
+
+
+_MISSING = object()
+
+
+def _SLOT_CTX(cx: S.Constraints) -> EvalContext:
+    return EvalContext(lambda h: h.cls.shape, cx)
+
+
+def _fill(t: Term, env: dict) -> Term:
+    """Side ``t`` with its slots replaced by the match's bindings."""
+    if isinstance(t, Hole):
+        return env[t.cls.name] if isinstance(t.cls, _Slot) else t
+    if isinstance(t, App):
+        return App(t.op, tuple(_fill(a, env) for a in t.args), t.attrs)
+    return t
 
 
 def _two_values(p: Term) -> list[str]:

@@ -561,53 +561,59 @@ class EGraph:
     def _apply_matches(self, snap: Snapshot, stats: dict) -> int:
         merged = 0
         ctx = EvalContext(lambda h: snap.shape(h.cls), self.cx)
+        shape = snap._shape
+        seen = self._seen
+        values: dict[tuple, Any] = {}  # (attribute kind, egglog value) -> decoded attribute
         for r in self.rules:
             if r.native:
                 continue
-            for key in snap.matches.get(r.id, ()):  # (rule, columns...) rows not seen since the last push
-                if key in self._seen:
+            keys = snap.matches.get(r.id)
+            if not keys:
+                continue
+            rooted = r.exists == "root"
+            first = 2 if rooted else 1  # key: (rule, [root], tensor variables..., attribute variables...)
+            tvars = r.tvars
+            nt = len(tvars)
+            aspecs = [(v, op, op.attr_spec(attr)) for v, (op, attr) in r.avars.items()]
+            tv, av = r.cond_vars
+            for key in keys:  # rows not seen since the last push
+                if key in seen:
                     continue
-                self._seen.add(key)
-                row = key[1:]
+                seen.add(key)
                 env: dict[str, Any] = {}
-                i = 0
-                root = None
-                if r.exists == "root":
-                    root = row[0]
-                    i = 1
-                for v in r.tvars:
-                    env[v] = Hole(row[i])
-                    i += 1
-                for v, (op, attr) in r.avars.items():
-                    env[v] = self.decode(op.attr_spec(attr), op, snap._strings(row[i]))
-                    i += 1
-                # a condition reads only shapes and attribute values (FUNCTIONS): decided once per distinct set
-                tv, av = r.cond_vars
-                ck = (r.id, tuple(snap.shape(row_cls) for row_cls in (env[v].cls for v in tv)),
-                      tuple(env[v] for v in av))
-                ok = self._cond_cache.get(ck)
-                if ok is None:
-                    ok = self._cond_cache[ck] = check_condition(r, env, ctx)
-                if not ok:
-                    continue
-                # so does every attribute of the sides: they are built once per distinct set, over slots
-                # that stand for the tensor variables, which are then filled with this match's e-classes
-                tk = (r.id, tuple(snap.shape(env[v].cls) for v in r.tvars), tuple(env[v] for v in r.avars))
+                for v, c in zip(tvars, key[first:first + nt]):
+                    env[v] = Hole(c)
+                for (v, op, spec), val in zip(aspecs, key[first + nt:]):
+                    vk = (spec.kind, val)
+                    x = values.get(vk, _MISSING)
+                    if x is _MISSING:
+                        x = values[vk] = self.decode(spec, op, snap._strings(val))
+                    env[v] = x
+                # the condition and every attribute of the sides read only shapes and attribute values
+                # (FUNCTIONS): decided and built once per distinct set -- the sides over slots that stand for
+                # the tensor variables, then filled with this match's e-classes
+                tk = (r.id, tuple(shape[c] for c in key[first:first + nt]), tuple(env[v] for v, _, _ in aspecs))
                 tmpl = self._side_cache.get(tk, _MISSING)
                 if tmpl is _MISSING:
-                    slots = dict(env)
-                    for v in r.tvars:
-                        slots[v] = Hole(_Slot(v, snap.shape(env[v].cls)))
-                    try:
-                        tmpl = (instantiate(r.rhs, slots, _SLOT_CTX(self.cx), self.reg),
-                                None if root is not None else instantiate(r.lhs, slots, _SLOT_CTX(self.cx), self.reg))
-                    except (ShapeError, ValueError, ZeroDivisionError, IndexError, TypeError, OverflowError):
-                        tmpl = None
+                    ck = (r.id, tuple(shape[env[v].cls] for v in tv), tuple(env[v] for v in av))
+                    ok = self._cond_cache.get(ck)
+                    if ok is None:
+                        ok = self._cond_cache[ck] = check_condition(r, env, ctx)
+                    tmpl = None
+                    if ok:
+                        slots = dict(env)
+                        for v in tvars:
+                            slots[v] = Hole(_Slot(v, shape[env[v].cls]))
+                        try:
+                            tmpl = (instantiate(r.rhs, slots, _SLOT_CTX(self.cx), self.reg),
+                                    None if rooted else instantiate(r.lhs, slots, _SLOT_CTX(self.cx), self.reg))
+                        except (ShapeError, ValueError, ZeroDivisionError, IndexError, TypeError, OverflowError):
+                            tmpl = None
                     self._side_cache[tk] = tmpl
                 if tmpl is None:
                     continue
                 rhs = _fill(tmpl[0], env)
-                lhs = Hole(root) if root is not None else _fill(tmpl[1], env)
+                lhs = Hole(key[1]) if rooted else _fill(tmpl[1], env)
                 a, b = snap.find(lhs), snap.find(rhs)
                 if a is not None and a == b:
                     continue

@@ -546,7 +546,11 @@ class EGraph:
         """Run the lemmas to a fixpoint (or raise BudgetExceeded); return the final snapshot."""
         for _ in range(budget.iterations):
             out = self._run("(run-schedule (repeat 1 (run lemmas)))")
-            updated = out[-1].report.updated
+            report = out[-1].report
+            # no native rewrite matched: the run added match rows only; when none of them merges anything
+            # either, the next run would find nothing new (no rule reads the match relations) -- saturated
+            updated = report.updated and any(n for rule, n in report.num_matches_per_rule.items()
+                                             if rule.startswith("(rewrite"))
             snap = self.snapshot()
             if snap.n_nodes > budget.enodes:
                 raise BudgetExceeded(f"e-graph grew past {budget.enodes} e-nodes")

@@ -90,7 +90,7 @@ class Snapshot:
         self.hashcons: dict[tuple, Any] = {}
         self.matches: dict[str, list[tuple]] = {}
         self.handle: dict[Any, int] = {}  # e-class -> the number k of a handle (H k) naming it
-        strings: dict[Any, str] = {}
+        strings = eg._strings
 
         def s(v):
             t = strings.get(v)
@@ -117,7 +117,7 @@ class Snapshot:
             if hit is not None:
                 op, k = hit
                 specs = op.attrs
-                decoded: dict[tuple, tuple] = {}  # raw attribute values -> decoded attributes
+                decoded = eg._raw_attrs.setdefault(op.name, {})  # raw attribute values -> decoded attributes
                 for row in fn.rows:
                     ins = row.inputs
                     out = row.output
@@ -160,20 +160,41 @@ class Snapshot:
     # -- shapes ---------------------------------------------------------------------------------
     def _compute_shapes(self) -> None:
         """Shape every e-class bottom-up (a worklist: an e-node is shaped once all its children are) and check
-        that every e-node of a class agrees -- a lemma that merged tensors of two shapes is unsound."""
+        that every e-node of a class agrees -- a lemma that merged tensors of two shapes is unsound. An e-node
+        shaped by an earlier snapshot of this push keeps its shape (e-class ids are not reused in a push)."""
         eg = self.eg
-        items = [(c, nd) for c, nodes in self.classes.items() for nd in nodes]
+        known = eg._node_shapes
+        shapes = self._shape
+
+        def put(c, shp, nd) -> bool:
+            old = shapes.get(c)
+            if old is None:
+                shapes[c] = shp
+                return True
+            if old != shp and (len(old) != len(shp) or any(S.norm(a) != S.norm(b) for a, b in zip(old, shp))):
+                raise UnsoundLemmaError(
+                    f"e-class merged tensors of shapes {fmt_shape(old)} and {fmt_shape(shp)} "
+                    f"({self.repr(c) if c in self._repr else nd.op}); a lemma is unsound")
+            return False
+
+        items = []
+        for c, nodes in self.classes.items():
+            for nd in nodes:
+                shp = known.get((nd.op, nd.children, nd.attrs))
+                if shp is None:
+                    items.append((c, nd))
+                else:
+                    put(c, shp, nd)
         waiting: dict[Any, list[int]] = {}
         missing = [0] * len(items)
         work = []
         for i, (_, nd) in enumerate(items):
-            kids = set(nd.children)
+            kids = {ch for ch in nd.children if ch not in shapes}
             missing[i] = len(kids)
             for ch in kids:
                 waiting.setdefault(ch, []).append(i)
             if not kids:
                 work.append(i)
-        shapes = self._shape
         while work:
             i = work.pop()
             c, nd = items[i]
@@ -189,17 +210,12 @@ class Snapshot:
                     except (ShapeError, ValueError, IndexError, KeyError, TypeError) as e:
                         raise UnsoundLemmaError(f"ill-shaped e-node {nd.op} in the e-graph: {e}") from None
                     eg._shape_cache[key] = shp
-            old = shapes.get(c)
-            if old is None:
-                shapes[c] = shp
+            known[(nd.op, nd.children, nd.attrs)] = shp
+            if put(c, shp, nd):
                 for j in waiting.get(c, ()):
                     missing[j] -= 1
                     if not missing[j]:
                         work.append(j)
-            elif old != shp and (len(old) != len(shp) or any(S.norm(a) != S.norm(b) for a, b in zip(old, shp))):
-                raise UnsoundLemmaError(
-                    f"e-class merged tensors of shapes {fmt_shape(old)} and {fmt_shape(shp)} "
-                    f"({self.repr(c) if c in self._repr else nd.op}); a lemma is unsound")
 
     def has_leaf(self, c) -> bool:
         return any(nd.op == "T" for nd in self.classes.get(c, ()))
@@ -386,6 +402,7 @@ class EGraph:
         self._cond_cache: dict[tuple, bool] = {}  # (rule, shapes, attrs) -> condition proved
         self._side_cache: dict[tuple, Any] = {}  # (rule, shapes, attrs) -> its sides over slots (None: ill-formed)
         self.commands = 0
+        self._fresh_scope()
         self._handles = 0  # handles given out (numbers are never reused, so (H k) names one class for ever)
         self._pending: list[str] = []  # (set (H k) term) commands to run before the next one that uses (H k)
         prog = ["(datatype Term)", "(constructor T (String) Term)", f"(function {HANDLE} (i64) Term :merge old)"]
@@ -519,9 +536,18 @@ class EGraph:
     def push(self) -> None:
         self._run("(push)")
         self._seen: set = set()
+        self._fresh_scope()
 
     def pop(self) -> None:
         self._run("(pop)")
+        self._fresh_scope()
+
+    def _fresh_scope(self) -> None:
+        """Caches keyed by egglog values (e-class ids, interned strings): valid until the next push or pop,
+        which can hand the same value to something else."""
+        self._node_shapes: dict[tuple, tuple] = {}  # (op, child e-classes, attributes) -> shape
+        self._strings: dict[Any, str] = {}  # egglog string value -> text
+        self._raw_attrs: dict[str, dict] = {}  # op -> raw attribute values -> decoded attributes
 
     def add(self, t: Term) -> None:
         self._run(self.emit(t))

@@ -419,6 +419,7 @@ class EGraph:
                 sig = " ".join(["Term"] * k + ["String"] * len(op.attrs))
                 prog.append(f"(constructor {cn} ({sig}) Term)")
         prog.append("(ruleset lemmas)")
+        prog.append("(ruleset clear)")
         for r in rules:
             prog.extend(self._compile(r))
         self._run("\n".join(prog))
@@ -528,7 +529,13 @@ class EGraph:
         sorts = (["Term"] if root else []) + ["Term"] * len(r.tvars) + ["String"] * len(r.avars)
         # rules with the same columns share one relation (each declared table costs every push a copy)
         rel = "M_" + "".join(x[0] for x in sorts)
-        decl = [] if rel in self._match_rels else [f"(relation {rel} (String {' '.join(sorts)}))"]
+        decl = []
+        if rel not in self._match_rels:
+            # rows are read once (Snapshot) and then deleted by the ``clear`` rules before the next run, so a
+            # snapshot holds only the matches found since the last one (a match found again is found anew)
+            xs = " ".join(f"x{i}" for i in range(len(sorts) + 1))
+            decl = [f"(relation {rel} (String {' '.join(sorts)}))",
+                    f"(rule (({rel} {xs})) ((delete ({rel} {xs}))) :ruleset clear)"]
         self._match_rels.add(rel)
         return decl + [f"(rule ({' '.join(facts)}) (({rel} {_q(r.id)} {' '.join(cols)})) :ruleset lemmas)"]
 
@@ -571,7 +578,7 @@ class EGraph:
     def saturate(self, budget: Budget, deadline: float, stats: dict) -> Snapshot:
         """Run the lemmas to a fixpoint (or raise BudgetExceeded); return the final snapshot."""
         for _ in range(budget.iterations):
-            out = self._run("(run-schedule (repeat 1 (run lemmas)))")
+            out = self._run("(run-schedule (run clear) (run lemmas))")
             report = out[-1].report
             # no native rewrite matched: the run added match rows only; when none of them merges anything
             # either, the next run would find nothing new (no rule reads the match relations) -- saturated

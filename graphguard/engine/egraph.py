@@ -582,8 +582,9 @@ class EGraph:
             report = out[-1].report
             # no native rewrite matched: the run added match rows only; when none of them merges anything
             # either, the next run would find nothing new (no rule reads the match relations) -- saturated
+            # (rules that mention a match relation M_...: the match rules and the clear rules)
             updated = report.updated and any(n for rule, n in report.num_matches_per_rule.items()
-                                             if rule.startswith("(rewrite"))
+                                             if "(M_" not in rule)
             snap = self.snapshot()
             if snap.n_nodes > budget.enodes:
                 raise BudgetExceeded(f"e-graph grew past {budget.enodes} e-nodes")

@@ -61,6 +61,7 @@ def _cname(op: str, n: int | None = None) -> str:
 
 SHARES = "#shares"  # a virtual e-node of the clean extraction: x as the sum of n shares x/n (Snapshot)
 CONSTANT = frozenset({"#constant"})  # marks a constant in the clean table
+HANDLE = "H"  # (H k): an egglog function naming an e-class, so a term spells it in two symbols
 NONE = "#none"  # an absent optional attribute, inside the e-graph (never a legal string attribute)
 
 
@@ -88,7 +89,8 @@ class Snapshot:
         self.classes: dict[Any, list[ENode]] = {}
         self.hashcons: dict[tuple, Any] = {}
         self.matches: dict[str, list[tuple]] = {}
-        strings: dict[Any, str] = {}
+        self.handle: dict[Any, int] = {}  # e-class -> the number k of a handle (H k) naming it
+        strings = eg._strings
 
         def s(v):
             t = strings.get(v)
@@ -97,36 +99,52 @@ class Snapshot:
             return t
 
         n = 0
+        classes, hashcons = self.classes, self.hashcons
+        seen = getattr(eg, "_seen", None)  # match rows already handled since the last push: skipped here
+        raw_matches: dict[Any, list[tuple]] = {}
         for fname, fn in fz.functions.items():
             if fn.is_let_binding:
                 continue
             if fname == "T":
                 for row in fn.rows:
+                    out = row.output
                     name = s(row.inputs[0])
-                    node = ENode("T", (), name)
-                    self.classes.setdefault(row.output, []).append(node)
-                    self.hashcons[("T", (), name)] = row.output
+                    classes.setdefault(out, []).append(ENode("T", (), name))
+                    hashcons[("T", (), name)] = out
                     n += 1
                 continue
             hit = eg._ops_by_cname.get(fname)
             if hit is not None:
                 op, k = hit
+                specs = op.attrs
+                decoded = eg._raw_attrs.setdefault(op.name, {})  # raw attribute values -> decoded attributes
                 for row in fn.rows:
-                    ch = tuple(row.inputs[:k])
-                    attrs = tuple((spec.name, eg.decode(spec, op, s(v))) for spec, v in zip(op.attrs, row.inputs[k:]))
-                    node = ENode(op.name, ch, attrs)
-                    self.classes.setdefault(row.output, []).append(node)
-                    self.hashcons[(op.name, ch, attrs)] = row.output
+                    ins = row.inputs
+                    out = row.output
+                    ch = tuple(ins[:k])
+                    raw = tuple(ins[k:])
+                    attrs = decoded.get(raw)
+                    if attrs is None:
+                        attrs = decoded[raw] = tuple((spec.name, eg.decode(spec, op, s(v))) for spec, v in zip(specs, raw))
+                    classes.setdefault(out, []).append(ENode(op.name, ch, attrs))
+                    hashcons[(op.name, ch, attrs)] = out
                     n += 1
+                continue
+            if fname == HANDLE:  # (H k): a name for an e-class, set once (see EGraph.emit)
+                for row in fn.rows:
+                    self.handle.setdefault(row.output, eg._eg.value_to_i64(row.inputs[0]))
                 continue
             if fname in eg._match_rels:  # one relation per column signature; column 0 names the rule
                 for row in fn.rows:
-                    self.matches.setdefault(s(row.inputs[0]), []).append(tuple(row.inputs[1:]))
+                    t = tuple(row.inputs)
+                    if seen is None or t not in seen:
+                        raw_matches.setdefault(t[0], []).append(t)
+        for v, rows in raw_matches.items():
+            self.matches[s(v)] = rows
         self.n_nodes = n
         self._strings = s
         self._shape: dict[Any, tuple] = {}
         self._repr: dict[Any, Term] = {}
-        self._emitted: dict[Any, str] = {}  # e-class -> its representative in egglog syntax
         self._clean: dict[Any, dict] = {}
         self._inv_parents: dict | None = None  # class -> classes holding reshape/permute/identity of it
         self._compute_shapes()
@@ -142,20 +160,41 @@ class Snapshot:
     # -- shapes ---------------------------------------------------------------------------------
     def _compute_shapes(self) -> None:
         """Shape every e-class bottom-up (a worklist: an e-node is shaped once all its children are) and check
-        that every e-node of a class agrees -- a lemma that merged tensors of two shapes is unsound."""
+        that every e-node of a class agrees -- a lemma that merged tensors of two shapes is unsound. An e-node
+        shaped by an earlier snapshot of this push keeps its shape (e-class ids are not reused in a push)."""
         eg = self.eg
-        items = [(c, nd) for c, nodes in self.classes.items() for nd in nodes]
+        known = eg._node_shapes
+        shapes = self._shape
+
+        def put(c, shp, nd) -> bool:
+            old = shapes.get(c)
+            if old is None:
+                shapes[c] = shp
+                return True
+            if old != shp and (len(old) != len(shp) or any(S.norm(a) != S.norm(b) for a, b in zip(old, shp))):
+                raise UnsoundLemmaError(
+                    f"e-class merged tensors of shapes {fmt_shape(old)} and {fmt_shape(shp)} "
+                    f"({self.repr(c) if c in self._repr else nd.op}); a lemma is unsound")
+            return False
+
+        items = []
+        for c, nodes in self.classes.items():
+            for nd in nodes:
+                shp = known.get((nd.op, nd.children, nd.attrs))
+                if shp is None:
+                    items.append((c, nd))
+                else:
+                    put(c, shp, nd)
         waiting: dict[Any, list[int]] = {}
         missing = [0] * len(items)
         work = []
         for i, (_, nd) in enumerate(items):
-            kids = set(nd.children)
+            kids = {ch for ch in nd.children if ch not in shapes}
             missing[i] = len(kids)
             for ch in kids:
                 waiting.setdefault(ch, []).append(i)
             if not kids:
                 work.append(i)
-        shapes = self._shape
         while work:
             i = work.pop()
             c, nd = items[i]
@@ -171,17 +210,15 @@ class Snapshot:
                     except (ShapeError, ValueError, IndexError, KeyError, TypeError) as e:
                         raise UnsoundLemmaError(f"ill-shaped e-node {nd.op} in the e-graph: {e}") from None
                     eg._shape_cache[key] = shp
-            old = shapes.get(c)
-            if old is None:
-                shapes[c] = shp
+            known[(nd.op, nd.children, nd.attrs)] = shp
+            if put(c, shp, nd):
                 for j in waiting.get(c, ()):
                     missing[j] -= 1
                     if not missing[j]:
                         work.append(j)
-            elif old != shp and (len(old) != len(shp) or any(S.norm(a) != S.norm(b) for a, b in zip(old, shp))):
-                raise UnsoundLemmaError(
-                    f"e-class merged tensors of shapes {fmt_shape(old)} and {fmt_shape(shp)} "
-                    f"({self.repr(c) if c in self._repr else nd.op}); a lemma is unsound")
+
+    def has_leaf(self, c) -> bool:
+        return any(nd.op == "T" for nd in self.classes.get(c, ()))
 
     def shape(self, c) -> tuple:
         return self._shape[c]
@@ -374,8 +411,12 @@ class EGraph:
         self._decode_cache: dict[tuple, Any] = {}
         self._shape_cache: dict[tuple, tuple] = {}
         self._cond_cache: dict[tuple, bool] = {}  # (rule, shapes, attrs) -> condition proved
+        self._side_cache: dict[tuple, Any] = {}  # (rule, shapes, attrs) -> its sides over slots (None: ill-formed)
         self.commands = 0
-        prog = ["(datatype Term)", "(constructor T (String) Term)"]
+        self._fresh_scope()
+        self._handles = 0  # handles given out (numbers are never reused, so (H k) names one class for ever)
+        self._pending: list[str] = []  # (set (H k) term) commands to run before the next one that uses (H k)
+        prog = ["(datatype Term)", "(constructor T (String) Term)", f"(function {HANDLE} (i64) Term :merge old)"]
         if ops is not None:
             ops = set(ops)
             for r in rules:
@@ -389,6 +430,7 @@ class EGraph:
                 sig = " ".join(["Term"] * k + ["String"] * len(op.attrs))
                 prog.append(f"(constructor {cn} ({sig}) Term)")
         prog.append("(ruleset lemmas)")
+        prog.append("(ruleset clear)")
         for r in rules:
             prog.extend(self._compile(r))
         self._run("\n".join(prog))
@@ -423,11 +465,29 @@ class EGraph:
     def emit(self, t: Term, snap: Snapshot | None = None) -> str:
         if isinstance(t, Leaf):
             return f"(T {_q(t.name)})"
-        if isinstance(t, Hole):  # an e-class, by its representative term (spelled once per snapshot)
-            text = snap._emitted.get(t.cls)
-            if text is None:
-                text = snap._emitted[t.cls] = self.emit(snap.repr(t.cls), snap)
-            return text
+        if isinstance(t, Hole):
+            # an e-class, by its handle (H k): egglog's cost grows with the symbols of a command, and the
+            # representative term of a class (an 8-way concatenation: 15 symbols) is spelled once per push
+            # -- when the handle is set to it -- instead of once per use
+            k = snap.handle.get(t.cls)
+            if k is None:
+                nodes = snap.classes.get(t.cls, ())
+                for nd in nodes:
+                    if nd.op == "T":
+                        return f"(T {_q(nd.attrs)})"
+                # the handle is set to an e-node of the class whose operands are named already (a few
+                # symbols), else to the class's representative term
+                body = None
+                for nd in nodes:
+                    if all(ch in snap.handle or snap.has_leaf(ch) for ch in nd.children):
+                        body = self.emit(App(nd.op, tuple(Hole(ch) for ch in nd.children), nd.attrs), snap)
+                        break
+                if body is None:
+                    body = self.emit(snap.repr(t.cls), snap)
+                k = snap.handle[t.cls] = self._handles
+                self._handles += 1
+                self._pending.append(f"(set ({HANDLE} {k}) {body})")
+            return f"({HANDLE} {k})"
         assert isinstance(t, App)
         op = self.reg.get(t.op)
         parts = [self.emit(a, snap) for a in t.args]
@@ -480,7 +540,13 @@ class EGraph:
         sorts = (["Term"] if root else []) + ["Term"] * len(r.tvars) + ["String"] * len(r.avars)
         # rules with the same columns share one relation (each declared table costs every push a copy)
         rel = "M_" + "".join(x[0] for x in sorts)
-        decl = [] if rel in self._match_rels else [f"(relation {rel} (String {' '.join(sorts)}))"]
+        decl = []
+        if rel not in self._match_rels:
+            # rows are read once (Snapshot) and then deleted by the ``clear`` rules before the next run, so a
+            # snapshot holds only the matches found since the last one (a match found again is found anew)
+            xs = " ".join(f"x{i}" for i in range(len(sorts) + 1))
+            decl = [f"(relation {rel} (String {' '.join(sorts)}))",
+                    f"(rule (({rel} {xs})) ((delete ({rel} {xs}))) :ruleset clear)"]
         self._match_rels.add(rel)
         return decl + [f"(rule ({' '.join(facts)}) (({rel} {_q(r.id)} {' '.join(cols)})) :ruleset lemmas)"]
 
@@ -488,15 +554,29 @@ class EGraph:
     def push(self) -> None:
         self._run("(push)")
         self._seen: set = set()
+        self._fresh_scope()
 
     def pop(self) -> None:
         self._run("(pop)")
+        self._fresh_scope()
+
+    def _fresh_scope(self) -> None:
+        """Caches keyed by egglog values (e-class ids, interned strings): valid until the next push or pop,
+        which can hand the same value to something else."""
+        self._node_shapes: dict[tuple, tuple] = {}  # (op, child e-classes, attributes) -> shape
+        self._strings: dict[Any, str] = {}  # egglog string value -> text
+        self._raw_attrs: dict[str, dict] = {}  # op -> raw attribute values -> decoded attributes
 
     def add(self, t: Term) -> None:
         self._run(self.emit(t))
 
     def union(self, a: Term, b: Term, snap: Snapshot | None = None) -> None:
-        self._run(f"(union {self.emit(a, snap)} {self.emit(b, snap)})")
+        text = f"(union {self.emit(a, snap)} {self.emit(b, snap)})"
+        if self._pending:
+            for cmd in self._pending:
+                self._run(cmd)
+            self._pending.clear()
+        self._run(text)
 
     def union_all(self, pairs) -> None:
         """Several unions in one egglog program (G_d facts: small terms)."""
@@ -509,8 +589,13 @@ class EGraph:
     def saturate(self, budget: Budget, deadline: float, stats: dict) -> Snapshot:
         """Run the lemmas to a fixpoint (or raise BudgetExceeded); return the final snapshot."""
         for _ in range(budget.iterations):
-            out = self._run("(run-schedule (repeat 1 (run lemmas)))")
-            updated = out[-1].report.updated
+            out = self._run("(run-schedule (run clear) (run lemmas))")
+            report = out[-1].report
+            # no native rewrite matched: the run added match rows only; when none of them merges anything
+            # either, the next run would find nothing new (no rule reads the match relations) -- saturated
+            # (rules that mention a match relation M_...: the match rules and the clear rules)
+            updated = report.updated and any(n for rule, n in report.num_matches_per_rule.items()
+                                             if "(M_" not in rule)
             snap = self.snapshot()
             if snap.n_nodes > budget.enodes:
                 raise BudgetExceeded(f"e-graph grew past {budget.enodes} e-nodes")
@@ -525,40 +610,60 @@ class EGraph:
     def _apply_matches(self, snap: Snapshot, stats: dict) -> int:
         merged = 0
         ctx = EvalContext(lambda h: snap.shape(h.cls), self.cx, self.reg.functions)
+        slot_ctx = EvalContext(lambda h: h.cls.shape, self.cx, self.reg.functions)  # sides over _Slot variables
+        shape = snap._shape
+        seen = self._seen
+        values: dict[tuple, Any] = {}  # (attribute kind, egglog value) -> decoded attribute
         for r in self.rules:
             if r.native:
                 continue
-            for row in snap.matches.get(r.id, ()):
-                key = (r.id, row)
-                if key in self._seen:
+            keys = snap.matches.get(r.id)
+            if not keys:
+                continue
+            rooted = r.exists == "root"
+            first = 2 if rooted else 1  # key: (rule, [root], tensor variables..., attribute variables...)
+            tvars = r.tvars
+            nt = len(tvars)
+            aspecs = [(v, op, op.attr_spec(attr)) for v, (op, attr) in r.avars.items()]
+            tv, av = r.cond_vars
+            for key in keys:  # rows not seen since the last push
+                if key in seen:
                     continue
-                self._seen.add(key)
+                seen.add(key)
                 env: dict[str, Any] = {}
-                i = 0
-                root = None
-                if r.exists == "root":
-                    root = row[0]
-                    i = 1
-                for v in r.tvars:
-                    env[v] = Hole(row[i])
-                    i += 1
-                for v, (op, attr) in r.avars.items():
-                    env[v] = self.decode(op.attr_spec(attr), op, snap._strings(row[i]))
-                    i += 1
-                # a condition reads only shapes and attribute values (FUNCTIONS): decided once per distinct set
-                tv, av = r.cond_vars
-                ck = (r.id, tuple(snap.shape(row_cls) for row_cls in (env[v].cls for v in tv)),
-                      tuple(env[v] for v in av))
-                ok = self._cond_cache.get(ck)
-                if ok is None:
-                    ok = self._cond_cache[ck] = check_condition(r, env, ctx)
-                if not ok:
+                for v, c in zip(tvars, key[first:first + nt]):
+                    env[v] = Hole(c)
+                for (v, op, spec), val in zip(aspecs, key[first + nt:]):
+                    vk = (spec.kind, val)
+                    x = values.get(vk, _MISSING)
+                    if x is _MISSING:
+                        x = values[vk] = self.decode(spec, op, snap._strings(val))
+                    env[v] = x
+                # the condition and every attribute of the sides read only shapes and attribute values
+                # (FUNCTIONS): decided and built once per distinct set -- the sides over slots that stand for
+                # the tensor variables, then filled with this match's e-classes
+                tk = (r.id, tuple(shape[c] for c in key[first:first + nt]), tuple(env[v] for v, _, _ in aspecs))
+                tmpl = self._side_cache.get(tk, _MISSING)
+                if tmpl is _MISSING:
+                    ck = (r.id, tuple(shape[env[v].cls] for v in tv), tuple(env[v] for v in av))
+                    ok = self._cond_cache.get(ck)
+                    if ok is None:
+                        ok = self._cond_cache[ck] = check_condition(r, env, ctx)
+                    tmpl = None
+                    if ok:
+                        slots = dict(env)
+                        for v in tvars:
+                            slots[v] = Hole(_Slot(v, shape[env[v].cls]))
+                        try:
+                            tmpl = (instantiate(r.rhs, slots, slot_ctx, self.reg),
+                                    None if rooted else instantiate(r.lhs, slots, slot_ctx, self.reg))
+                        except (ShapeError, ValueError, ZeroDivisionError, IndexError, TypeError, OverflowError):
+                            tmpl = None
+                    self._side_cache[tk] = tmpl
+                if tmpl is None:
                     continue
-                try:
-                    rhs = instantiate(r.rhs, env, ctx, self.reg)
-                    lhs = Hole(root) if root is not None else instantiate(r.lhs, env, ctx, self.reg)
-                except (ShapeError, ValueError, ZeroDivisionError, IndexError, TypeError, OverflowError):
-                    continue
+                rhs = _fill(tmpl[0], env)
+                lhs = Hole(key[1]) if rooted else _fill(tmpl[1], env)
                 a, b = snap.find(lhs), snap.find(rhs)
                 if a is not None and a == b:
                     continue
@@ -568,6 +673,25 @@ class EGraph:
                 stats["lemma_hits"][r.lemma.ref] += 1
                 merged += 1
         return merged
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Stands for tensor variable ``name`` (of shape ``shape``) in a lemma side built once for many matches."""
+    name: str
+    shape: tuple
+
+
+_MISSING = object()
+
+
+def _fill(t: Term, env: dict) -> Term:
+    """Side ``t`` with its slots replaced by the match's bindings."""
+    if isinstance(t, Hole):
+        return env[t.cls.name] if isinstance(t.cls, _Slot) else t
+    if isinstance(t, App):
+        return App(t.op, tuple(_fill(a, env) for a in t.args), t.attrs)
+    return t
 
 
 def _two_values(p: Term) -> list[str]:

@@ -181,10 +181,12 @@ def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg:
         missing = [m for m in all_missing if m[0] == result.failure.outputs[0]]
         if not missing and result.failure.replay["max_abs_diff"] == float("inf"):
             # no G_d tensor has the failing tensor's shape (e.g. a batch sharded over one axis of a 2-D mesh,
-            # where concatenating every rank's piece is too long): the expectation R_o misses for the first
-            # G_s output instead (the output a failure in R_o's extraction names)
+            # where concatenating every rank's piece is too long): the first expectation R_o misses for a G_s
+            # output computed from the failing operator's outputs (where the failure shows)
+            after = _downstream(g_s, result.failure.outputs)
             order = {t: i for i, t in enumerate(g_s.outputs)}
-            missing = sorted((m for m in all_missing if m[0] in s_env), key=lambda m: order.get(m[0], len(order)))[:1]
+            missing = sorted((m for m in all_missing if m[0] in s_env and m[0] in after),
+                             key=lambda m: order.get(m[0], len(order)))[:1]
         if missing:  # the failure is an expectation: how far is the expected relation from the specification?
             t, exp_text, _ = missing[0]
             exp = next(e for e in rel.expect[t] if to_text(e) == exp_text)
@@ -193,6 +195,18 @@ def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg:
                                      "max_abs_diff": _diff(got, s_env[t])}
     result.replay = report
     return report
+
+
+def _downstream(g: Graph, tensors: list[str]) -> set[str]:
+    """The tensors of ``g`` computed from ``tensors`` (and those themselves)."""
+    seen, todo = set(tensors), list(tensors)
+    while todo:
+        for n in g.consumers.get(todo.pop(), ()):
+            for o in n.outputs:
+                if o not in seen:
+                    seen.add(o)
+                    todo.append(o)
+    return seen
 
 
 def _closest(result: VerifyResult, g_s: Graph, g_d: Graph, s_env: dict, d_env: dict) -> dict | None:

@@ -42,3 +42,16 @@ def write_example(tmp_path: Path, world: int = 2, variant: str = "ok") -> Path:
 
 def files(d: Path):
     return d / "spec.gg.json", d / "impl.gg.json", d / "relation.yaml"
+
+
+def verify_model_file(path: Path, world: int):
+    """Capture a model file's specification and implementation (forward + backward) and verify them with its
+    relation and expectations, replaying the verdict."""
+    import graphguard
+    from graphguard.frontends.fx.model_file import load_model_file
+    from graphguard.torch import capture
+    mod = load_model_file(path)
+    s = capture(lambda r: mod.spec(), lambda r: mod.inputs(None, world), backward=True)
+    d = capture(lambda r: mod.impl(r, world), lambda r: mod.inputs(r, world), world_size=world, backward=True)
+    rel = dict(mod.relation(world, True), expect=mod.expect(world, True))
+    return graphguard.verify(s.graph(), d.graph(), rel, replay=True)

@@ -3,22 +3,15 @@ from __future__ import annotations
 
 import pytest
 
-import graphguard
-from conftest import EXAMPLES
-from graphguard.frontends.fx.model_file import load_model_file
+from conftest import EXAMPLES, verify_model_file
 from graphguard.engine.prove import proves
 from graphguard.ir.expr import to_text
-from graphguard.torch import capture
 
 
 def _verify(path, world, reduce=None, monkeypatch=None):
     if reduce is not None:
-        monkeypatch.setenv("GG_DP_REDUCE", reduce)
-    mod = load_model_file(path)
-    s = capture(lambda r: mod.spec(), lambda r: mod.inputs(None, world), backward=True)
-    d = capture(lambda r: mod.impl(r, world), lambda r: mod.inputs(r, world), world_size=world, backward=True)
-    rel = dict(mod.relation(world, True), expect=mod.expect(world, True))
-    return graphguard.verify(s.graph(), d.graph(), rel, replay=True)
+        monkeypatch.setenv("GG_DP_REDUCE", str(reduce))
+    return verify_model_file(path, world)
 
 
 @pytest.mark.parametrize("world,reduce", [(2, "avg"), (4, "avg"), (2, "presum")])

@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-import graphguard
-from conftest import EXAMPLES
-from graphguard.frontends.fx.model_file import load_model_file
+from conftest import EXAMPLES, verify_model_file
 from graphguard.ir.expr import to_text
-from graphguard.torch import capture
 
 
 def _verify(path, world, tp=None, monkeypatch=None):
     if tp is not None:
         monkeypatch.setenv("GG_TP", str(tp))
-    mod = load_model_file(path)
-    s = capture(lambda r: mod.spec(), lambda r: mod.inputs(None, world), backward=True)
-    d = capture(lambda r: mod.impl(r, world), lambda r: mod.inputs(r, world), world_size=world, backward=True)
-    rel = dict(mod.relation(world, True), expect=mod.expect(world, True))
-    return graphguard.verify(s.graph(), d.graph(), rel, replay=True)
+    return verify_model_file(path, world)
 
 
 @pytest.mark.parametrize("world,tp", [(4, 2), (8, 4)])

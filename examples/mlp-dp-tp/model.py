@@ -31,15 +31,17 @@ def mesh_groups(world, tp):
     return tp_groups[rank // tp], dp_groups[rank % tp]
 
 
-class _CopyToParallel(torch.autograd.Function):  # Megatron's f: identity forward, all-reduce backward
+class _ReduceGradient(torch.autograd.Function):
+    """Identity forward, all-reduce of the gradient backward: Megatron's f (``sum`` over the TP group) and
+    DDP's reducer (``avg`` over the DP group)."""
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
+    def forward(ctx, x, op, group):
+        ctx.op, ctx.group = op, group
         return x
 
     @staticmethod
     def backward(ctx, g):
-        return funcol.all_reduce(g, "sum", ctx.group), None
+        return funcol.all_reduce(g, ctx.op, ctx.group), None, None
 
 
 class _ReduceFromParallel(torch.autograd.Function):  # Megatron's g: all-reduce forward, identity backward
@@ -50,17 +52,6 @@ class _ReduceFromParallel(torch.autograd.Function):  # Megatron's g: all-reduce 
     @staticmethod
     def backward(ctx, g):
         return g, None, None
-
-
-class _AllReduceGrad(torch.autograd.Function):  # DDP's reducer: identity forward, all-reduce the gradient
-    @staticmethod
-    def forward(ctx, p, group):
-        ctx.group = group
-        return p
-
-    @staticmethod
-    def backward(ctx, g):
-        return funcol.all_reduce(g, "avg", ctx.group), None
 
 
 class Regression(torch.nn.Module):
@@ -77,8 +68,8 @@ class Regression(torch.nn.Module):
             return F.mse_loss(self.fc2(F.gelu(self.fc1(x))), y)
         tp_group, dp_group = self.tp_group, self.dp_group
         reduce_group = dp_group if self.grad_group == "dp" else tp_group
-        p = {n: _AllReduceGrad.apply(t, reduce_group) for n, t in self.named_parameters()}
-        x = _CopyToParallel.apply(x, tp_group)
+        p = {n: _ReduceGradient.apply(t, "avg", reduce_group) for n, t in self.named_parameters()}
+        x = _ReduceGradient.apply(x, "sum", tp_group)
         h = F.gelu(F.linear(x, p["fc1.weight"], p["fc1.bias"]))               # column-parallel
         out = _ReduceFromParallel.apply(F.linear(h, p["fc2.weight"]), "sum", tp_group) + p["fc2.bias"]
         loss = F.mse_loss(out, y)                                              # mean over the local shard

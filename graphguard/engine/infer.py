@@ -42,6 +42,7 @@ def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
     R: Relation = {t: list(exprs) for t, exprs in r_i.items()}
     result = VerifyResult(relations=R)
     scaled_from: dict[str, Node] = {}  # G_s tensor known only up to a constant factor -> where that began
+    order = {n.name: i for i, n in enumerate(ctx.g_s.topo_order())}
     replica_aliases(ctx, R)
     for v in ctx.g_s.topo_order():
         t0 = time.monotonic()
@@ -69,7 +70,7 @@ def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
             result.failure = _failure(ctx, v, R, explored, why)
             return result
         R.update(r_v)
-        _track_scaled(ctx, v, r_v, scaled_from)
+        _track_scaled(v, r_v, scaled_from, order)
         replica_aliases(ctx, r_v)  # equal pieces of two concatenations found for one tensor
     # Listing 1, line 9: R_o keeps the clean expressions over G_d outputs only
     d_out = set(ctx.g_d.outputs)
@@ -97,17 +98,13 @@ def _is_scaled(e: Term) -> bool:
     return isinstance(e, App) and e.op == "core.scale"
 
 
-def _track_scaled(ctx: Context, v: Node, r_v: Relation, scaled_from: dict) -> None:
+def _track_scaled(v: Node, r_v: Relation, scaled_from: dict, order: dict[str, int]) -> None:
     """Outputs related only up to a constant factor inherit the earliest operator where their inputs' factor
     began, or start at ``v``: the operator a report names when no G_d operator takes the factor back."""
     for o, exprs in r_v.items():
         if exprs and all(_is_scaled(e) for e in exprs):
             before = [scaled_from[t] for t in v.inputs if t in scaled_from]
-            if before:
-                order = {n.name: i for i, n in enumerate(ctx.g_s.topo_order())}
-                scaled_from[o] = min(before, key=lambda n: order[n.name])
-            else:
-                scaled_from[o] = v
+            scaled_from[o] = min(before, key=lambda n: order[n.name]) if before else v
 
 
 # -- Listing 2 ------------------------------------------------------------------------------------

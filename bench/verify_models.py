@@ -2,6 +2,7 @@
 """Benchmark (run by hand): capture + verification of the PyTorch workloads per degree and layer count.
 
     python bench/verify_models.py [--models gpt-tp,llama-tp,moe-ep] [--degrees 2,4,8] [--layers 1,2] [--repeat 3]
+    MOE_DISPATCH=sparse MOE_PARALLEL=ag python bench/verify_models.py --models moe-ep --layers 1   # (examples' switches)
 
 For each case: G_s/G_d op counts, capture time, median verification time (forward, then forward+backward)
 (wall and CPU: the CPU time is what a busy machine does not inflate) and milliseconds per G_d node. Targets from the issue (this 2-core machine): one GPT block at degree 2

@@ -290,33 +290,40 @@ def test_gradient_accumulation_without_loss_scaling():
     assert r.failure.replay["max_abs_diff"] > 1e-3
 
 
-def test_data_dependent_router_is_refused_with_advice(tmp_path):
-    """A MoE router selecting tokens with ``nonzero``: the output shape depends on the data, so capture stops
-    with one line naming the op and its source line and pointing at capacity-based dispatch (exit 2)."""
-    (tmp_path / "router.py").write_text(
-        "import torch\n"
-        "class Router(torch.nn.Module):\n"
-        "    def forward(self, x):\n"
-        "        routed = (x[:, 0] > 0).nonzero(as_tuple=True)[0]\n"
-        "        return x.index_select(0, routed).sum(0)\n"
-        "def spec():\n    return Router()\n"
-        "def impl(rank, world):\n    return Router()\n"
-        "def inputs(rank, world):\n    return (torch.randn(6, 4),)\n"
-        "def relation(world, backward):\n    return {'inputs': {'x': [f'x@{r}' for r in range(world)]}}\n")
+def test_data_dependent_router_is_captured_and_masked_select_refused(tmp_path):
+    """A MoE router selecting tokens with ``nonzero`` is captured (its row count a symbol per rank, see
+    test_moe_sparse); ``masked_select`` (no size symbol handled yet) stops capture with one line naming the
+    op and its source line (exit 2); a .pt2 archive, one graph for every rank, refuses nonzero the same way."""
+    router = ("import torch\n"
+              "class Router(torch.nn.Module):\n"
+              "    def forward(self, x):\n"
+              "        routed = {select}\n"
+              "        return x.index_select(0, routed).sum(0)\n"
+              "def spec():\n    return Router()\n"
+              "def impl(rank, world):\n    return Router()\n"
+              "def inputs(rank, world):\n    return (torch.randn(6, 4),)\n"
+              "def relation(world, backward):\n    return {{'inputs': {{'x': [f'x@{{r}}' for r in range(world)]}}}}\n")
+    (tmp_path / "router.py").write_text(router.format(select="(x[:, 0] > 0).nonzero(as_tuple=True)[0]"))
     p = run_cli("capture", tmp_path / "router.py", "--world-size", "2", "-o", tmp_path / "out")
+    assert p.returncode == 0, p.stderr
+    p = run_cli("verify", "--spec", tmp_path / "out" / "spec.gg.json", "--impl", tmp_path / "out" / "impl.gg.json",
+                "--relation", tmp_path / "out" / "relation.yaml", "--replay")
+    assert p.returncode == 0 and "nnz_nonzero_r0 = nnz_nonzero" in p.stdout, p.stdout + p.stderr
+    (tmp_path / "router.py").write_text(router.format(select="torch.arange(6)[x[:, 0] > 0]"))
+    p = run_cli("capture", tmp_path / "router.py", "--world-size", "2", "-o", tmp_path / "out2")
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     (line,) = p.stderr.strip().splitlines()
-    assert "aten.nonzero at router.py:4 has a data-dependent output shape" in line and "fixed capacity" in line
+    assert "has a data-dependent output shape" in line and "router.py:4" in line and "fixed capacity" in line
 
     class Select(torch.nn.Module):
         def forward(self, x):
             return torch.nonzero(x > 0).float().sum(0)
-    _export(Select(), (torch.randn(6, 4),), tmp_path / "s.pt2")  # the .pt2 reader refuses it the same way
+    _export(Select(), (torch.randn(6, 4),), tmp_path / "s.pt2")
     (tmp_path / "rel.yaml").write_text("inputs:\n  x: x@0\n")
     p = run_cli("verify", "--frontend", "fx", "--spec", tmp_path / "s.pt2", "--impl", tmp_path / "s.pt2",
                 "--world-size", "1", "--relation", tmp_path / "rel.yaml")
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert "aten.nonzero" in p.stderr and "data-dependent output shape" in p.stderr
+    assert "aten.nonzero" in p.stderr and "graphguard capture" in p.stderr
 
 
 def test_fills_and_constants_keep_the_dtype():

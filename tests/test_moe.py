@@ -54,7 +54,7 @@ def test_aux_loss_not_divided_is_flagged_at_the_router_softmax_backward():
     r = _verify("tp", aux_scale=False)
     assert r.verdict == "does-not-refine" and r.exit_code == 1
     f = r.failure
-    assert (f.op, f.node, f.loc) == ("aten._softmax_backward_data", "bw._softmax_backward_data", "model.py:59")
+    assert (f.op, f.node, f.loc) == ("aten._softmax_backward_data", "bw._softmax_backward_data", "model.py:72")
     # the gradient reaching it still maps (rank 0's both parts plus rank 1's experts' part) ...
     assert "sum(bw.add@0, bw.mul_10@1)" in f.input_relations["bw.add"]
     # ... but each rank's own input holds a whole copy of the aux-loss gradient

@@ -535,6 +535,8 @@ class EGraph:
         self._query(r.lhs, root, facts, [0])
         if r.when is not None:
             self._query(r.when, "when", facts, [100])
+            if root:  # the e-node a constrained lemma needs is another one than the term it rewrites
+                facts.append("(!= root when)")
         facts += guards
         cols = (["root"] if root else []) + ["v_" + v for v in r.tvars] + ["v_" + v for v in r.avars]
         sorts = (["Term"] if root else []) + ["Term"] * len(r.tvars) + ["String"] * len(r.avars)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..ir.expr import App, Leaf, Term, flat_args, leaves, size, to_text
+from ..ir import scalar as S
+from ..ir.expr import App, Leaf, Term, flat_args, leaves, rename_symbols, size, to_text
 from ..ir.graph import Graph, Node
 from .egraph import Budget, BudgetExceeded, EGraph, Snapshot
 from .result import Failure, NodeStat, VerifyResult
@@ -29,6 +30,7 @@ class Context:
     max_exprs: int = 0  # expressions kept per tensor; 0: 16 + 4 per rank (replicated tensors have one per rank)
     stats: dict = field(default_factory=dict)
     aliases: dict = field(default_factory=dict)  # G_d tensor -> G_d tensors proven equal to it (same e-class)
+    size_equalities: list = field(default_factory=list)  # (symbol, symbol it was proved equal to), in order
 
     def __post_init__(self):
         if not self.max_exprs:
@@ -40,7 +42,7 @@ class Context:
 def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
     """Listing 1: walk G_s in topological order, extending R operator by operator."""
     R: Relation = {t: list(exprs) for t, exprs in r_i.items()}
-    result = VerifyResult(relations=R)
+    result = VerifyResult(relations=R, sizes=ctx.size_equalities)
     scaled_from: dict[str, Node] = {}  # G_s tensor known only up to a constant factor -> where that began
     order = {n.name: i for i, n in enumerate(ctx.g_s.topo_order())}
     replica_aliases(ctx, R)
@@ -110,7 +112,15 @@ def _track_scaled(v: Node, r_v: Relation, scaled_from: dict, order: dict[str, in
 # -- Listing 2 ------------------------------------------------------------------------------------
 
 def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str]]:
-    """Listing 2: the clean relation R_v of one G_s operator's outputs."""
+    """Listing 2: the clean relation R_v of one G_s operator's outputs (once more whenever sizes that the
+    data decides were found equal: under one name, the tensors of those sizes can be merged)."""
+    while True:
+        found = _node_out_rel(ctx, v, R)
+        if found is not None:
+            return found
+
+
+def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str]] | None:
     eg = ctx.egraph
     deadline = time.monotonic() + ctx.budget.seconds
     eg.push()
@@ -136,6 +146,14 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
         t_rel = set(in_leaves)
         t_rel |= {a for leaf in list(t_rel) for a in ctx.aliases.get(leaf, ())}
         snap, explored = explore_frontier(ctx, snap, roots, t_rel, deadline, v.op)
+        names = size_equalities(ctx, snap)
+        if names:
+            eg.pop()
+            try:
+                unify_sizes(ctx, names, R)
+            finally:
+                eg.push()
+            return None
         # Step 4: keep the clean expressions
         found = {}
         d_outputs = frozenset(ctx.g_d.outputs)
@@ -144,6 +162,7 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
             c = snap.find(root)
             # (failing that: the output up to a constant factor, which a later average may take back)
             exprs = snap.clean_variants(c) or snap.scaled_variants(c)
+            exprs += regroup_sums(snap, exprs)
             if out in s_outputs:  # R_o needs expressions over G_d outputs: extract those too
                 over_out = snap.clean_variants(c, d_outputs) or snap.scaled_variants(c, d_outputs)
                 exprs += [e for e in over_out if e not in exprs]
@@ -191,6 +210,81 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
         # e-class) are related too -- e.g. partial products whose reduction G_s fused into one op
         t_rel.update(snap.leaves_below([snap.find(r) for r in roots], INVERTIBLE_TERMS))
     return snap, {t for n in explored.values() for t in n.outputs}
+
+
+def regroup_sums(snap: Snapshot, exprs: list[Term]) -> list[Term]:
+    """§4.3-style help for sums of partial sums: a sum of G_d tensors (``e0 + e1 + s1 + s0``, accumulated
+    by G_s in its own order) is also the sum of the G_d tensors that hold parts of it (``A0 = e0 + s0``, a
+    rank's gradient). Lemmas reassociate only where a grouping exists next to the terms; this finds the
+    groups in any order (sums of distinct tensors of one shape commute). Returns the regrouped sums."""
+    flat = [(e, flat_args(e)) for e in exprs if isinstance(e, App) and e.op == SUM]
+    flat = [(e, xs) for e, xs in flat if len(xs) > 2 and all(isinstance(x, Leaf) for x in xs)
+            and len({x.name for x in xs}) == len(xs)]
+    if not flat:
+        return []
+    groups: dict[frozenset, str] = {}  # the leaves a G_d tensor sums -> that tensor
+    for c, nodes in snap.classes.items():
+        names = [nd.attrs for nd in nodes if nd.op == "T"]
+        if not names or not any(nd.op == SUM for nd in nodes):
+            continue
+        for v in snap.clean_variants(c):
+            xs = flat_args(v) if isinstance(v, App) and v.op == SUM else []
+            if len(xs) > 1 and all(isinstance(x, Leaf) for x in xs) and len({x.name for x in xs}) == len(xs):
+                groups.setdefault(frozenset(x.name for x in xs), min(names))
+    out = []
+    for e, xs in flat:
+        rest = {x.name for x in xs}
+        picked = []
+        for part, name in sorted(groups.items(), key=lambda g: (-len(g[0]), g[1])):
+            if part <= rest and name not in rest:
+                picked.append(name)
+                rest -= part
+        if picked:
+            terms = [Leaf(n) for n in picked] + [x for x in xs if x.name in rest]
+            new = terms[0]
+            for t in terms[1:]:
+                new = App(SUM, (new, t), ())
+            if new not in exprs and new not in out:
+                out.append(new)
+    return out
+
+
+SUM = "core.sum"
+
+
+def size_equalities(ctx: Context, snap: Snapshot) -> dict[str, str]:
+    """Sizes the data decides (``nonzero``'s row count: a symbol per captured node) are equal where two
+    e-nodes of the op have equal operands and other attributes -- equal data, equal size. Returns the
+    renaming that gives each such symbol one name (a G_s symbol where there is one)."""
+    reg = ctx.egraph.reg
+    groups: dict[tuple, list[tuple]] = {}
+    for c, nodes in snap.classes.items():
+        for nd in nodes:
+            op = reg.get(nd.op) if nd.op != "T" else None
+            if op is None or not op.data_sizes:
+                continue
+            sized = {a for a, _ in op.data_sizes}
+            attrs = dict(nd.attrs)
+            key = (nd.op, nd.children, tuple((k, x) for k, x in nd.attrs if k not in sized))
+            groups.setdefault(key, []).append(tuple(attrs[a] for a, _ in op.data_sizes))
+    names: dict[str, str] = {}
+    s_syms = ctx.g_s.symbols() if any(len(set(x)) > 1 for x in groups.values()) else set()
+    for sizes in groups.values():
+        for dims in zip(*sizes):
+            syms = sorted({str(d) for d in dims if isinstance(d, S.sp.Symbol)}, key=lambda x: (x not in s_syms, x))
+            for other in syms[1:]:  # (a size that is not a bare symbol is not renamed)
+                names[other] = syms[0]
+    return names
+
+
+def unify_sizes(ctx: Context, names: dict[str, str], R: Relation) -> None:
+    """Give equal data-decided sizes one name in both graphs and in R, and record the equalities (they are
+    part of the certificate)."""
+    for g in (ctx.g_s, ctx.g_d):
+        g.rename_symbols(names)
+    for t, exprs in R.items():
+        R[t] = [rename_symbols(e, names) for e in exprs]
+    ctx.size_equalities.extend(names.items())
 
 
 def broadcast_definitions(ctx: Context, names: list[str]) -> list[tuple[Term, Term]]:

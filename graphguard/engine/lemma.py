@@ -342,6 +342,8 @@ FUNCTIONS: dict[str, Callable] = {
     # the dim of broadcast operand c that lines up with output dim d of rank r (-1: none)
     "bdim": lambda ctx, c, r, d: int(d) - (int(r) - len(ctx.shape_of(c))),
     "at": lambda ctx, p, i: p[int(i)],
+    # a floating-point dtype attribute (a fill of dtype None takes its value's type: 0 is an integer)
+    "floating": lambda ctx, t: isinstance(t, str) and t.startswith(("float", "bfloat")),
     # the one dim where expand(x, t) is a narrower copy of expand(x, s) (x has size 1 there)
     "narrower_dim": lambda ctx, s, t: _narrower_dim(ctx, tuple(s), tuple(t)),
     "expand_split_dim": lambda ctx, x, s, t: _expand_split_dim(ctx, ctx.shape_of(x), tuple(s), tuple(t)),

@@ -25,13 +25,26 @@ class ReplayError(GraphGuardError):
     pass
 
 
-def symbol_values(g_s: Graph, g_d: Graph, rel: RelationFile) -> dict[str, int]:
+def data_symbols(g: Graph, reg: Registry) -> set[str]:
+    """Symbols of sizes the data decides (``nonzero``'s count): bound while the graph runs, not chosen."""
+    out = set()
+    for n in g.nodes:
+        op = reg.get(n.op)
+        for a, _ in (op.data_sizes if op is not None else ()):
+            out |= S.free_symbols(n.attrs[a])
+    return out
+
+
+def symbol_values(g_s: Graph, g_d: Graph, rel: RelationFile, data: set[str] = frozenset()) -> dict[str, int]:
     cx = rel.constraints()
+    for n in data:
+        cx.symbols.pop(n, None)
     names = set()
     for g in (g_s, g_d):
         for t in g.tensors.values():
             for d in t.shape:
                 names |= S.free_symbols(d)
+    names -= data
     for n in names - set(cx.symbols):
         cx.declare(S.SymbolInfo(n, 1))
     if not names:
@@ -52,11 +65,15 @@ def _shape(g: Graph, t: str, sv: dict) -> tuple[int, ...]:
     return tuple(S.substitute(d, sv) for d in g.tensors[t].shape)
 
 
-def _concrete_attrs(t: Term, sv: dict) -> Term:
+def _concrete_attrs(t: Term, sv: dict, keep: frozenset = frozenset()) -> Term:
+    """``t`` with its attributes' symbols given their values (``keep``: attributes left as they are)."""
     if isinstance(t, Leaf):
         return t
     attrs = []
     for k, v in t.attrs:
+        if k in keep:
+            attrs.append((k, v))
+            continue
         if isinstance(v, tuple):
             v = tuple(S.substitute(x, sv) if not isinstance(x, (str, float)) else x for x in v)
         elif not isinstance(v, (str, float, int)) and hasattr(v, "free_symbols"):
@@ -128,10 +145,21 @@ def _assign(t: Term, value: np.ndarray, env: dict, fixed: dict, reg: Registry, m
 
 
 def run_graph(g: Graph, env: dict, reg: Registry, sv: dict) -> dict:
+    """Run ``g`` on ``env``; a size the data decides gets its value here (``sv``), where it is first computed
+    -- and a size two graphs share (proved equal) must come out the same in both."""
     memo: dict = {}
     for n in g.topo_order():
+        op = reg.get(n.op)
+        sized = dict(op.data_sizes) if op is not None else {}
+        free = {a for a in sized if S.free_symbols(n.attrs[a]) - set(sv)}
         for o, term in zip(n.outputs, g.node_terms(n)):
-            env[o] = term_eval(_concrete_attrs(term, sv), env.__getitem__, reg, memo)
+            env[o] = term_eval(_concrete_attrs(term, sv, frozenset(free)), env.__getitem__, reg, memo)
+        for a, dim in sized.items():
+            x, got = n.attrs[a], env[n.outputs[0]].shape[dim]
+            if a in free and isinstance(x, S.sp.Symbol):
+                sv[x.name] = got
+            elif S.substitute(x, sv) != got:
+                raise ReplayError(f"{g.where(n)}: size {S.text(x)} is {got} here, {S.substitute(x, sv)} elsewhere")
     return env
 
 
@@ -148,7 +176,7 @@ def _diff(a: np.ndarray, b: np.ndarray) -> float:
 
 def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg: Registry, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
-    sv = symbol_values(g_s, g_d, rel)
+    sv = symbol_values(g_s, g_d, rel, data_symbols(g_s, reg) | data_symbols(g_d, reg))
     d_env = {t: _random(_shape(g_d, t, sv), g_d.tensors[t].dtype, rng) for t in g_d.inputs}
     fixed: dict[str, np.ndarray] = {}  # G_d input -> which of its elements a relation has set
     s_env: dict = {}

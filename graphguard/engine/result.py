@@ -40,6 +40,7 @@ class VerifyResult:
     stats: dict = field(default_factory=dict)
     replay: dict | None = None
     expect: dict | None = None
+    sizes: list[tuple[str, str]] = field(default_factory=list)  # data-decided sizes proved equal (old, new name)
 
     @property
     def exit_code(self) -> int:
@@ -62,6 +63,8 @@ class VerifyResult:
             "nodes": [asdict(n) for n in self.node_stats],
             "stats": self.stats,
         }
+        if self.sizes:
+            d["sizes"] = [f"{a} = {b}" for a, b in self.sizes]
         if self.replay is not None:
             d["replay"] = self.replay
         if self.expect is not None:
@@ -76,6 +79,9 @@ class VerifyResult:
         if self.verdict == "refines":
             lines.append("output relation R_o:")
             lines += ["  " + x for x in self.r_o_lines()]
+            if self.sizes:  # part of the certificate: the sizes R_o's shapes take as equal
+                lines.append("with sizes that equal data decides (nonzero counts):")
+                lines += [f"  {a} = {b}" for a, b in self.sizes]
         if self.failure:
             f = self.failure
             loc = f" at {f.loc}" if f.loc else ""

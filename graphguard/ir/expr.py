@@ -217,3 +217,11 @@ def ac_text(t: Term) -> str:
 
 def ranks(t: Term) -> set[int]:
     return {r for r in (rank_of(n) for n in leaves(t)) if r is not None}
+
+
+def rename_symbols(t: Term, names: dict[str, str]) -> Term:
+    """``t`` with the size symbols in its attributes renamed (``names``: old -> new)."""
+    from .scalar import rename
+    if not isinstance(t, App):
+        return t
+    return App(t.op, tuple(rename_symbols(a, names) for a in t.args), tuple((k, rename(v, names)) for k, v in t.attrs))

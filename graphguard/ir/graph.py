@@ -218,6 +218,20 @@ class Graph:
             self.tensors[o] = TensorInfo(o, s, dtype_o)
             self._terms[o] = t
 
+    def symbols(self) -> set[str]:
+        """The size symbols in this graph's shapes."""
+        return {x for t in self.tensors.values() for d in t.shape for x in S.free_symbols(d)}
+
+    def rename_symbols(self, names: dict[str, str]) -> None:
+        """Rename size symbols (old -> new) in every shape and attribute: two symbols proved equal (the sizes
+        of equal data) get one name, so shapes compare structurally."""
+        from .expr import rename_symbols
+        for t in self.tensors.values():
+            t.shape = S.rename(t.shape, names)
+        for n in self.nodes:
+            n.attrs = {k: S.rename(v, names) for k, v in n.attrs.items()}
+        self._terms = {o: rename_symbols(t, names) for o, t in self._terms.items()}
+
     def _check_ranks(self, n: Node, op: OpDef) -> None:
         if not self.distributed:
             if op.collective:

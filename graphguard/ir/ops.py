@@ -53,6 +53,9 @@ class OpDef:
     input is a clean function of the output, as for data movement).
     ``broadcast``: the output repeats its input along new or size-1 dims (the engine tells the e-graph how
     a G_d tensor named in a relation was broadcast, so lemmas can cut it to a narrower copy).
+    ``data_sizes``: ``((attr, dim), ...)`` -- scalar attributes naming an output dim whose size the data
+    decides (``nonzero``'s row count). The frontend fills each with the captured size symbol; the engine
+    equates the symbols of two e-nodes with equal operands and other attributes (equal data, equal size).
     """
     name: str
     arity: int | None
@@ -68,6 +71,7 @@ class OpDef:
     dtype: Callable | None = None  # dtype(in_dtypes, attrs) -> out dtype; default: the first input's
     scaling: bool = False
     broadcast: bool = False
+    data_sizes: tuple[tuple[str, int], ...] = ()
 
     def attr_spec(self, name: str) -> AttrSpec | None:
         for a in self.attrs:

@@ -274,6 +274,15 @@ class Constraints:
         return {name: m.eval(self._var(name)).as_long() for name in self.symbols}
 
 
+def rename(x, names: dict[str, str]):
+    """``x`` (a scalar, or a tuple of them; anything else is returned as it is) with symbols renamed."""
+    if isinstance(x, tuple):
+        return tuple(rename(v, names) for v in x)
+    if isinstance(x, sp.Expr) and not isinstance(x, bool) and x.free_symbols & {symbol(k) for k in names}:
+        return norm(x.xreplace({symbol(k): symbol(v) for k, v in names.items()}))
+    return x
+
+
 def substitute(x: Scalar, values: dict[str, int]) -> int:
     if isinstance(x, int):
         return x

@@ -890,6 +890,18 @@ def _scatter_add_ref(xs, attrs):
     return out
 
 
+def _scatter_src_ref(xs, attrs):
+    x, idx, src = xs
+    out = x.copy()
+    if x.ndim == 0:
+        return src.copy()
+    d = _dim("aten.scatter.src", attrs["dim"], x.ndim)
+    coords = list(np.indices(idx.shape))
+    coords[d] = idx.astype(np.int64)
+    out[tuple(coords)] = src[tuple(slice(0, n) for n in idx.shape)]  # (torch leaves repeated indices unspecified)
+    return out
+
+
 def _one_hot_shape(shapes, attrs, cx):
     if attrs["num_classes"] < 0:
         fail("aten.one_hot: num_classes=-1 gives a data-dependent shape; pass num_classes")
@@ -903,6 +915,37 @@ def _one_hot_ref(xs, attrs):
         n = int(x.max()) + 1 if x.size else 0
     return (x[..., None] == np.arange(n)).astype(np.int64)
 
+
+
+def _nonzero_ref(xs, attrs):
+    out = np.argwhere(xs[0]).astype(np.int64)
+    n = attrs["count"]
+    if isinstance(n, int) and n != len(out):  # a size symbol gets its value from the data (replay binds it)
+        fail(f"aten.nonzero: {len(out)} nonzero entries where the graph says {n}")
+    return out
+
+
+def _index_add_shape(shapes, attrs, cx):
+    x, idx, src = shapes
+    d = _dim("aten.index_add", attrs["dim"], len(x))
+    if len(idx) > 1:
+        fail(f"aten.index_add: index must be rank 0 or 1, got {fmt_shape(idx)}")
+    want = list(x)
+    if x:
+        want[d] = idx[0] if idx else 1
+    if len(src) != len(want) or any(not cx.prove("==", a, b) for a, b in zip(src, want)):
+        fail(f"aten.index_add: source {fmt_shape(src)} does not fit self {fmt_shape(x)} at index {fmt_shape(idx)}")
+    return tuple(x)
+
+
+def _index_add_ref(xs, attrs):
+    x, idx, src = xs
+    out = x.astype(np.result_type(x, src), copy=True)
+    d = _dim("aten.index_add", attrs["dim"], max(x.ndim, 1))
+    key = [slice(None)] * x.ndim
+    key[d] = idx.reshape(-1).astype(np.int64)
+    np.add.at(out, tuple(key), _n(attrs["alpha"]) * src)
+    return out
 
 INDEX_OPS = [
     OpDef("aten.embedding", 2, _embedding_shape, lambda xs, a: xs[0][xs[1].astype(np.int64)],
@@ -927,6 +970,15 @@ INDEX_OPS = [
           doc="out[i][j] = self[index[i][j]][j] (for dim 0; index-shaped)."),
     OpDef("aten.scatter_add", 3, _scatter_add_shape, _scatter_add_ref, (AttrSpec("dim", "int"),),
           doc="Copy of self with src added at index along dim (out[index[i][j]][j] += src[i][j] for dim 0)."),
+    OpDef("aten.nonzero", 1, lambda shapes, a, cx: (a["count"], len(shapes[0])), _nonzero_ref,
+          (AttrSpec("count", "scalar"),), dtype=_int64, data_sizes=(("count", 0),),
+          doc="Coordinates of the nonzero entries, one row each in row-major order: [count, rank] (count: a "
+              "size the data decides, the captured symbol)."),
+    OpDef("aten.index_add", 3, _index_add_shape, _index_add_ref,
+          (AttrSpec("dim", "int"), AttrSpec("alpha", "number", 1)),
+          doc="Copy of self with alpha * source added at index along dim (repeated indices accumulate)."),
+    OpDef("aten.scatter.src", 3, _scatter_add_shape, _scatter_src_ref, (AttrSpec("dim", "int"),),
+          doc="Copy of self with src written at index along dim (out[index[i][j]][j] = src[i][j] for dim 0)."),
     OpDef("aten.one_hot", 1, _one_hot_shape, _one_hot_ref, (AttrSpec("num_classes", "int", -1),),
           doc="One-hot int64 encoding with num_classes classes (a trailing dim).", dtype=_int64),
 ]

@@ -78,6 +78,10 @@ CLEAN = [
     L(118, "sum-assoc", "sum(?a, sum(?b, ?c)) => sum(sum(?a, ?b), ?c)"),
     # commutativity only where the mirrored sum already exists (full AC would explode 8-way sums)
     L(125, "sum-commutes-where-mirrored", "sum(?a, ?b) => sum(?b, ?a)", when="sum(?b, ?a)"),
+    # the other association only where its inner sum exists: a rank's own partial sum (its experts' share
+    # of a gradient) inside a sum the specification accumulated one term at a time
+    L(130, "sum-regroup-where-grouped", "sum(sum(?a, ?b), ?c) => sum(?a, sum(?b, ?c))", when="sum(?b, ?c)"),
+    L(131, "sum-swap-where-grouped", "sum(sum(?a, ?b), ?c) => sum(sum(?a, ?c), ?b)", when="sum(?a, ?c)"),
 ]
 
 COMPUTE = [

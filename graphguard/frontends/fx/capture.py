@@ -26,7 +26,8 @@ from typing import Any, Callable
 
 from graphguard.errors import InputError
 
-from .convert import DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, dtype_name, loc_from_stack, to_rank_graph
+from .convert import (DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, dtype_name, ir_op_name, loc_from_stack,
+                      to_rank_graph)
 from .dtensor import graph_layouts
 from ..stitch import stitch
 from .symints import Symbols, merge_symbols
@@ -91,9 +92,24 @@ def _fx_to_tnodes(gm, sym: Symbols, prefix: str = "") -> list[TNode]:
         if n.op == "call_function" and str(n.target) in DATA_DEPENDENT:  # before its unbacked sizes are read
             raise data_dependent(str(n.target), sym.where, loc_from_stack(n.meta.get("stack_trace")))
         val = n.meta.get("val", n.meta.get("example_value"))
+        sizes = sym.data_ops.get(ir_op_name(str(n.target))) if n.op == "call_function" else None
+        if sizes and isinstance(val, torch.Tensor):  # sizes the data decides: named before they are read
+            x = n.args[0].meta.get("val") if n.args and isinstance(n.args[0], torch.fx.Node) else None
+            bound = x.numel() if isinstance(x, torch.Tensor) else None
+            for _, d in sizes:
+                sym.data_size(val.shape[d], prefix + n.name, bound)
         shape = dtype = None
         if isinstance(val, torch.Tensor):
-            shape, dtype = tuple(sym.scalar(d) for d in val.shape), dtype_name(val.dtype)
+            try:
+                shape, dtype = tuple(sym.scalar(d) for d in val.shape), dtype_name(val.dtype)
+            except InputError as e:
+                if not getattr(e, "data_size", False):
+                    raise
+                loc = loc_from_stack(n.meta.get("stack_trace"))
+                raise InputError(f"{sym.where}: {ir_op_name(str(n.target))}{f' at {loc}' if loc else ''} has a "
+                                 f"data-dependent output shape, which graphguard relates only for nonzero "
+                                 f"(torch.where(mask), mask.nonzero()); select tokens with those, or dispatch with "
+                                 f"a fixed capacity (see examples/moe-ep)") from None
         if n.target is operator.getitem:
             target = "getitem"
         elif n.op == "call_function":
@@ -175,7 +191,8 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
                              f"(arguments: {', '.join(by_name)})")
         for d in dims:
             torch._dynamo.mark_dynamic(by_name[name], d)
-    seen: dict[str, Any] = {"sym": Symbols(where)}
+    data_ops = {op.name: op.data_sizes for op in reg.ops.values() if op.data_sizes} if reg is not None else {}
+    seen: dict[str, Any] = {"sym": Symbols(where, rank, data_ops)}
 
     def backend(gm, example_inputs):
         phs = [n for n in gm.graph.nodes if n.op == "placeholder"]

@@ -65,9 +65,7 @@ AUTO_FUNCTIONALIZED = {"auto_functionalized", "auto_functionalized_v2"}  # in-pl
 RESHAPE = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"}
 
 # ops whose output shape depends on tensor values (a MoE router's token selection): refused with advice
-DATA_DEPENDENT = {"aten.nonzero.default": "one row per nonzero entry",
-                  "aten.nonzero_numpy.default": "one entry per nonzero entry",
-                  "aten.masked_select.default": "one entry per true mask element",
+DATA_DEPENDENT = {"aten.masked_select.default": "one entry per true mask element",
                   "aten._unique2.default": "one entry per distinct value",
                   "aten.unique_dim.default": "one entry per distinct value",
                   "aten.unique_consecutive.default": "one entry per run of equal values"}
@@ -483,6 +481,8 @@ class _Converter:
             if spec is None:
                 continue  # device, layout, memory_format, ...: not semantic
             attrs[arg.name] = _attr_value(v, spec.kind, arg.name, first_rank)
+        for a, d in op.data_sizes:  # sizes the data decides: the captured symbol of that output dim
+            attrs[a] = S.text(S.norm(n.shape[d]))
         if absent:
             if op.attr_spec("absent") is None:
                 raise InputError(f"{self.where(n)}: optional tensor argument(s) missing, which {name} does not "

@@ -96,6 +96,11 @@ def read_pt2(path: Path) -> TGraph:
         target = n["target"].removeprefix("torch.ops.")
         if target in DATA_DEPENDENT:  # before its data-dependent sizes and guards are read
             raise data_dependent(target, where, loc_from_stack(n.get("metadata", {}).get("stack_trace")))
+        if target in ARCHIVE_REFUSED:  # one archive serves every rank: its sizes cannot be told apart
+            loc = loc_from_stack(n.get("metadata", {}).get("stack_trace"))
+            raise InputError(f"{where}: {target.removesuffix('.default')}{f' at {loc}' if loc else ''} has an "
+                             f"output size the data decides, which a .pt2 archive does not name per rank; capture "
+                             f"the model with 'graphguard capture' or graphguard.torch.capture instead")
         args, kwargs = [], {}
         for inp in n["inputs"]:
             val = _arg(inp["arg"], where)
@@ -134,6 +139,9 @@ def read_pt2(path: Path) -> TGraph:
         out_names.append(f"out{len(out_names)}")
     nodes.append(TNode("output", "output", "output", (tuple(outs),), {}))
     return TGraph(nodes, where, names, out_names)
+
+
+ARCHIVE_REFUSED = {"aten.nonzero.default"}
 
 
 def load(req: LoadRequest) -> Graph:

@@ -14,6 +14,7 @@ constant, or a size over symbols nobody named, is an :class:`InputError` saying 
 """
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from math import gcd, lcm
 
@@ -26,8 +27,12 @@ from graphguard.ir import scalar as S
 class Symbols:
     """The ShapeEnv symbols of one capture, mapped to the user's symbols."""
 
-    def __init__(self, where: str):
+    def __init__(self, where: str, rank: int | None = None, data_ops: dict | None = None):
         self.where = where
+        self.rank = rank
+        self.data_ops = data_ops or {}  # IR op -> its data_sizes ((attr, output dim), ...)
+        self.data: set[str] = set()  # symbols of sizes the data decides (see data_size)
+        self.data_env = None
         self.bound: list[tuple[str, int, sp.Expr, sp.Expr]] = []  # (input, dim, ShapeEnv expr, user expr)
         self.subs: dict[sp.Symbol, sp.Expr] = {}
         self.shape_env = None
@@ -151,6 +156,24 @@ class Symbols:
         solver.add(*facts, z3.Not(goal))
         return solver.check() == z3.unsat
 
+    def data_size(self, size, node: str, bound: int | None) -> str:
+        """A size the data decides (``nonzero``'s row count, an unbacked ``u0``) becomes a symbol named
+        after its node (``nnz_nonzero_1``; ``_r<k>`` on rank k, so ranks' sizes stay apart) with the range
+        0..``bound``. Returns the symbol's name."""
+        import torch
+        e = size.node.expr if isinstance(size, torch.SymInt) else None
+        env = size.node.shape_env if e is not None else None
+        if env is not None:
+            self.data_env = env
+            e = env.replace(e)
+        if not isinstance(e, sp.Symbol):
+            raise InputError(f"{self.where}: node '{node}': its data-dependent size is {size}, not a fresh symbol")
+        name = "nnz_" + re.sub(r"\W", "_", node) + (f"_r{self.rank}" if self.rank is not None else "")
+        self.subs[e] = S.symbol(name)
+        self.constraints[name] = {"min": 0, **({"max": int(bound)} if bound is not None else {})}
+        self.data.add(name)
+        return name
+
     def scalar(self, v):
         """A traced size (int or SymInt) as an IR scalar over the user's symbols."""
         import torch
@@ -159,10 +182,15 @@ class Symbols:
         e = v.node.expr if isinstance(v, torch.SymInt) else v
         if e.is_Integer:
             return int(e)
-        if self.shape_env is not None:
-            e = self.shape_env.replace(e)
+        env = self.shape_env or self.data_env
+        if env is not None:
+            e = env.replace(e)
         e = e.xreplace(self.subs)
         unknown = {x.name for x in e.free_symbols} - set(self.constraints)
+        if unknown and all(re.fullmatch(r"u\d+", u) for u in unknown):  # unbacked: a size the data decides
+            err = InputError(f"{self.where}: size {e} is decided by the data")
+            err.data_size = True
+            raise err
         if unknown:
             raise InputError(f"{self.where}: symbolic size {e} over {sorted(unknown)}, which no dynamic input dim "
                              f"names (mark it dynamic with a name)")

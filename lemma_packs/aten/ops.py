@@ -827,15 +827,20 @@ def _index_put_ref(xs, attrs):
     return out
 
 
-def _index_select_shape(shapes, attrs, cx):
-    x, idx = shapes
-    d = _dim("aten.index_select", attrs["dim"], len(x))
+def _selected_shape(name, x, idx, dim):
+    """Shape of x's entries along dim at a rank-0/1 index (index_select; what index_add adds)."""
+    d = _dim(name, dim, len(x))
     if len(idx) > 1:
-        fail(f"aten.index_select: index must be rank 0 or 1, got {fmt_shape(idx)}")
+        fail(f"{name}: index must be rank 0 or 1, got {fmt_shape(idx)}")
     out = list(x)
     if x:
         out[d] = idx[0] if idx else 1
     return tuple(out)
+
+
+def _index_select_shape(shapes, attrs, cx):
+    x, idx = shapes
+    return _selected_shape("aten.index_select", x, idx, attrs["dim"])
 
 
 def _index_select_ref(xs, attrs):
@@ -927,12 +932,7 @@ def _nonzero_ref(xs, attrs):
 
 def _index_add_shape(shapes, attrs, cx):
     x, idx, src = shapes
-    d = _dim("aten.index_add", attrs["dim"], len(x))
-    if len(idx) > 1:
-        fail(f"aten.index_add: index must be rank 0 or 1, got {fmt_shape(idx)}")
-    want = list(x)
-    if x:
-        want[d] = idx[0] if idx else 1
+    want = _selected_shape("aten.index_add", x, idx, attrs["dim"])
     if len(src) != len(want) or any(not cx.prove("==", a, b) for a, b in zip(src, want)):
         fail(f"aten.index_add: source {fmt_shape(src)} does not fit self {fmt_shape(x)} at index {fmt_shape(idx)}")
     return tuple(x)

@@ -119,6 +119,8 @@ def load_graph(path: str | Path, reg: Registry, cx: Constraints) -> Graph:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise InputError(f"{path}: not valid JSON ({str(e).split(':')[0]})") from None
     return graph_from_dict(doc, str(path), reg, cx)
 
 

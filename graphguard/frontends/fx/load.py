@@ -13,6 +13,7 @@ from pathlib import Path
 
 from graphguard.errors import InputError
 from graphguard.frontends import LoadRequest
+from graphguard.ir import scalar as S
 from graphguard.ir.graph import Graph
 from graphguard.ir.serde import graph_from_dict
 
@@ -27,9 +28,23 @@ SCALAR_TYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "f
 def _size(v, where: str):
     if "as_int" in v:
         return v["as_int"]
-    if "as_expr" in v:
-        return v["as_expr"]["expr_str"]
+    if "as_expr" in v:  # read by the scalar grammar, as data
+        text = v["as_expr"]["expr_str"]
+        try:
+            return S.parse(text)
+        except ValueError as e:
+            raise InputError(f"{where}: unsupported symbolic size: {e}") from None
     raise InputError(f"{where}: unsupported size {v}")
+
+
+def _sym_name(v: dict, where: str):
+    """A symbolic int argument: a constant, or the name of the node computing it (a size symbol)."""
+    if "as_int" in v:
+        return v["as_int"]
+    name = v.get("as_name")
+    if not S.valid_name(name):
+        raise InputError(f"{where}: bad symbolic int argument {str(name)[:60]!r}")
+    return name
 
 
 def _arg(a: dict, where: str):
@@ -45,9 +60,9 @@ def _arg(a: dict, where: str):
     if kind == "as_none":
         return None
     if kind == "as_sym_int":
-        return v.get("as_int", v.get("as_name"))
+        return _sym_name(v, where)
     if kind == "as_sym_ints":
-        return [x.get("as_int", x.get("as_name")) for x in v]
+        return [_sym_name(x, where) for x in v]
     if kind == "as_scalar_type":
         return f"torch.{SCALAR_TYPES.get(v, 'float32')}"
     if kind in ("as_device", "as_layout", "as_memory_format"):

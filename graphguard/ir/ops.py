@@ -25,6 +25,14 @@ Shape = tuple  # tuple of scalars
 
 ATTR_KINDS = ("int", "ints", "scalar", "scalars", "str", "number", "bool")
 
+# Every tensor's dtype is one of these names (numpy/torch spelling; frontends map their own: HLO ``f32`` is
+# ``float32``, ``pred`` is ``bool``). The graph lint refuses any other.
+DTYPES = frozenset((
+    "bool", "int4", "uint4", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+    "float16", "bfloat16", "float32", "float64",
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e4m3", "float8_e8m0fnu",
+    "complex32", "complex64", "complex128"))
+
 
 @dataclass(frozen=True)
 class AttrSpec:
@@ -69,7 +77,8 @@ class OpDef:
     collective: bool = False
     doc: str = ""
     source: str = ""  # which plugin registered it
-    dtype: Callable | None = None  # dtype(in_dtypes, attrs) -> out dtype; default: the first input's
+    dtype: Callable | None = None  # dtype(in_dtypes, attrs) -> out dtype; default: the first input's (clean
+    # ops and collectives: the one dtype all their inputs share). None: the call site's declared dtype decides
     scaling: bool = False
     broadcast: bool = False
     data_sizes: tuple[tuple[str, int], ...] = ()

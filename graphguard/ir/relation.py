@@ -194,6 +194,8 @@ def _parse(text: str, start: str, where: str, line: int = 1, col: int = 1):
         raise ParseError(f"{where}:{abs_line}:{abs_col}: {what} in {text!r}") from None
     except VisitError as e:
         raise ParseError(f"{where}:{line}:{col}: {e.orig_exc} in {text!r}") from None
+    except RecursionError:
+        raise ParseError(f"{where}:{line}:{col}: expression nested too deeply") from None
 
 
 # -- lowering raw calls to terms ------------------------------------------------------------------

@@ -6,6 +6,9 @@ equal as polynomials; that canonical text is what the e-graph sees. Questions th
 answer (``a <= b`` under the user's constraints ``S >= 2``, divisibility, ...) go to z3 through
 :class:`Constraints`. An undecided question is answered "no": a lemma whose side condition cannot be
 proved is simply not applied, which is always sound.
+
+Scalar text (``"K/2"`` in a graph file) is read by :func:`parse`, a small grammar that builds sympy objects
+directly: text from an input is never handed to sympy's parser or to Python.
 """
 from __future__ import annotations
 
@@ -95,7 +98,7 @@ def free_symbols(x: Scalar) -> set[str]:
 
 MAX_TEXT = 2000
 MAX_DEPTH = 32
-MAX_DIGITS = 40
+MAX_DIGITS = 100
 MAX_NAME = 200
 MAX_DEGREE = 64
 MAX_TERMS = 1000

@@ -8,14 +8,14 @@ from .engine.lemma import relevant_rules, term_ops
 from .engine.egraph import Budget, EGraph
 from .engine.infer import Context, compute_out_rel
 from .engine.result import VerifyResult
-from .errors import InputError
+from .errors import InputError, ShapeError
 from .frontends import LoadRequest
 from .ir import scalar as S
 from .ir.expr import leaves, to_text
 from .ir.graph import Graph
 from .ir.ops import fmt_shape
 from .ir.relation import RelationFile, load_relation, parse_relation_text
-from .ir.semantics import term_shape
+from .ir.semantics import term_dtype, term_shape
 from .plugins import Plugins, load_plugins
 
 PathLike = str | Path
@@ -53,7 +53,7 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
 
 
 def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, cx: S.Constraints) -> None:
-    """Every G_s input is mapped, by expressions over G_d inputs of the same shape."""
+    """Every G_s input is mapped, by expressions over G_d inputs of the same shape and dtype."""
     def at(name: str) -> str:
         pos = rel.positions.get(name)
         return f"{rel.source}:{pos[0]}:{pos[1]}" if pos else rel.source
@@ -87,6 +87,13 @@ def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, 
             if len(shp) != len(want) or any(S.norm(a) != S.norm(b) for a, b in zip(shp, want)):
                 raise InputError(f"{at(name)}: relation for {name} has shape {fmt_shape(shp)} but {name} has "
                                  f"{fmt_shape(want)}")
+            try:
+                dt = term_dtype(e, lambda t: g_d.tensors[t].dtype, plugins.registry)
+            except ShapeError as err:
+                raise InputError(f"{at(name)}: relation for {name}: {err}") from None
+            if dt is not None and dt != g_s.tensors[name].dtype:
+                raise InputError(f"{at(name)}: relation for {name} has dtype {dt} but {name} has "
+                                 f"{g_s.tensors[name].dtype}")
 
 
 def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | None = None,

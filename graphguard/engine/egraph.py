@@ -717,10 +717,11 @@ def _decode(kind: str, text: str):
         return int(text)
     if kind == "scalar":
         return S.parse(text)
-    if kind in ("ints", "scalars"):
+    if kind == "ints":
         inner = text.strip()[1:-1].strip()
-        items = [x.strip() for x in inner.split(",")] if inner else []
-        return tuple(int(x) for x in items) if kind == "ints" else tuple(S.parse(x) for x in items)
+        return tuple(int(x) for x in inner.split(",")) if inner else ()
+    if kind == "scalars":
+        return S.parse_list(text)
     if kind == "number":
         try:
             return Fraction(text)

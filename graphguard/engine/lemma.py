@@ -315,7 +315,7 @@ FUNCTIONS: dict[str, Callable] = {
     "size": lambda ctx, t, d: ctx.shape_of(t)[int(d)],
     "rank": lambda ctx, t: len(ctx.shape_of(t)),
     "shape": lambda ctx, t: tuple(ctx.shape_of(t)),
-    "numel": lambda ctx, t: S.norm(sp.Mul(*[sp.sympify(x) for x in ctx.shape_of(t)])),
+    "numel": lambda ctx, t: S.norm(sp.Mul(*[S.sym(x) for x in ctx.shape_of(t)])),
     "compose": lambda ctx, p, q: tuple(_perm(p)[i] for i in _perm(q)),  # permute(permute(x,p),q)
     "inverse": lambda ctx, p: tuple(_perm(p).index(i) for i in range(len(p))),
     "index": lambda ctx, p, v: _perm(p).index(int(v)),
@@ -351,7 +351,7 @@ FUNCTIONS: dict[str, Callable] = {
 }
 
 def _prod(xs) -> S.Scalar:
-    return S.norm(sp.Mul(*[sp.sympify(x) for x in xs])) if xs else 1
+    return S.norm(sp.Mul(*[S.sym(x) for x in xs])) if xs else 1
 
 
 def _reshape_part(ctx, part: tuple, d: int, target: tuple) -> tuple[int, tuple]:
@@ -365,7 +365,7 @@ def _reshape_part(ctx, part: tuple, d: int, target: tuple) -> tuple[int, tuple]:
     k = ks[-1]  # past size-1 target dims: two parts never fit in one of those
     if k >= len(target):
         raise ValueError("no target dim for the concatenated one")
-    rows = S.exact_div(S.norm(sp.sympify(part[d]) * sp.sympify(inner)), _prod(target[k + 1:]))
+    rows = S.exact_div(S.norm(S.sym(part[d]) * S.sym(inner)), _prod(target[k + 1:]))
     if not ctx.cx.integral(rows):
         raise ValueError("a part is not whole slices of the target dim")
     return k, tuple(target[:k]) + (rows,) + tuple(target[k + 1:])
@@ -380,15 +380,15 @@ def _reshape_src(ctx, x: tuple, s: tuple, d: int) -> tuple[int, Any]:
     before, after = _prod(s[:d]), _prod(s[d + 1:])
     for k in range(len(x)):
         if ctx.cx.prove("==", _prod(x[:k]), before):
-            m = S.norm(sp.sympify(after) / sp.sympify(_prod(x[k + 1:])))
-            if ctx.cx.integral(m) or ctx.cx.integral(S.norm(1 / sp.sympify(m))):
+            m = S.norm(S.sym(after) / S.sym(_prod(x[k + 1:])))
+            if ctx.cx.integral(m) or ctx.cx.integral(S.norm(1 / S.sym(m))):
                 return k, m
     raise ValueError("the reshape does not keep that dim as whole rows of one input dim")
 
 
 def _reshape_src_index(ctx, x: tuple, s: tuple, d: int, i) -> S.Scalar:
     k, m = _reshape_src(ctx, x, s, d)
-    j = S.norm(sp.sympify(i) * sp.sympify(m))
+    j = S.norm(S.sym(i) * S.sym(m))
     if not ctx.cx.integral(j):
         raise ValueError("the slice bound falls inside a merged block")
     return j
@@ -414,7 +414,7 @@ def _expand_split_dim(ctx, x: tuple, s: tuple, t: tuple) -> int:
 def _reshape_concat_ok(ctx, a: tuple, b: tuple, d: int, target: tuple) -> bool:
     ka, sa = _reshape_part(ctx, a, d, target)
     kb, sb = _reshape_part(ctx, b, d, target)
-    return ka == kb and ctx.cx.prove("==", S.norm(sp.sympify(sa[ka]) + sp.sympify(sb[kb])), target[ka])
+    return ka == kb and ctx.cx.prove("==", S.norm(S.sym(sa[ka]) + S.sym(sb[kb])), target[ka])
 
 
 def _bmm_view_ok(ctx, x: tuple, y: tuple, s: tuple, t: tuple) -> bool:
@@ -508,11 +508,11 @@ def evaluate(e, env: dict[str, Any], ctx: EvalContext):
             return {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
                     "//": operator.floordiv}[e.op](a, b)  # only the one asked for: b may be 0
         if e.op == "+":
-            return S.norm(sp.sympify(a) + sp.sympify(b))
+            return S.norm(S.sym(a) + S.sym(b))
         if e.op == "-":
-            return S.norm(sp.sympify(a) - sp.sympify(b))
+            return S.norm(S.sym(a) - S.sym(b))
         if e.op == "*":
-            return S.norm(sp.sympify(a) * sp.sympify(b))
+            return S.norm(S.sym(a) * S.sym(b))
         if e.op == "//":
             return S.floordiv(a, b)
         if e.op == "/":

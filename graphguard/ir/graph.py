@@ -7,7 +7,9 @@ their collectives. A sequential graph G_s has no ranks.
 
 Nodes are kept in a list; :meth:`Graph.validate` (the lint) checks: every op is known, arity and
 attributes, every tensor is defined exactly once (graph input or node output) before use, no cycle,
-shapes infer (and agree with declared ones), and ranks are consistent. Mutate a graph only through
+shapes infer (and agree with declared ones), every dtype is a known name (:data:`~graphguard.ir.ops.DTYPES`)
+and follows the ops' dtype rules (a declared dtype must agree; clean ops and collectives keep their
+inputs' one dtype), and ranks are consistent. Mutate a graph only through
 :meth:`add_input` / :meth:`add_node` / :attr:`outputs`, then call :meth:`validate`.
 """
 from __future__ import annotations
@@ -18,10 +20,10 @@ from typing import Any
 
 from ..errors import InputError, ShapeError
 from . import scalar as S
-from .expr import App, Leaf, Term, app, rank_of
-from .ops import OpDef, Registry, Shape, expand, fmt_shape, normalize_attrs
+from .expr import Leaf, Term, app, rank_of
+from .ops import DTYPES, OpDef, Registry, Shape, expand, fmt_shape, normalize_attrs
 from .scalar import Constraints
-from .semantics import term_shape
+from .semantics import term_dtype, term_shape
 
 
 @dataclass
@@ -140,6 +142,7 @@ class Graph:
             if self.distributed:
                 self._check_rank_name(t, f"{src}: graph input")
             self._check_dims(f"{src}: graph input '{t}'", self.tensors[t].shape, cx)
+            _check_dtype(f"{src}: graph input '{t}'", self.tensors[t].dtype)
         for n in order:
             self._infer(n, reg, cx)
         return self
@@ -197,25 +200,35 @@ class Graph:
             raise InputError(f"{where}: {op.name} cannot be applied to these inputs/attributes "
                              f"({type(e).__name__}: {e})") from None
         in_dtypes = [self.tensors[i].dtype for i in n.inputs]
+        if op.collective and len(set(in_dtypes)) > 1:
+            raise InputError(f"{where}: a collective over tensors of dtypes {', '.join(dict.fromkeys(in_dtypes))} "
+                             f"(its inputs share one dtype)")
+        try:
+            dtypes = [term_dtype(t, lambda x: self.tensors[x].dtype, reg) for t in outs]
+        except ShapeError as e:
+            raise InputError(f"{where}: {e}") from None
+        except (IndexError, KeyError, TypeError) as e:
+            raise InputError(f"{where}: {op.name}: no dtype for inputs {in_dtypes} ({type(e).__name__}: {e})") from None
         declared = getattr(n, "_declared", {})
-        for o, t, s in zip(n.outputs, outs, shapes):
-            tdef = reg.get(t.op) if isinstance(t, App) else None
-            if tdef is not None and tdef.dtype is not None:
-                dtype = tdef.dtype(in_dtypes, t.attrd)
-            elif isinstance(t, Leaf) and t.name in self.tensors:
-                dtype = self.tensors[t.name].dtype
-            else:
-                dtype = in_dtypes[0] if in_dtypes else "float32"
+        for o, t, s, dtype in zip(n.outputs, outs, shapes, dtypes):
             self._check_dims(f"{where}: output '{o}'", s, cx)
             if o in declared and declared[o] is not None:
                 d = tuple(S.norm(x) for x in declared[o]["shape"])
                 if len(d) != len(s) or any(S.norm(a) != S.norm(b) for a, b in zip(d, s)):
                     raise InputError(f"{where}: declared shape {fmt_shape(d)} of '{o}' does not match the "
                                      f"inferred shape {fmt_shape(s)}")
-                dtype_o = declared[o].get("dtype", dtype)
-            else:
-                dtype_o = dtype
-            self.tensors[o] = TensorInfo(o, s, dtype_o)
+                if "dtype" in declared[o]:
+                    _check_dtype(f"{where}: output '{o}'", declared[o]["dtype"])
+                    if dtype is None:  # the op leaves the dtype to the call site
+                        dtype = declared[o]["dtype"]
+                    elif declared[o]["dtype"] != dtype:
+                        raise InputError(f"{where}: declared dtype {declared[o]['dtype']} of '{o}' contradicts "
+                                         f"{op.name}, which gives {dtype} for inputs of dtype "
+                                         f"{', '.join(in_dtypes) or '(none)'}")
+            if dtype is None:
+                dtype = in_dtypes[0] if in_dtypes else "float32"
+            _check_dtype(f"{where}: output '{o}'", dtype)
+            self.tensors[o] = TensorInfo(o, s, dtype)
             self._terms[o] = t
 
     def symbols(self) -> set[str]:
@@ -269,6 +282,11 @@ class Graph:
             lines.append(f"  {outs} = {n.op}({args}){loc}")
         lines.append(f"  output {', '.join(self.outputs)}")
         return "\n".join(lines)
+
+
+def _check_dtype(where: str, dtype) -> None:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise InputError(f"{where}: unknown dtype {str(dtype)[:40]!r} (known: {', '.join(sorted(DTYPES))})")
 
 
 def _fmt_attr(v) -> str:

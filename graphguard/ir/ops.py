@@ -9,6 +9,7 @@ Compute operators come from lemma packs (plugins), which register :class:`OpDef`
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Sequence
@@ -23,6 +24,14 @@ from .expr import App, Term, app
 Shape = tuple  # tuple of scalars
 
 ATTR_KINDS = ("int", "ints", "scalar", "scalars", "str", "number", "bool")
+
+# Every tensor's dtype is one of these names (numpy/torch spelling; frontends map their own: HLO ``f32`` is
+# ``float32``, ``pred`` is ``bool``). The graph lint refuses any other.
+DTYPES = frozenset((
+    "bool", "int4", "uint4", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+    "float16", "bfloat16", "float32", "float64",
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e4m3", "float8_e8m0fnu",
+    "complex32", "complex64", "complex128"))
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,8 @@ class OpDef:
     collective: bool = False
     doc: str = ""
     source: str = ""  # which plugin registered it
-    dtype: Callable | None = None  # dtype(in_dtypes, attrs) -> out dtype; default: the first input's
+    dtype: Callable | None = None  # dtype(in_dtypes, attrs) -> out dtype; default: the first input's (clean
+    # ops and collectives: the one dtype all their inputs share). None: the call site's declared dtype decides
     scaling: bool = False
     broadcast: bool = False
     data_sizes: tuple[tuple[str, int], ...] = ()
@@ -78,6 +88,21 @@ class OpDef:
             if a.name == name:
                 return a
         return None
+
+
+_NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?(?:/[0-9]+)?")
+
+
+def parse_number(text: str) -> Fraction | float:
+    """A number attribute's text: an exact decimal or fraction (``0.125``, ``1e-5``, ``1/3``; exponents of at
+    most three digits, so that no text asks for a huge integer), or ``inf``/``-inf``/``nan``. ValueError or
+    ZeroDivisionError on anything else."""
+    t = text.strip()
+    if t.lower() in ("inf", "+inf", "-inf", "nan", "infinity", "+infinity", "-infinity"):
+        return float(t)
+    if len(t) > 200 or not _NUMBER.fullmatch(t):
+        raise ValueError(f"not a number: {text[:60]!r}")
+    return Fraction(t)
 
 
 def coerce_attr(op: OpDef, spec: AttrSpec, value: Any, where: str) -> Any:
@@ -114,13 +139,7 @@ def coerce_attr(op: OpDef, spec: AttrSpec, value: Any, where: str) -> Any:
             return value
         if k == "number":
             if isinstance(value, str):
-                try:
-                    return Fraction(value)
-                except ValueError:
-                    f = float(value)  # "inf", "-inf", "nan"
-                    if math.isfinite(f):
-                        raise
-                    return f
+                return parse_number(value)
             if isinstance(value, bool):
                 raise TypeError
             if isinstance(value, int):
@@ -204,7 +223,7 @@ def fmt_shape(s: Shape) -> str:
 
 
 def numel(shape: Shape) -> S.Scalar:
-    return S.norm(sp.Mul(*[sp.sympify(d) for d in shape])) if shape else 1
+    return S.norm(sp.Mul(*[S.sym(d) for d in shape])) if shape else 1
 
 
 # =================================================================================================
@@ -220,7 +239,7 @@ def _concat_shape(shapes, attrs, cx):
         if len(s) != r or any(S.norm(a) != S.norm(b) for i, (a, b) in enumerate(zip(s, shapes[0])) if i != d):
             fail(f"concat: shapes {fmt_shape(shapes[0])} and {fmt_shape(s)} differ outside dim {d}")
     out = list(shapes[0])
-    out[d] = S.norm(sum(sp.sympify(s[d]) for s in shapes))
+    out[d] = S.norm(sum(S.sym(s[d]) for s in shapes))
     return tuple(out)
 
 
@@ -231,7 +250,7 @@ def _slice_shape(shapes, attrs, cx):
     if not (cx.prove(">=", a, 0) and cx.prove("<=", a, b) and cx.prove("<=", b, x[d])):
         fail(f"slice: bounds [{S.text(a)}:{S.text(b)}] not within 0..{S.text(x[d])} on dim {d}")
     out = list(x)
-    out[d] = S.norm(sp.sympify(b) - sp.sympify(a))
+    out[d] = S.norm(S.sym(b) - S.sym(a))
     return tuple(out)
 
 
@@ -299,7 +318,7 @@ def _split_meaning(ins, attrs):
     (x,) = ins
     out, start = [], 0
     for sz in attrs["sizes"]:
-        end = S.norm(sp.sympify(start) + sp.sympify(sz))
+        end = S.norm(S.sym(start) + S.sym(sz))
         out.append(app("core.slice", x, dim=attrs["dim"], start=start, end=end))
         start = end
     return out
@@ -334,8 +353,8 @@ def _reduce_scatter_meaning(ins, attrs, shapes=None):
     check_rank("reduce_scatter", shapes[0], attrs["dim"])
     n = shapes[0][attrs["dim"]]
     chunk = S.exact_div(n, w)
-    return [app("core.slice", t, dim=attrs["dim"], start=S.norm(sp.sympify(chunk) * r),
-                end=S.norm(sp.sympify(chunk) * (r + 1))) for r in range(w)]
+    return [app("core.slice", t, dim=attrs["dim"], start=S.norm(S.sym(chunk) * r),
+                end=S.norm(S.sym(chunk) * (r + 1))) for r in range(w)]
 
 
 def _all_to_all_meaning(ins, attrs, shapes=None):
@@ -348,8 +367,8 @@ def _all_to_all_meaning(ins, attrs, shapes=None):
     chunk = S.exact_div(shapes[0][sd], w)
     outs = []
     for r in range(w):
-        parts = [app("core.slice", x, dim=sd, start=S.norm(sp.sympify(chunk) * r),
-                     end=S.norm(sp.sympify(chunk) * (r + 1))) for x in ins]
+        parts = [app("core.slice", x, dim=sd, start=S.norm(S.sym(chunk) * r),
+                     end=S.norm(S.sym(chunk) * (r + 1))) for x in ins]
         outs.append(app("core.concat", *parts, dim=cd) if w > 1 else parts[0])
     return outs
 

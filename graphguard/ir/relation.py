@@ -34,7 +34,7 @@ from lark.exceptions import UnexpectedInput, VisitError
 from ..errors import InputError, ShapeError
 from . import scalar as S
 from .expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, Leaf, PVar, Term, app
-from .ops import Registry, coerce_attr
+from .ops import Registry, coerce_attr, parse_number
 from .scalar import Constraints, SymbolInfo
 
 GRAMMAR = r"""
@@ -116,7 +116,7 @@ class _ToRaw(Transformer):
         return AConst(int(tok))
 
     def float(self, tok):
-        return AConst(Fraction(str(tok)))
+        return AConst(parse_number(str(tok)))
 
     def name(self, tok):
         s = str(tok)
@@ -194,6 +194,8 @@ def _parse(text: str, start: str, where: str, line: int = 1, col: int = 1):
         raise ParseError(f"{where}:{abs_line}:{abs_col}: {what} in {text!r}") from None
     except VisitError as e:
         raise ParseError(f"{where}:{line}:{col}: {e.orig_exc} in {text!r}") from None
+    except RecursionError:
+        raise ParseError(f"{where}:{line}:{col}: expression nested too deeply") from None
 
 
 # -- lowering raw calls to terms ------------------------------------------------------------------
@@ -212,17 +214,17 @@ def _const_attr(v: AExpr, where: str):
         a = _scalar_value(_const_attr(v.left, where), where)
         b = _scalar_value(_const_attr(v.right, where), where)
         if v.op == "+":
-            return S.norm(S.sp.sympify(a) + S.sp.sympify(b))
+            return S.norm(S.sym(a) + S.sym(b))
         if v.op == "-":
-            return S.norm(S.sp.sympify(a) - S.sp.sympify(b))
+            return S.norm(S.sym(a) - S.sym(b))
         if v.op == "*":
-            return S.norm(S.sp.sympify(a) * S.sp.sympify(b))
+            return S.norm(S.sym(a) * S.sym(b))
         if v.op == "//":
             return S.floordiv(a, b)
         if v.op == "/":
             if isinstance(a, Fraction) or isinstance(b, Fraction):
                 return Fraction(a) / Fraction(b)
-            return S.norm(S.sp.sympify(a) / S.sp.sympify(b))
+            return S.norm(S.sym(a) / S.sym(b))
     raise ParseError(f"{where}: unsupported attribute value")
 
 
@@ -320,13 +322,29 @@ class RelationFile:
         return cx
 
 
+_PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")}
+
+
 def _compose(text: str, source: str):
+    """The YAML node tree (composed, never constructed); a tag other than YAML's plain types is refused."""
     try:
-        return yaml.compose(text)
+        root = yaml.compose(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         pos = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         raise InputError(f"{source}{pos}: invalid YAML ({getattr(e, 'problem', None) or e})") from None
+    todo = [root] if root is not None else []
+    while todo:
+        node = todo.pop()
+        if node.tag not in _PLAIN_TAGS:
+            m = node.start_mark
+            raise InputError(f"{source}:{m.line + 1}:{m.column + 1}: YAML tag {node.tag[:60]!r} is not allowed "
+                             f"(a relation file holds strings, numbers, lists and mappings)")
+        if isinstance(node, yaml.SequenceNode):
+            todo.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            todo.extend(x for kv in node.value for x in kv)
+    return root
 
 
 def _exprs(node, source: str, reg: Registry) -> list[Term]:
@@ -364,7 +382,13 @@ def parse_relation_text(text: str, source: str, reg: Registry) -> RelationFile:
         for k, v in node.value:
             name = str(k.value)
             where = f"{source}:{k.start_mark.line + 1}:{k.start_mark.column + 1}"
-            spec = yaml.safe_load(yaml.serialize(v)) if not isinstance(v, yaml.ScalarNode) or v.value else {}
+            if not isinstance(k, yaml.ScalarNode) or not S.valid_name(name):
+                raise InputError(f"{where}: a symbol is named by an identifier (letters, digits, _), got "
+                                 f"{name[:60]!r}")
+            try:
+                spec = yaml.safe_load(yaml.serialize(v)) if not isinstance(v, yaml.ScalarNode) or v.value else {}
+            except yaml.YAMLError:  # a tag such as !!python/object: never constructed
+                raise InputError(f"{where}: symbol '{name}' takes integer min/max/multiple_of") from None
             if spec is None:
                 spec = {}
             if not isinstance(spec, dict) or set(spec) - {"min", "max", "multiple_of"} or not all(

@@ -34,6 +34,35 @@ def term_shape(t: Term, leaf_shape: Callable[[str], Shape], reg: Registry, cx: C
     return out
 
 
+def term_dtype(t: Term, leaf_dtype: Callable[[str], str], reg: Registry, memo: dict | None = None) -> str | None:
+    """The dtype of a term by its ops' dtype rules (None where a rule leaves it to the call site); raises
+    ShapeError where a clean op (concat, sum, slice...) would mix dtypes: clean ops keep their operands' one
+    dtype."""
+    memo = {} if memo is None else memo
+    hit = memo.get(t)
+    if hit is not None:
+        return hit
+    if isinstance(t, Leaf):
+        out = leaf_dtype(t.name)
+    elif isinstance(t, App):
+        op = reg.get(t.op)
+        if op is None:
+            raise ShapeError(f"unknown operator {t.op}")
+        ds = [term_dtype(a, leaf_dtype, reg, memo) for a in t.args]
+        known = list(dict.fromkeys(d for d in ds if d is not None))
+        if op.clean and len(known) > 1:
+            raise ShapeError(f"{t.op} of {' and '.join(known)} tensors (it keeps its operands' dtype: convert "
+                             f"them first)")
+        if op.dtype is not None:
+            out = None if None in ds else op.dtype(ds, t.attrd)
+        else:
+            out = known[0] if op.clean and known else ds[0] if ds else "float32"
+    else:
+        raise ShapeError(f"pattern variable {t} has no dtype")
+    memo[t] = out
+    return out
+
+
 def term_eval(t: Term, env: Callable[[str], np.ndarray], reg: Registry, memo: dict | None = None) -> np.ndarray:
     """Evaluate a term with the NumPy references."""
     memo = {} if memo is None else memo

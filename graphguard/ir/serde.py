@@ -16,8 +16,9 @@
       "outputs": ["F@0", "F@1"]
     }
 
-Shapes are lists of integers or scalar expressions over symbols (``"K/2"``); symbols and their
-constraints are declared in the relation file. ``outputs`` of a node may also be objects
+Shapes are lists of integers or scalar expressions over symbols (``"K/2"``, read by the grammar of
+:func:`graphguard.ir.scalar.parse`, never evaluated); symbols and their constraints are declared in the
+relation file. A dtype is one of :data:`graphguard.ir.ops.DTYPES` (default ``float32``). ``outputs`` of a node may also be objects
 ``{"name": ..., "shape": [...]}``; a declared shape is checked against the inferred one.
 Attribute values are JSON numbers, strings or lists; ``loc`` (optional) is shown in bug reports.
 """
@@ -119,6 +120,8 @@ def load_graph(path: str | Path, reg: Registry, cx: Constraints) -> Graph:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise InputError(f"{path}: not valid JSON ({str(e).split(':')[0]})") from None
     return graph_from_dict(doc, str(path), reg, cx)
 
 

@@ -1054,7 +1054,7 @@ def _repeat_shape(shapes, attrs, cx):
     if len(reps) < len(x):
         fail(f"aten.repeat: repeats {fmt_shape(reps)} has fewer dims than self {fmt_shape(x)}")
     padded = (1,) * (len(reps) - len(x)) + tuple(x)
-    return tuple(S.norm(sp.sympify(d) * sp.sympify(r)) for d, r in zip(padded, reps))
+    return tuple(S.norm(S.sym(d) * S.sym(r)) for d, r in zip(padded, reps))
 
 
 FACTORY_OPS = [
@@ -1120,7 +1120,7 @@ def _sdpa_shape(shapes, attrs, cx):
     kb, vb = tuple(k[:-2]), tuple(v[:-2])
     if attrs["enable_gqa"] and len(q) >= 3 and len(k) >= 3:
         hq, hk = q[-3], k[-3]
-        ratio = Fraction(hq, hk) if isinstance(hq, int) and isinstance(hk, int) else sp.sympify(hq) / sp.sympify(hk)
+        ratio = Fraction(hq, hk) if isinstance(hq, int) and isinstance(hk, int) else S.sym(hq) / S.sym(hk)
         if not _same(cx, hk, v[-3]) or not cx.integral(S.norm(ratio)):
             fail(f"{name}: with enable_gqa, query heads {S.text(hq)} must be a multiple of key/value heads")
         kb, vb = kb[:-1] + (hq,), vb[:-1] + (hq,)

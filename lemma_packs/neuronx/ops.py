@@ -88,7 +88,8 @@ OPS = [
           doc="AwsNeuronTransferWithStaticRing: moves a tensor (a weight) to the device; its value is unchanged."),
     OpDef(RMS, 3, _rms_shape, _rms_ref, (DIM,),
           doc="AwsNeuronRmsNorm(x, weight, eps): x / sqrt(mean(x^2) + eps) * weight along dim backend_config "
-              "(the weight broadcast along the other dims; eps a scalar operand)."),
+              "(the weight broadcast along the other dims; eps a scalar operand).",
+          dtype=lambda ds, a: None),  # the call's declared result dtype
     OpDef(SOFTMAX, 1, _softmax_shape, _softmax_ref, (DIM,),
           doc="AwsNeuronSoftmax(x): softmax along dim backend_config."),
     OpDef(GELU, 1, _same_shape, lambda xs, a: _gelu_tanh(xs[0]),

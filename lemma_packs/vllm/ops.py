@@ -103,8 +103,8 @@ def _tokens_heads(name, what, x, positions, head_size, cx):
         fail(f"{name}: {what} {fmt_shape(x)} must be [tokens, ...] with at least two dims")
     if not cx.prove("==", x[0], positions[0]):
         fail(f"{name}: {what} {fmt_shape(x)} and positions {fmt_shape(positions)} differ in tokens")
-    row = S.norm(sp.Mul(*[sp.sympify(d) for d in x[1:]]))
-    if not cx.integral(S.norm(sp.sympify(row) / head_size)):
+    row = S.norm(sp.Mul(*[S.sym(d) for d in x[1:]]))
+    if not cx.integral(S.norm(S.sym(row) / head_size)):
         fail(f"{name}: a token's row of {what} {fmt_shape(x)} is not whole heads of size {head_size}")
 
 
@@ -116,7 +116,7 @@ def _rope_check(name, positions, cache, head_size, cx):
     if not isinstance(head_size, int) or head_size < 1:
         fail(f"{name}: head_size {head_size} must be a positive integer")
     rot = cache[1]
-    if not (cx.prove("<=", rot, head_size) and cx.prove(">=", rot, 2) and cx.integral(S.norm(sp.sympify(rot) / 2))):
+    if not (cx.prove("<=", rot, head_size) and cx.prove(">=", rot, 2) and cx.integral(S.norm(S.sym(rot) / 2))):
         fail(f"{name}: rot_dim {S.text(rot)} (cos_sin_cache's last dim) must be even, >= 2 and <= head_size "
              f"{head_size}")
 
@@ -187,7 +187,7 @@ def _attn_shape(shapes, attrs, cx):
     if not (cx.prove("==", q[2], k[2]) and cx.prove("==", k[1], v[1])):
         fail(f"{ATTN}: query {fmt_shape(q)} and key {fmt_shape(k)} differ in head size, or key and value "
              f"{fmt_shape(v)} in heads")
-    if not (cx.prove(">=", k[1], 1) and cx.integral(S.norm(sp.sympify(q[1]) / sp.sympify(k[1])))):
+    if not (cx.prove(">=", k[1], 1) and cx.integral(S.norm(S.sym(q[1]) / S.sym(k[1])))):
         fail(f"{ATTN}: query heads {S.text(q[1])} are not a multiple of KV heads {S.text(k[1])}")
     out = (q[0], q[1], v[2])
     if len(shapes) == 4 and not all(cx.prove("==", a, b) for a, b in zip(shapes[3], out)):

@@ -112,6 +112,8 @@ def _scalar(v, where: str):
         return v
     if hasattr(v, "node") and hasattr(v.node, "expr"):  # torch.SymInt
         return S.norm(S.parse(str(v.node.expr)))
+    if isinstance(v, str):  # a .pt2 archive names the node computing a symbolic int: a size symbol
+        return S.parse(v)
     return v
 
 
@@ -373,10 +375,10 @@ class _Converter:
         if f"{p}size" in kw and shape is not None:
             size = [_scalar(d, "size") for d in kw[f"{p}size"]]
             stride = [_scalar(d, "stride") for d in kw[f"{p}stride"]]
-            contiguous = [S.norm(S.sp.Mul(*[S.sp.sympify(d) for d in size[i + 1:]])) for i in range(len(size))]
+            contiguous = [S.norm(S.sp.Mul(*[S.sym(d) for d in size[i + 1:]])) for i in range(len(size))]
             fresh = isinstance(base, Ref) and base.name in self._by_name() and \
                 self._by_name()[base.name].target == "aten.empty.memory_format"
-            numel = lambda sh: S.norm(S.sp.Mul(*[S.sp.sympify(d) for d in sh]))  # noqa: E731
+            numel = lambda sh: S.norm(S.sp.Mul(*[S.sym(d) for d in sh]))  # noqa: E731
             if (fresh and S.norm(_scalar(kw[f"{p}storage_offset"], "offset")) == 0
                     and all(S.norm(d) == 1 or S.norm(a) == S.norm(b) for d, a, b in zip(size, stride, contiguous))
                     and numel(size) == numel(shape)):
@@ -405,7 +407,7 @@ class _Converter:
         if view[0] == "slice":
             _, dim, start, end = view
             self.emit(n, "core.slice", [base], name, node=name, dim=dim, start=S.text(start), end=S.text(end))
-            self.shape[name] = tuple(S.norm(S.sp.sympify(end) - S.sp.sympify(start)) if i == dim else d
+            self.shape[name] = tuple(S.norm(S.sym(end) - S.sym(start)) if i == dim else d
                                      for i, d in enumerate(shape))
         else:
             self.emit(n, "core.reshape", [base], name, node=name, shape=[S.text(d) for d in view[1]])
@@ -425,12 +427,12 @@ class _Converter:
         dim = parts[0][1][1]
         shape = self.shape[base]
         pieces, at = [], 0
-        for _, (_, _, start, end), value in sorted(parts, key=lambda p: S.sp.sympify(p[1][2])):
-            if S.norm(S.sp.sympify(start) - S.sp.sympify(at)) != 0:
+        for _, (_, _, start, end), value in sorted(parts, key=lambda p: S.sym(p[1][2])):
+            if S.norm(S.sym(start) - S.sym(at)) != 0:
                 pieces.append(_base_piece(self, n, base, dim, at, start, f"base{idx}"))
             pieces.append(value)
             at = end
-        if S.norm(S.sp.sympify(shape[dim]) - S.sp.sympify(at)) != 0:
+        if S.norm(S.sym(shape[dim]) - S.sym(at)) != 0:
             pieces.append(_base_piece(self, n, base, dim, at, shape[dim], f"base{idx}"))
         name = self.fresh(f"{n.name}.base{idx}")
         self.emit(n, "core.concat", pieces, name, node=name, dim=dim)
@@ -660,7 +662,7 @@ def _base_piece(conv: _Converter, n: TNode, base: str, dim: int, a, b, tag: str)
     """base[a:b] along dim: a slice, or a smaller fill when base is one (zeros)."""
     shape = conv.shape[base]
     name = conv.fresh(f"{n.name}.{tag}")
-    conv.shape[name] = tuple(S.norm(S.sp.sympify(b) - S.sp.sympify(a)) if i == dim else x for i, x in enumerate(shape))
+    conv.shape[name] = tuple(S.norm(S.sym(b) - S.sym(a)) if i == dim else x for i, x in enumerate(shape))
     conv.dtype[name] = conv.dtype.get(base)
     if base in conv.fills:
         value, dtype = conv.fills[base]
@@ -703,10 +705,10 @@ def _constant_pad(conv: _Converter, n: TNode) -> None:
         lo, hi = int(pad[2 * i]), int(pad[2 * i + 1])
         shape = conv.shape[cur]
         if lo < 0 or hi < 0:
-            start, end = max(-lo, 0), S.norm(S.sp.sympify(shape[dim]) - max(-hi, 0))
+            start, end = max(-lo, 0), S.norm(S.sym(shape[dim]) - max(-hi, 0))
             name = conv.fresh(f"{n.name}.crop")
             conv.emit(n, "core.slice", [cur], name, node=name, dim=dim, start=str(start), end=S.text(end))
-            conv.shape[name] = tuple(S.norm(S.sp.sympify(end) - start) if k == dim else d for k, d in enumerate(shape))
+            conv.shape[name] = tuple(S.norm(S.sym(end) - start) if k == dim else d for k, d in enumerate(shape))
             cur, shape, lo, hi = name, conv.shape[name], max(lo, 0), max(hi, 0)
         parts = []
         for tag, width in (("before", lo), ("x", None), ("after", hi)):
@@ -731,7 +733,7 @@ def _clamp(v, size):
     """PyTorch clamps slice bounds (``end=9223372036854775807``) and counts negatives from the end."""
     if isinstance(v, int):
         if v < 0:
-            v = S.norm(S.sp.sympify(size) + v)
+            v = S.norm(S.sym(size) + v)
             return max(v, 0) if isinstance(v, int) else v
         if isinstance(size, int):
             return min(v, size)
@@ -746,12 +748,12 @@ def _select(conv: _Converter, n: TNode) -> None:
     dim = _norm_dim(int(n.args[1]), len(shape))
     idx = int(n.args[2])
     if idx < 0:
-        idx = S.norm(S.sp.sympify(shape[dim]) + idx)
+        idx = S.norm(S.sym(shape[dim]) + idx)
     mid = conv.fresh(n.name)
     sl = list(shape)
     sl[dim] = 1
     conv.emit(TNode(mid, "call_function", "slice", (), {}, loc=n.loc), "core.slice", [x], mid, dim=dim,
-              start=S.text(idx), end=S.text(S.norm(S.sp.sympify(idx) + 1)))
+              start=S.text(idx), end=S.text(S.norm(S.sym(idx) + 1)))
     conv.shape[mid] = tuple(sl)
     conv.emit(n, "core.reshape", [mid], n.name, shape=[S.text(d) for i, d in enumerate(shape) if i != dim])
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from graphguard.errors import InputError
 from graphguard.frontends import LoadRequest
+from graphguard.ir import scalar as S
 from graphguard.ir.graph import Graph
 from graphguard.ir.serde import graph_from_dict
 
@@ -21,15 +22,38 @@ from ..stitch import stitch
 
 # torch/_export/serde/schema.py ScalarType
 SCALAR_TYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16", 7: "float32",
-                8: "float64", 12: "bool", 13: "bfloat16"}
+                8: "float64", 9: "complex32", 10: "complex64", 11: "complex128", 12: "bool", 13: "bfloat16",
+                28: "uint16", 29: "float8_e4m3fn", 30: "float8_e5m2", 31: "float8_e4m3fnuz", 32: "float8_e5m2fnuz",
+                33: "float8_e8m0fnu", 34: "uint32", 35: "uint64"}
+
+
+def _scalar_type(code, where: str) -> str:
+    name = SCALAR_TYPES.get(code) if isinstance(code, int) and not isinstance(code, bool) else None
+    if name is None:
+        raise InputError(f"{where}: unknown dtype code {str(code)[:20]}")
+    return name
 
 
 def _size(v, where: str):
     if "as_int" in v:
         return v["as_int"]
-    if "as_expr" in v:
-        return v["as_expr"]["expr_str"]
+    if "as_expr" in v:  # read by the scalar grammar, as data
+        text = v["as_expr"]["expr_str"]
+        try:
+            return S.parse(text)
+        except ValueError as e:
+            raise InputError(f"{where}: unsupported symbolic size: {e}") from None
     raise InputError(f"{where}: unsupported size {v}")
+
+
+def _sym_name(v: dict, where: str):
+    """A symbolic int argument: a constant, or the name of the node computing it (a size symbol)."""
+    if "as_int" in v:
+        return v["as_int"]
+    name = v.get("as_name")
+    if not S.valid_name(name):
+        raise InputError(f"{where}: bad symbolic int argument {str(name)[:60]!r}")
+    return name
 
 
 def _arg(a: dict, where: str):
@@ -45,11 +69,11 @@ def _arg(a: dict, where: str):
     if kind == "as_none":
         return None
     if kind == "as_sym_int":
-        return v.get("as_int", v.get("as_name"))
+        return _sym_name(v, where)
     if kind == "as_sym_ints":
-        return [x.get("as_int", x.get("as_name")) for x in v]
+        return [_sym_name(x, where) for x in v]
     if kind == "as_scalar_type":
-        return f"torch.{SCALAR_TYPES.get(v, 'float32')}"
+        return f"torch.{_scalar_type(v, where)}"
     if kind in ("as_device", "as_layout", "as_memory_format"):
         return None
     raise InputError(f"{where}: unsupported argument kind {kind}")
@@ -87,7 +111,7 @@ def read_pt2(path: Path) -> TGraph:
         t = tv.get(name)
         if t is None:
             return None, None
-        return tuple(_size(s, where) for s in t["sizes"]), SCALAR_TYPES.get(t["dtype"], "float32")
+        return tuple(_size(s, where) for s in t["sizes"]), _scalar_type(t["dtype"], f"{where}: tensor '{name}'")
 
     for name in names:
         shp, dt = meta(name)

@@ -49,7 +49,7 @@ class Symbols:
         except ValueError:
             raise InputError(f"{self.where}: dynamic dim {dim} of '{name}': bad size expression {text!r}") from None
         self.shape_env = size.node.shape_env
-        self.bound.append((name, dim, size.node.expr, sp.sympify(user)))
+        self.bound.append((name, dim, size.node.expr, S.sym(user)))
 
     def finish(self) -> None:
         """After tracing: the substitution for every ShapeEnv symbol, and the user's symbols' constraints."""

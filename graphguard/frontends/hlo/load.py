@@ -44,7 +44,10 @@ def read_module(path: str | Path) -> Module:
             raise InputError(f"{path}: not UTF-8 text (an HLO text file starts with 'HloModule')") from None
         if not looks_like_text(data):
             raise InputError(f"{path}: not HLO text (it should start with 'HloModule')")
-        return read_text(text, str(path))
+        try:
+            return read_text(text, str(path))
+        except RecursionError:
+            raise InputError(f"{path}: HLO text nested too deeply") from None
     return read_proto(data, str(path))
 
 

@@ -215,13 +215,15 @@ def _shape(pieces, where: str) -> Shape:
     dims = []
     for it in pieces[1].items:
         d = _atom(it, where)
-        if not d.isdigit():
+        if not (d.isascii() and d.isdigit()) or len(d) > 18:
             raise InputError(f"{where}: dimension {d!r} in {_show(pieces)} is not supported (dynamic shapes)")
         dims.append(int(d))
     return Shape(DTYPES[t], tuple(dims))
 
 
 def _number(s: str):
+    if not s.isascii():
+        raise ValueError(s)
     low = s.lower()
     if low in ("true", "false"):
         return low == "true"

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import InputError, ShapeError
 from . import scalar as S
 from .expr import App, Leaf, Term, app, rank_of
-from .ops import OpDef, Registry, Shape, expand, fmt_shape, normalize_attrs
+from .ops import OpDef, Registry, Shape, expand, fmt_shape, normalize_attrs, normalize_dims
 from .scalar import Constraints
 from .semantics import term_shape
 
@@ -176,10 +176,9 @@ class Graph:
             attrs = normalize_attrs(op, n.attrs, where)
         except ShapeError as e:
             raise InputError(str(e)) from None
-        n.attrs = dict(attrs)
-        if not isinstance(n.attrs, dict):
-            raise AssertionError
         in_shapes = [self.tensors[i].shape for i in n.inputs]
+        n.attrs = normalize_dims(op, dict(attrs), [len(s) for s in in_shapes])  # dims in [0, rank) from here on
+        attrs = tuple(n.attrs.items())
         self._check_ranks(n, op)
         leaves = [Leaf(i) for i in n.inputs]
         try:
@@ -201,7 +200,10 @@ class Graph:
         for o, t, s in zip(n.outputs, outs, shapes):
             tdef = reg.get(t.op) if isinstance(t, App) else None
             if tdef is not None and tdef.dtype is not None:
-                dtype = tdef.dtype(in_dtypes, t.attrd)
+                try:
+                    dtype = tdef.dtype(in_dtypes, t.attrd)
+                except ShapeError as e:  # the op's dtype rule does not accept these inputs
+                    raise InputError(f"{where}: {e}") from None
             elif isinstance(t, Leaf) and t.name in self.tensors:
                 dtype = self.tensors[t.name].dtype
             else:

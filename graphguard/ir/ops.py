@@ -9,6 +9,7 @@ Compute operators come from lemma packs (plugins), which register :class:`OpDef`
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Sequence
@@ -28,12 +29,17 @@ ATTR_KINDS = ("int", "ints", "scalar", "scalars", "str", "number", "bool")
 @dataclass(frozen=True)
 class AttrSpec:
     """A typed attribute. ``kind``: int (concrete, e.g. a dim), ints, scalar (may be symbolic), scalars,
-    str, number (a rational/float constant), bool. ``optional``: None is a legal value (the default)."""
+    str, number (an exact rational: a float is its exact binary value; inf/nan stay floats), bool.
+    ``optional``: None is a legal value (the default). ``dim_of``: the attribute names dims (an int, or each
+    of several ints) of tensor input ``dim_of``; a negative one counts from the end of that input's rank
+    and is made non-negative when a term is built (:func:`normalize_dims`), so the e-graph and lemma
+    conditions only ever see dims in [0, rank)."""
     name: str
     kind: str  # one of ATTR_KINDS
     default: Any = None
     choices: tuple = ()
     optional: bool = False
+    dim_of: int | None = None
 
     @property
     def required(self) -> bool:
@@ -114,26 +120,57 @@ def coerce_attr(op: OpDef, spec: AttrSpec, value: Any, where: str) -> Any:
             return value
         if k == "number":
             if isinstance(value, str):
-                try:
-                    return Fraction(value)
-                except ValueError:
-                    f = float(value)  # "inf", "-inf", "nan"
-                    if math.isfinite(f):
-                        raise
-                    return f
+                return number_from_text(value)
             if isinstance(value, bool):
                 raise TypeError
             if isinstance(value, int):
                 return Fraction(value)
             if isinstance(value, float):
-                # non-finite constants (-inf attention masks) stay floats
-                return Fraction(value).limit_denominator(10**9) if math.isfinite(value) else value
+                # exact: the float's binary value (3e-10 and -3e-10, f32(1e-5) and 1e-05 all differ); non-finite
+                # constants (-inf attention masks) stay floats
+                return Fraction(value) if math.isfinite(value) else value
             if isinstance(value, Fraction):
                 return value
             raise TypeError
     except (TypeError, ValueError, ZeroDivisionError):
         raise ShapeError(f"{where}: attribute {spec.name}={value!r} of {op.name} must be of kind {k}") from None
     raise AssertionError(k)
+
+
+def number_from_text(text: str) -> Fraction | float:
+    """A number attribute from text: ``3`` and ``1/3`` are exact; a decimal (``0.1``, ``1e-05``) is the float it
+    spells, by its exact binary value (as JSON and Python read it, so text and graph files agree); ``inf``,
+    ``-inf`` and ``nan`` stay floats. Raises ValueError otherwise."""
+    t = text.strip()
+    if re.fullmatch(r"[-+]?\d+(/\d+)?", t):
+        return Fraction(t)
+    f = float(t)  # ValueError on anything else
+    return Fraction(f) if math.isfinite(f) else f
+
+
+def _norm_dim(v, rank: int):
+    """A dim of a rank-``rank`` tensor in [0, rank) when it was given counting from the end; a rank-0 tensor
+    takes dim 0 or -1 (as torch does). Out-of-range dims are left for the shape function to reject."""
+    r = max(rank, 1)
+    if isinstance(v, int) and not isinstance(v, bool) and -r <= v < 0:
+        return v + r
+    return v
+
+
+def normalize_dims(op: OpDef, attrs: dict, in_ranks: Sequence[int]) -> dict:
+    """``attrs`` with every dim attribute (``AttrSpec.dim_of``) non-negative, against the rank of the input it
+    refers to. Generic over ops: graphs, relation terms and lemma sides all go through it."""
+    out = None
+    for spec in op.attrs:
+        if spec.dim_of is None or spec.dim_of >= len(in_ranks):
+            continue
+        v = attrs.get(spec.name)
+        r = in_ranks[spec.dim_of]
+        n = tuple(_norm_dim(x, r) for x in v) if isinstance(v, tuple) else _norm_dim(v, r)
+        if n != v:
+            out = dict(attrs) if out is None else out
+            out[spec.name] = n
+    return attrs if out is None else out
 
 
 def normalize_attrs(op: OpDef, attrs: dict, where: str) -> tuple[tuple[str, Any], ...]:
@@ -273,14 +310,24 @@ def _reduce_ref(fn):
     return f
 
 
+def _float_only(name):
+    """The dtype rule of an op defined on floating-point tensors (a constant factor): its input's; bool and
+    integer tensors are refused (they would round or wrap where the factor does not)."""
+    def f(ds, a):
+        if ds and (ds[0] in ("bool", "pred") or ds[0].startswith(("int", "uint"))):
+            fail(f"{name}: needs a floating-point input, got {ds[0]}")
+        return ds[0] if ds else "float32"
+    return f
+
+
 CLEAN_OPS = [
     OpDef("core.concat", None, _concat_shape, lambda xs, a: np.concatenate(xs, axis=a["dim"]),
-          (AttrSpec("dim", "int"),), clean=True, doc="Concatenate along dim."),
+          (AttrSpec("dim", "int", dim_of=0),), clean=True, doc="Concatenate along dim."),
     OpDef("core.slice", 1, _slice_shape, _slice_ref,
-          (AttrSpec("dim", "int"), AttrSpec("start", "scalar"), AttrSpec("end", "scalar")), clean=True,
+          (AttrSpec("dim", "int", dim_of=0), AttrSpec("start", "scalar"), AttrSpec("end", "scalar")), clean=True,
           doc="x[start:end] along dim (step 1)."),
     OpDef("core.permute", 1, _permute_shape, lambda xs, a: np.transpose(xs[0], a["dims"]),
-          (AttrSpec("dims", "ints"),), clean=True, doc="Permute dimensions (transpose)."),
+          (AttrSpec("dims", "ints", dim_of=0),), clean=True, doc="Permute dimensions (transpose)."),
     OpDef("core.reshape", 1, _reshape_shape, lambda xs, a: np.reshape(xs[0], [int(d) for d in a["shape"]]),
           (AttrSpec("shape", "scalars"),), clean=True, doc="Row-major reshape."),
     OpDef("core.identity", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: xs[0], clean=True, doc="Identity."),
@@ -367,20 +414,20 @@ GROUP = AttrSpec("group", "ints")
 # Not clean: ``avg`` reductions need it, so it lives beside the collectives.
 SCALE = OpDef("core.scale", 1, lambda s, a, cx: tuple(s[0]),
               lambda xs, a: xs[0] * (a["factor"].numerator / a["factor"].denominator),
-              (AttrSpec("factor", "number"),), doc="x * factor (a rational constant).")
+              (AttrSpec("factor", "number"),), doc="x * factor (a rational constant).", dtype=_float_only("core.scale"))
 
 COLLECTIVES = [
     OpDef("core.all_reduce", None, attrs=(AttrSpec("op", "str", "sum", ("sum", "max", "avg")), GROUP),
           meaning=_all_reduce_meaning, collective=True,
           doc="out@r = sum/max/avg over the group of in@g (inputs and outputs in group order)."),
-    OpDef("core.all_gather", None, attrs=(AttrSpec("dim", "int", 0), GROUP), meaning=_all_gather_meaning,
+    OpDef("core.all_gather", None, attrs=(AttrSpec("dim", "int", 0, dim_of=0), GROUP), meaning=_all_gather_meaning,
           collective=True, doc="out@r = concat(in@g for g in group, dim)."),
     OpDef("core.reduce_scatter", None,
-          attrs=(AttrSpec("op", "str", "sum", ("sum", "max", "avg")), AttrSpec("dim", "int", 0), GROUP),
+          attrs=(AttrSpec("op", "str", "sum", ("sum", "max", "avg")), AttrSpec("dim", "int", 0, dim_of=0), GROUP),
           meaning=_reduce_scatter_meaning, collective=True,
           doc="out@r = slice r of reduce(in@g for g in group) along dim."),
     OpDef("core.all_to_all", None,
-          attrs=(AttrSpec("split_dim", "int", 0), AttrSpec("concat_dim", "int", 0), GROUP),
+          attrs=(AttrSpec("split_dim", "int", 0, dim_of=0), AttrSpec("concat_dim", "int", 0, dim_of=0), GROUP),
           meaning=_all_to_all_meaning, collective=True,
           doc="out@r = concat(slice r of in@g along split_dim, for g in group) along concat_dim."),
     OpDef("core.broadcast", None, attrs=(AttrSpec("src", "int"), GROUP), meaning=_broadcast_meaning,
@@ -388,7 +435,7 @@ COLLECTIVES = [
     OpDef("core.sendrecv", 1, attrs=(AttrSpec("src", "int"), AttrSpec("dst", "int")),
           meaning=lambda ins, attrs: [ins[0]], collective=True,
           doc="Point-to-point: the output, on rank dst, equals the input on rank src."),
-    OpDef("core.split", 1, attrs=(AttrSpec("dim", "int"), AttrSpec("sizes", "scalars")),
+    OpDef("core.split", 1, attrs=(AttrSpec("dim", "int", dim_of=0), AttrSpec("sizes", "scalars")),
           meaning=_split_meaning, doc="Split into consecutive slices along dim."),
 ]
 

@@ -34,7 +34,7 @@ from lark.exceptions import UnexpectedInput, VisitError
 from ..errors import InputError, ShapeError
 from . import scalar as S
 from .expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, Leaf, PVar, Term, app
-from .ops import Registry, coerce_attr
+from .ops import Registry, coerce_attr, number_from_text
 from .scalar import Constraints, SymbolInfo
 
 GRAMMAR = r"""
@@ -116,7 +116,7 @@ class _ToRaw(Transformer):
         return AConst(int(tok))
 
     def float(self, tok):
-        return AConst(Fraction(str(tok)))
+        return AConst(number_from_text(str(tok)))  # the float it spells, exactly (as in a graph file)
 
     def name(self, tok):
         s = str(tok)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -234,6 +235,12 @@ def _compare(a, b, special: bool = False, scale: float = 0.0) -> str | None:
 def fuzz_rule(rule: Rule, reg: Registry, trials: int = MIN_INSTANCES, attempts: int = 6000,
               seed: int = 0) -> FuzzReport:
     """Fuzz one rule until ``trials`` (at least :data:`MIN_INSTANCES`) distinct instances pass, or a failure."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):  # overflow, mean of empty...: values, not news
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _fuzz(rule, reg, trials, attempts, seed)
+
+
+def _fuzz(rule: Rule, reg: Registry, trials: int, attempts: int, seed: int) -> FuzzReport:
     want = max(trials, MIN_INSTANCES)
     rng = random.Random(seed * 7919 + rule.lemma.ref)
     nrng = np.random.default_rng(seed * 104729 + rule.lemma.ref)

@@ -116,7 +116,9 @@ def _lower_pattern(raw, reg: Registry, lem: Lemma) -> Term:
     attrs = []
     for spec in op.attrs:
         if spec.name in given:
-            v = given[spec.name]
+            v = _negated(given[spec.name])
+            if isinstance(v, AList):
+                v = AList(tuple(_negated(x) for x in v.items))
             if isinstance(v, AConst):
                 c = v.value
                 if isinstance(c, tuple) and c[0] == "sym":
@@ -130,6 +132,15 @@ def _lower_pattern(raw, reg: Registry, lem: Lemma) -> Term:
         else:
             attrs.append((spec.name, AConst(coerce_attr(op, spec, spec.default, f"lemma {lem.ref}"))))
     return App(op.name, args, tuple(attrs))
+
+
+def _negated(v):
+    """``-1`` as written in a pattern (parsed as ``0 - 1``): the constant -1."""
+    if (isinstance(v, ABin) and v.op == "-" and isinstance(v.left, AConst) and v.left.value == 0
+            and isinstance(v.right, AConst) and isinstance(v.right.value, (int, Fraction))
+            and not isinstance(v.right.value, bool)):
+        return AConst(-v.right.value)
+    return v
 
 
 def _vars(p: Term, tv: list, av: dict, lem: Lemma, lhs: bool) -> None:

@@ -210,7 +210,7 @@ CONSTANTS = [
       "finite(?a) and finite(?b) and floating(dtype(?x))"),
     L(404, "scalar-factor-out-left", "aten.mul.Tensor(aten.mul.Scalar(?x, other=?a), ?y) => aten.mul.Scalar(aten.mul.Tensor(?x, ?y), other=?a)"),
     L(405, "scalar-factor-out-right", "aten.mul.Tensor(?y, aten.mul.Scalar(?x, other=?a)) => aten.mul.Scalar(aten.mul.Tensor(?y, ?x), other=?a)"),
-    L(406, "times-one", "aten.mul.Scalar(?x, other=1) => ?x"),
+    L(406, "times-one", "aten.mul.Scalar(?x, other=1) => ?x", 'dtype(?x) != "bool"'),
     L(407, "plus-zero", "aten.add.Tensor(?x, aten.scalar_tensor(s=0, dtype=?t)) => ?x",
       "dtype(?x) == ?t or (floating(dtype(?x)) and not floating(?t))"),
     L(408, "zero-plus", "aten.add.Tensor(aten.scalar_tensor(s=0, dtype=?t), ?x) => ?x",

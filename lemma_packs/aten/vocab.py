@@ -191,7 +191,7 @@ MASKED_FILL = [
     # dtypes promote to), so the masked_fill lemmas above cover the torch.where form too
     L(487, "where-of-a-scalar-is-masked-fill",
       "aten.where.self(?m, aten.scalar_tensor(s=?v, dtype=?t), ?x) => aten.masked_fill.Scalar(?x, ?m, value=?v)",
-      "?v // 1 == ?v and (dtype(?x) == ?t or (floating(dtype(?x)) and not floating(?t)))"),
+      "?v // 1 == ?v and (floating(?t) or ?t == \"int64\") and (dtype(?x) == ?t or (floating(dtype(?x)) and not floating(?t)))"),
 ]
 
 LEMMAS = EMBEDDING + CROSS_ENTROPY + MASKED_FILL

@@ -35,7 +35,7 @@ _MEAN = ("hlo.divide(reshape(hlo.reduce(?x, dims=?k, reducer=sum, init=0), shape
          " hlo.constant(shape=set_at(shape(?x), at(?k, 0), 1), value=size(?x, at(?k, 0)), dtype=float32))")
 
 LEMMAS = [
-    L(834, "pow-2-is-square", "aten.pow.Tensor_Scalar(?x, exponent=2) => hlo.multiply(?x, ?x)",
+    L(834, "pow-2-is-square", "aten.pow.Tensor_Scalar(?x, exponent=2) => hlo.multiply(?x, ?x)", "floating(dtype(?x))",
       when="hlo.multiply(?x, ?x)"),
     L(835, "rsqrt-is-hlo-rsqrt", "aten.rsqrt(?x) => hlo.rsqrt(?x)", "floating(dtype(?x))", when="hlo.rsqrt(?x)"),
     L(836, "mul-is-multiply", "aten.mul.Tensor(?a, ?b) => hlo.multiply(?a, ?b)", "shape(?a) == shape(?b)",

@@ -100,7 +100,9 @@ MATMUL = [
     L(361, "bmm-rows", "aten.bmm(concat(?a, ?b, dim=1), ?w) => concat(aten.bmm(?a, ?w), aten.bmm(?b, ?w), dim=1)"),
     L(362, "bmm-cols", "aten.bmm(?x, concat(?a, ?b, dim=2)) => concat(aten.bmm(?x, ?a), aten.bmm(?x, ?b), dim=2)"),
     L(363, "bmm-block-k", "aten.bmm(concat(?a, ?b, dim=2), concat(?c, ?e, dim=1)) => sum(aten.bmm(?a, ?c), aten.bmm(?b, ?e))",
-      "size(?a, 2) == size(?c, 1)"),
+      "size(?a, 2) == size(?c, 1)",
+      examples=[{"a": [2, 3, 2], "b": [2, 3, 1], "c": [2, 2, 4], "e": [2, 1, 4]},
+                {"a": [1, 2, 3], "b": [1, 2, 3], "c": [1, 3, 2], "e": [1, 3, 2]}]),
 ]
 
 _LN_EXAMPLES = [{"a": a, "b": b, "w": n, "c": n, "n": n, "d": d}

@@ -245,6 +245,10 @@ class Snapshot:
             except (KeyError, ValueError, TypeError, ShapeError):
                 found.add(None)
         busy.discard(c)
+        found.discard(None)  # an e-node over a class of unknown dtype tells nothing; the others decide
+        if len(found) > 1 and all(d.startswith(("float", "bfloat")) for d in found):
+            found = {min(found)}  # float widths: the dtype rules approximate torch's promotion, and no
+            # reference tells widths apart (a condition asks floating(), not which width)
         out = found.pop() if len(found) == 1 else None
         if _busy is None or out is not None:
             memo[c] = out

@@ -199,15 +199,16 @@ _PADS = [{"a": a, "b": b, "u": a, "s": b, "d": d, "t": "float64"}
          for a, b, d in (([2, 3], [2, 3], 0), ([1, 4], [3, 4], 0), ([2, 1], [2, 3], 1), ([3], [2], 0), ([0, 2], [2, 2], 0),
                          ([2, 2, 1], [2, 2, 2], 2))]
 
-# Scalar constants: every multiplication or division by a constant becomes ``mul.Scalar`` and constants
+# Scalar constants: every multiplication or division by a constant becomes ``mul.Scalar`` (where the 0-dim tensor
+# holds the constant exactly: a float one, or an integral constant in a wide integer dtype) and constants
 # are folded, so (x * 1/2) * (t / 2) and (x * 1/4) * t meet. Needed for means and loss scaling.
 CONSTANTS = [
     L(400, "div-by-constant", "aten.div.Tensor(?x, aten.scalar_tensor(s=?c, dtype=?t)) => aten.mul.Scalar(?x, other=1 / ?c)",
-      "?c != 0 and floating(?t) and floating(dtype(?x))"),
+      "?c != 0 and floating(dtype(?x)) and (floating(?t) or ((?t == \"int64\" or ?t == \"int32\") and ?c // 1 == ?c))"),
     L(401, "mul-by-constant", "aten.mul.Tensor(?x, aten.scalar_tensor(s=?c, dtype=?t)) => aten.mul.Scalar(?x, other=?c)",
-      "floating(?t) and floating(dtype(?x))"),
+      "floating(dtype(?x)) and (floating(?t) or ((?t == \"int64\" or ?t == \"int32\") and ?c // 1 == ?c))"),
     L(402, "constant-times", "aten.mul.Tensor(aten.scalar_tensor(s=?c, dtype=?t), ?x) => aten.mul.Scalar(?x, other=?c)",
-      "floating(?t) and floating(dtype(?x))"),
+      "floating(dtype(?x)) and (floating(?t) or ((?t == \"int64\" or ?t == \"int32\") and ?c // 1 == ?c))"),
     L(403, "fold-scalar-factors", "aten.mul.Scalar(aten.mul.Scalar(?x, other=?a), other=?b) => aten.mul.Scalar(?x, other=?a * ?b)",
       "finite(?a) and finite(?b) and floating(dtype(?x))"),
     L(404, "scalar-factor-out-left", "aten.mul.Tensor(aten.mul.Scalar(?x, other=?a), ?y) => aten.mul.Scalar(aten.mul.Tensor(?x, ?y), other=?a)"),

@@ -15,7 +15,7 @@ from .ir.expr import leaves, to_text
 from .ir.graph import Graph
 from .ir.ops import fmt_shape
 from .ir.relation import RelationFile, load_relation, parse_relation_text
-from .ir.semantics import term_dtype, term_shape
+from .ir.semantics import normalize_term, term_dtype, term_shape
 from .plugins import Plugins, load_plugins
 
 PathLike = str | Path
@@ -69,7 +69,7 @@ def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, 
             raise InputError(f"{src}: no relation for specification input '{name}'")
     d_inputs = set(g_d.inputs)
     for name, exprs in list(rel.inputs.items()) + list(rel.expect.items()):
-        for e in exprs:
+        for i, e in enumerate(exprs):
             for leaf in leaves(e):
                 if leaf not in g_d.tensors:
                     raise InputError(f"{at(name)}: '{leaf}' in the relation for {name} is not a tensor of the "
@@ -78,6 +78,7 @@ def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, 
                     raise InputError(f"{at(name)}: '{leaf}' in the relation for {name} is not an input of the "
                                      f"implementation")
             try:
+                e = exprs[i] = normalize_term(e, g_d.shape, plugins.registry, cx)  # dims as in the graphs
                 shp = term_shape(e, g_d.shape, plugins.registry, cx)
             except Exception as err:
                 raise InputError(f"{at(name)}: relation for {name}: {err}") from None
@@ -117,7 +118,8 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
         for n in g.nodes:
             for t in g.node_terms(n):
                 term_ops(t, ops)
-    eg = EGraph(plugins.registry, relevant_rules(plugins.lemmas, ops), cx, g_d.shape, ops)
+    eg = EGraph(plugins.registry, relevant_rules(plugins.lemmas, ops), cx, g_d.shape, ops,
+                lambda t: g_d.tensors[t].dtype)
     ctx = Context(g_s, g_d, eg, budget or Budget())
     result = compute_out_rel(ctx, rel.inputs)
     t_end = time.monotonic()

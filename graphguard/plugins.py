@@ -1,9 +1,19 @@
-"""Plugin host: loads every plugin through entry points and assembles ops, lemmas and frontends."""
+"""Plugin host: loads every plugin through entry points and assembles ops, lemmas and frontends.
+
+A lemma pack that is not one of graphguard's own is fuzzed (``graphguard lemmas check``) the first time it is
+loaded; the verdict is cached by the hash of the pack's source files in ``$GRAPHGUARD_CACHE_DIR`` (default
+``$XDG_CACHE_HOME/graphguard`` or ``~/.cache/graphguard``), and a pack with a failing lemma is refused with
+one line naming it. The built-in packs are fuzzed by the test suite instead.
+"""
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.metadata import entry_points
+from pathlib import Path
 
 import pluggy
 
@@ -30,6 +40,14 @@ class Plugins:
         return fe
 
 
+def _builtin(ep) -> bool:
+    """One of graphguard's own plugins (its distribution's entry points)."""
+    dist = getattr(ep, "dist", None)
+    if dist is not None and getattr(dist, "name", None):
+        return dist.name.lower() == "graphguard"
+    return ep.value.split(".", 1)[0].split(":", 1)[0] in ("graphguard", "lemma_packs")
+
+
 def _manager(disabled: frozenset[str], extra: tuple = ()) -> tuple[pluggy.PluginManager, list]:
     pm = pluggy.PluginManager("graphguard")
     pm.add_hookspecs(hookspecs)
@@ -44,14 +62,65 @@ def _manager(disabled: frozenset[str], extra: tuple = ()) -> tuple[pluggy.Plugin
                 raise GraphGuardError(f"plugin '{ep.name}' ({ep.value}) failed to load: {e}") from None
             pm.register(mod, name=ep.name)
             loaded.append((group, ep.name, ep.value))
+            if group == "graphguard.lemma_packs" and not _builtin(ep):
+                pm._third_party = getattr(pm, "_third_party", {})  # name -> module
+                pm._third_party[ep.name] = mod
     for mod in extra:
         pm.register(mod)
         loaded.append(("extra", getattr(mod, "__name__", str(mod)), getattr(mod, "__name__", "")))
     return pm, loaded
 
 
+def cache_dir() -> Path:
+    env = os.environ.get("GRAPHGUARD_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "graphguard"
+
+
+def pack_hash(mod) -> str:
+    """Hash of a pack's source files (every .py file of its package, or its module file), and of the fuzzer's
+    version: the cache key of its verdict."""
+    from .engine import fuzz
+    h = hashlib.sha256(f"graphguard-fuzz-{fuzz.MIN_INSTANCES}".encode())
+    h.update(Path(fuzz.__file__).read_bytes())
+    paths = getattr(mod, "__path__", None)
+    files = sorted(p for d in paths for p in Path(d).rglob("*.py")) if paths else [Path(mod.__file__)]
+    for p in files:
+        h.update(str(p.name).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:32]
+
+
+def _gate(name: str, mod, rules: list, reg: Registry) -> None:
+    """Fuzz a third-party pack's lemmas once (the verdict cached by its content hash); refuse it if one fails."""
+    from .engine.fuzz import fuzz_rule
+    path = cache_dir() / "packs" / f"{name}-{pack_hash(mod)}.json"
+    try:
+        verdict = json.loads(path.read_text())
+    except (OSError, ValueError):
+        verdict = None
+    if not isinstance(verdict, dict) or "failed" not in verdict:
+        verdict = {"failed": None, "rules": len(rules)}
+        for r in rules:
+            rep = fuzz_rule(r, reg)
+            if not rep.ok:
+                verdict["failed"] = f"lemma {r.lemma.ref} {r.lemma.name} ({r.lemma.where}): {rep.why()}"
+                break
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(verdict))
+        except OSError:
+            pass  # no cache: the pack is fuzzed again next time
+    if verdict["failed"]:
+        one_line = " ".join(str(verdict["failed"]).split())
+        raise GraphGuardError(f"lemma pack '{name}' is refused: {one_line} (see `graphguard lemmas check`)")
+
+
 @lru_cache(maxsize=8)
-def load_plugins(disabled: frozenset[str] = frozenset(), extra: tuple = ()) -> Plugins:
+def load_plugins(disabled: frozenset[str] = frozenset(), extra: tuple = (), gate: bool = True) -> Plugins:
+    """Every plugin not disabled. ``gate``: refuse a third-party lemma pack whose lemmas fail the fuzzer
+    (``graphguard lemmas check`` loads without it, to show why)."""
     pm, loaded = _manager(disabled, extra)
     reg = Registry()
     for op in builtin_ops():
@@ -85,6 +154,9 @@ def load_plugins(disabled: frozenset[str] = frozenset(), extra: tuple = ()) -> P
             lemmas.append(lem)
     from .engine.lemma import compile_lemmas
     compiled = compile_lemmas(lemmas, reg)
+    if gate:
+        for name, mod in getattr(pm, "_third_party", {}).items():
+            _gate(name, mod, [r for r in compiled if r.lemma.pack == name], reg)
     frontends = {}
     for fes in pm.hook.graphguard_frontends():
         for fe in fes or []:

@@ -1,6 +1,7 @@
 """Plugins are found through entry points, exactly as a third party's; the core names none of them."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -44,7 +45,8 @@ def third_party(tmp_path):
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ggextra\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[graphguard.lemma_packs]\nextra = ggextra\n")
-    env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               GRAPHGUARD_CACHE_DIR=str(tmp_path / "cache"))
     return env
 
 
@@ -62,13 +64,34 @@ def test_builtin_plugins_are_entry_points():
 
 
 def test_third_party_pack_is_loaded_and_fuzzed(third_party):
-    p = _gg(third_party, "plugins")
-    assert "extra" in p.stdout and re.search(r"lemmas: .*core: \d+.*extra: 2", p.stdout)
-    p = _gg(third_party, "lemmas", "check", "--ref", "9901", "--ref", "9902")
+    p = _gg(third_party, "plugins")  # its bogus lemma fails the fuzzer when the pack is first loaded: refused
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert re.fullmatch(r"graphguard: error: lemma pack 'extra' is refused: lemma 9902 double-is-sum-BOGUS "
+                        r"\(.*ggextra.__init__\.py:\d+\): values differ [^\n]*\n", p.stderr), p.stderr
+    p = _gg(third_party, "lemmas", "check", "--ref", "9901", "--ref", "9902")  # ... and says why
     assert p.returncode == 1
     assert re.search(r"ok\s+L9901", p.stdout)
     assert re.search(r"FAIL\s+L9902 double-is-sum-BOGUS \[.*ggextra.__init__\.py:\d+\]: values differ", p.stdout)
     assert "1 passed, 1 failed" in p.stdout
+
+
+def test_a_sound_third_party_pack_is_fuzzed_once_per_content(third_party, tmp_path):
+    init = tmp_path / "ggextra" / "__init__.py"
+    init.write_text(init.read_text().replace('L(9902, "double-is-sum-BOGUS", "extra.double(?x) => ?x"),', ""))
+    p = _gg(third_party, "plugins")
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"lemmas: .*core: \d+.*extra: 1", p.stdout)
+    (verdict,) = (tmp_path / "cache" / "packs").glob("extra-*.json")
+    assert json.loads(verdict.read_text())["failed"] is None
+    # the cached verdict is what a later load reads (a forged one shows it) ...
+    verdict.write_text(json.dumps({"failed": "lemma 9901 forged", "rules": 1}))
+    p = _gg(third_party, "plugins")
+    assert p.returncode == 2 and "lemma pack 'extra' is refused: lemma 9901 forged" in p.stderr
+    # ... until the pack's source changes: fuzzed again, under a new hash
+    init.write_text(init.read_text() + "\n# a new version\n")
+    p = _gg(third_party, "plugins")
+    assert p.returncode == 0, p.stderr
+    assert len(list((tmp_path / "cache" / "packs").glob("extra-*.json"))) == 2
 
 
 def test_a_plugin_can_be_disabled(third_party):
@@ -76,7 +99,7 @@ def test_a_plugin_can_be_disabled(third_party):
     assert p.returncode == 0 and "0 passed, 0 failed" in p.stdout
     spec, impl, rel = files(EXAMPLES / "paper-fig1")
     p = _gg(third_party, "-p", "no:core", "-p", "no:aten", "-p", "no:vllm", "-p", "no:hlo-ops", "-p", "no:aten-hlo",
-            "verify", "--spec", spec, "--impl", impl, "--relation", rel)
+            "-p", "no:extra", "verify", "--spec", spec, "--impl", impl, "--relation", rel)
     assert p.returncode == 2
     assert "unknown operator 'core.matmul'" in p.stderr and "Traceback" not in p.stderr
 

@@ -27,7 +27,7 @@ import egglog.bindings as eb
 from ..errors import ShapeError, UnsoundLemmaError
 from ..ir import scalar as S
 from ..ir.expr import VARIADIC, App, Leaf, PVar, Term, ac_text, app, attr_text, size, to_text
-from ..ir.ops import OpDef, Registry, fmt_shape
+from ..ir.ops import OpDef, Registry, fmt_shape, parse_number
 from .lemma import EvalContext, Rule, check_condition, instantiate, term_ops
 
 
@@ -147,6 +147,7 @@ class Snapshot:
         self._repr: dict[Any, Term] = {}
         self._clean: dict[Any, dict] = {}
         self._inv_parents: dict | None = None  # class -> classes holding reshape/permute/identity of it
+        self._dtype: dict[Any, str | None] = {}  # e-class -> dtype (computed when a condition asks)
         self._compute_shapes()
         # a class holding scale(x, 1/n) is a share of x: n different tensors of it add up to x
         self._shares: dict[Any, list[ENode]] = {}
@@ -216,6 +217,42 @@ class Snapshot:
                     missing[j] -= 1
                     if not missing[j]:
                         work.append(j)
+
+    def dtype(self, c, _busy: set | None = None) -> str | None:
+        """The dtype of e-class ``c``: its tensor's when it holds one, else what the dtype rules of its e-nodes
+        say if they agree; None where unknown (conditions reading it then do not hold)."""
+        memo = self._dtype
+        if c in memo:
+            return memo[c]
+        nodes = self.classes.get(c, ())
+        leaf = next((nd.attrs for nd in nodes if nd.op == "T"), None)
+        if leaf is not None:
+            memo[c] = self.eg.leaf_dtype(leaf) if self.eg.leaf_dtype is not None else None
+            return memo[c]
+        busy = set() if _busy is None else _busy
+        busy.add(c)
+        found = set()
+        for nd in nodes:
+            if any(ch in busy for ch in nd.children):
+                continue
+            ins = [self.dtype(ch, busy) for ch in nd.children]
+            if None in ins:
+                found.add(None)
+                continue
+            op = self.eg.reg.get(nd.op)
+            try:
+                found.add(op.dtype(ins, dict(nd.attrs)) if op.dtype is not None else (ins[0] if ins else "float32"))
+            except (KeyError, ValueError, TypeError, ShapeError):
+                found.add(None)
+        busy.discard(c)
+        found.discard(None)  # an e-node over a class of unknown dtype tells nothing; the others decide
+        if len(found) > 1 and all(d.startswith(("float", "bfloat")) for d in found):
+            found = {min(found)}  # float widths: the dtype rules approximate torch's promotion, and no
+            # reference tells widths apart (a condition asks floating(), not which width)
+        out = found.pop() if len(found) == 1 else None
+        if _busy is None or out is not None:
+            memo[c] = out
+        return out
 
     def has_leaf(self, c) -> bool:
         return any(nd.op == "T" for nd in self.classes.get(c, ()))
@@ -398,13 +435,16 @@ class EGraph:
     """One egglog e-graph with every op declared and every lemma compiled; ``push``/``pop`` per operator."""
 
     def __init__(self, reg: Registry, rules: list[Rule], cx: S.Constraints,
-                 leaf_shape: Callable[[str], tuple], ops: set[str] | None = None):
+                 leaf_shape: Callable[[str], tuple], ops: set[str] | None = None,
+                 leaf_dtype: Callable[[str], str] | None = None):
         """``ops``: the operators terms will use (besides the rules' own); only those are declared --
-        every declared constructor is a table that each (push) copies."""
+        every declared constructor is a table that each (push) copies. ``leaf_dtype``: the dtypes of the
+        tensors (lemma conditions may read them; unknown without it)."""
         self.reg = reg
         self.rules = rules
         self.cx = cx
         self.leaf_shape = leaf_shape
+        self.leaf_dtype = leaf_dtype
         self._eg = eb.EGraph()
         self._ops_by_cname: dict[str, tuple[OpDef, int]] = {}
         self._match_rels: set[str] = set()  # relations collecting the matches of non-native rules
@@ -611,8 +651,9 @@ class EGraph:
 
     def _apply_matches(self, snap: Snapshot, stats: dict) -> int:
         merged = 0
-        ctx = EvalContext(lambda h: snap.shape(h.cls), self.cx, self.reg.functions)
-        slot_ctx = EvalContext(lambda h: h.cls.shape, self.cx, self.reg.functions)  # sides over _Slot variables
+        ctx = EvalContext(lambda h: snap.shape(h.cls), self.cx, self.reg.functions, lambda h: snap.dtype(h.cls))
+        # sides over _Slot variables
+        slot_ctx = EvalContext(lambda h: h.cls.shape, self.cx, self.reg.functions, lambda h: h.cls.dtype)
         shape = snap._shape
         seen = self._seen
         values: dict[tuple, Any] = {}  # (attribute kind, egglog value) -> decoded attribute
@@ -645,9 +686,13 @@ class EGraph:
                 # (FUNCTIONS): decided and built once per distinct set -- the sides over slots that stand for
                 # the tensor variables, then filled with this match's e-classes
                 tk = (r.id, tuple(shape[c] for c in key[first:first + nt]), tuple(env[v] for v, _, _ in aspecs))
+                if r.reads_dtype:
+                    tk += (tuple(snap.dtype(c) for c in key[first:first + nt]),)
                 tmpl = self._side_cache.get(tk, _MISSING)
                 if tmpl is _MISSING:
                     ck = (r.id, tuple(shape[env[v].cls] for v in tv), tuple(env[v] for v in av))
+                    if r.reads_dtype:
+                        ck += (tuple(snap.dtype(env[v].cls) for v in tv),)
                     ok = self._cond_cache.get(ck)
                     if ok is None:
                         ok = self._cond_cache[ck] = check_condition(r, env, ctx)
@@ -655,7 +700,8 @@ class EGraph:
                     if ok:
                         slots = dict(env)
                         for v in tvars:
-                            slots[v] = Hole(_Slot(v, shape[env[v].cls]))
+                            slots[v] = Hole(_Slot(v, shape[env[v].cls],
+                                                  snap.dtype(env[v].cls) if r.reads_dtype else None))
                         try:
                             tmpl = (instantiate(r.rhs, slots, slot_ctx, self.reg),
                                     None if rooted else instantiate(r.lhs, slots, slot_ctx, self.reg))
@@ -682,6 +728,7 @@ class _Slot:
     """Stands for tensor variable ``name`` (of shape ``shape``) in a lemma side built once for many matches."""
     name: str
     shape: tuple
+    dtype: str | None = None
 
 
 _MISSING = object()
@@ -723,8 +770,5 @@ def _decode(kind: str, text: str):
     if kind == "scalars":
         return S.parse_list(text)
     if kind == "number":
-        try:
-            return Fraction(text)
-        except ValueError:
-            return float(text)
+        return parse_number(text)
     return text

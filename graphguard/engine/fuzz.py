@@ -1,14 +1,23 @@
 """``graphguard lemmas check``: fuzz every lemma against the NumPy references.
 
-For each rule (each direction of each lemma) random shapes, attribute values and tensor values are
-drawn; instances where the left side is well-formed and the side condition holds are evaluated on both
-sides. A lemma is unsound if, on such an instance, the right side is ill-formed, has another shape, or
-computes different values. A lemma that cannot be instantiated at all is reported too: an untested
-lemma is not a passed one.
+For each rule (each direction of each lemma) random instances are drawn: shapes (size-1 and empty dims,
+unequal concatenation parts, lower-rank operands), attribute values (negative dims as an op accepts them,
+extreme factors: 0, tiny, negative, huge, infinite), dtypes (every float width, integers, bool: the op's
+dtype rule decides what a term computes in) and tensor values (normal draws, some with 0, -0.0, inf, -inf,
+nan, 1e-30, 1e30 mixed in). The left side is built as a loaded graph would be -- dims normalised -- and
+the rule is matched against it again, so the side condition sees what the e-graph would. Where the left
+side is well-formed and the condition holds, both sides are evaluated: a lemma is unsound if the right
+side is ill-formed there, has another shape or dtype, or computes other values (integers exactly; NaN
+where NaN is; infinities of the same sign).
+
+A rule passes only after :data:`MIN_INSTANCES` *distinct* instances (shapes, attributes, dtypes -- not
+merely fresh values) where its condition holds: an untested lemma is not a passed one.
 """
 from __future__ import annotations
 
+import math
 import random
+import warnings
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -16,22 +25,48 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import scalar as S
-from ..ir.expr import Leaf
+from ..ir.expr import App, Leaf
 from ..ir.ops import Registry
-from ..ir.semantics import term_eval, term_shape
-from .lemma import EvalContext, Rule, check_condition, evaluate, instantiate
+from ..ir.semantics import term_dtype, term_eval, term_shape
+from .lemma import EvalContext, Rule, check_condition, evaluate, instantiate, match
+
+MIN_INSTANCES = 20
+
+FLOATS = ("float64", "float32", "float16", "bfloat16")
+INTS = ("int64", "int32", "int8", "uint8")
+DTYPES = FLOATS + INTS + ("bool",)
+SPECIAL = (0.0, -0.0, math.inf, -math.inf, math.nan, 1e-30, -1e-30, 1e30, -1e30)
+# number attributes: exact values, as a graph holds them (a float is its binary value)
+FACTORS = tuple(Fraction(x) for x in (0, 1, 2, 3, -1, -2, 0.5, 0.25, -0.75, 1.5, 3e-10, -3e-10, 1e-30, 1e30, 7))
+NON_FINITE = (math.inf, -math.inf, math.nan)
+
+_ERRORS = (ShapeError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError)
 
 
 @dataclass
 class FuzzReport:
     rule: Rule
-    trials: int = 0
+    instances: int = 0  # distinct instances where the condition held and both sides agreed
     attempts: int = 0
     failure: str | None = None
+    needed: int = MIN_INSTANCES
+
+    @property
+    def trials(self) -> int:
+        return self.instances
 
     @property
     def ok(self) -> bool:
-        return self.failure is None and self.trials > 0
+        return self.failure is None and self.instances >= self.needed
+
+    def why(self) -> str:
+        return self.failure or (f"only {self.instances} distinct instance(s) where the condition holds in "
+                                f"{self.attempts} attempts (needs {self.needed}; give examples= seeds)")
+
+
+def _size(rng: random.Random) -> int:
+    u = rng.random()
+    return 0 if u < 0.06 else 1 if u < 0.3 else rng.randint(2, 4)
 
 
 def _shape_like(rng: random.Random, shapes: list[tuple]) -> tuple:
@@ -42,7 +77,7 @@ def _shape_like(rng: random.Random, shapes: list[tuple]) -> tuple:
     if r < 0.3 and len(base) >= 2:  # merge two adjacent dims
         i = rng.randrange(len(base) - 1)
         base[i:i + 2] = [base[i] * base[i + 1]]
-    elif r < 0.6:  # split a dim
+    elif r < 0.6 and base:  # split a dim
         i = rng.randrange(len(base))
         for f in (2, 3):
             if base[i] % f == 0 and base[i] > f:
@@ -51,59 +86,190 @@ def _shape_like(rng: random.Random, shapes: list[tuple]) -> tuple:
     return tuple(base)
 
 
-def _draw_attr(rng: random.Random, kind: str, spec, rank: int, shapes: list[tuple]):
+def _number(rng: random.Random):
+    u = rng.random()
+    if u < 0.04:
+        return rng.choice(NON_FINITE)
+    return rng.choice(FACTORS)
+
+
+def _draw_attr(rng: random.Random, spec, rank: int, shapes: list[tuple]):
+    kind = spec.kind
     if spec.optional and rng.random() < 0.3:
         return None
     if kind == "bool":
         return rng.random() < 0.5
     if kind == "int":
-        return rng.randrange(max(rank, 1))
+        d = rng.randrange(max(rank, 1))
+        # a dim as the op accepts it: counted from the end, too (normalised when the term is built)
+        return d - max(rank, 1) if spec.dim_of is not None and rng.random() < 0.35 else d
     if kind == "scalar":
         return rng.randint(0, 6)
     if kind == "ints":
         p = list(range(rank))
         u = rng.random()
         if u < 0.4 and rank > 1:  # a proper subset of the dims (reductions)
-            return tuple(sorted(rng.sample(p, rng.randint(1, rank - 1))))
-        if u < 0.9:
+            p = sorted(rng.sample(p, rng.randint(1, rank - 1)))
+        elif u < 0.9:
             rng.shuffle(p)
+        if spec.dim_of is not None and rng.random() < 0.35:
+            p = [d - rank if rng.random() < 0.5 else d for d in p]
         return tuple(p)
     if kind == "scalars":
         return _shape_like(rng, shapes)
     if kind == "str":
         if spec.choices:
             return rng.choice(spec.choices)
-        if spec.name == "dtype":
-            return rng.choice(["float64", "float32"])
+        if spec.name.endswith("dtype"):
+            return rng.choice(DTYPES)
         return spec.default if isinstance(spec.default, str) else "sum"
     if kind == "number":
-        return Fraction(rng.choice([-2, -1, 1, 2, 3]), rng.choice([1, 2, 4]))
+        return _number(rng)
     raise AssertionError(kind)
 
 
-def fuzz_rule(rule: Rule, reg: Registry, trials: int = 25, attempts: int = 4000, seed: int = 0) -> FuzzReport:
+def _vary_seed(rng: random.Random, seed: dict, rule: Rule) -> dict:
+    """A seed with one of its sizes replaced everywhere (tensor shapes and shape attributes) by another."""
+    sizes = sorted({d for v, s in seed.items() if v in rule.tvars for d in s if isinstance(d, int) and d > 1})
+    if not sizes or rng.random() < 0.4:
+        return seed
+    old = rng.choice(sizes)
+    new = rng.choice([old + 1, old * 2, old + 2])
+    out = {}
+    for v, x in seed.items():
+        shape_like = v in rule.tvars or (v in rule.avars and rule.avars[v][0].attr_spec(rule.avars[v][1]).kind
+                                          == "scalars")
+        out[v] = [new if d == old else d for d in x] if shape_like and isinstance(x, (list, tuple)) else x
+    return out
+
+
+def _draw_dtypes(rng: random.Random, names: list[str]) -> dict[str, str]:
+    """One dtype for every tensor (any of them), or float widths mixed (references compute every float dtype
+    in float64, so a lemma may not rely on a width; integer and bool operands come from the op's rule)."""
+    u = rng.random()
+    if u < 0.45:
+        return {v: "float64" for v in names}
+    if u < 0.8:
+        d = rng.choice(DTYPES)
+        return {v: d for v in names}
+    return {v: rng.choice(FLOATS) for v in names}
+
+
+def _same_dtype(a: str, b: str) -> bool:
+    """Equal dtypes; float widths are not told apart (the references compute them all in float64)."""
+    return a == b or (a in FLOATS and b in FLOATS)
+
+
+def _round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Float64 values representable in ``dtype`` (references compute every float dtype in float64)."""
+    if dtype == "float32":
+        return x.astype(np.float32).astype(np.float64)
+    if dtype == "float16":
+        return x.astype(np.float16).astype(np.float64)
+    if dtype == "bfloat16":  # NumPy has no bfloat16: float32 with the low 16 mantissa bits cleared
+        f = x.astype(np.float32)
+        return (f.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32).astype(np.float64)
+    return x
+
+
+def _values(nrng: np.random.Generator, shape: tuple, dtype: str, special: bool = False) -> np.ndarray:
+    if dtype == "bool":
+        return nrng.random(shape) < 0.5
+    if dtype in INTS:
+        lo = 0 if dtype == "uint8" else -4
+        return nrng.integers(lo, 6, shape).astype(dtype)
+    x = nrng.standard_normal(shape)
+    if special and x.size:
+        mask = nrng.random(shape) < 0.25
+        x = np.where(mask, nrng.choice(np.array(SPECIAL), shape), x)
+    return _round_to(x, dtype)
+
+
+def _magnitude(values: dict) -> float:
+    """The largest finite input magnitude: rounding of intermediate results is relative to it."""
+    m = 0.0
+    for x in values.values():
+        x = np.asarray(x)
+        if x.size and x.dtype.kind == "f":
+            f = np.abs(x[np.isfinite(x)])
+            m = max(m, float(f.max()) if f.size else 0.0)
+    return m
+
+
+def _compare(a, b, special: bool = False, scale: float = 0.0) -> str | None:
+    """None if ``a`` and ``b`` agree: integer/bool results exactly, floats to rounding (NaN where NaN is,
+    infinities of the same sign); else what differs. With ``special`` (inputs with inf/NaN mixed in) a NaN on
+    either side is an indeterminate form of the real-number model the lemmas state (``(2 - 1) * inf`` is
+    ``inf`` where ``2 * inf - inf`` is NaN) and is not compared; every other entry is."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return f"value shapes differ ({list(a.shape)} vs {list(b.shape)})"
+    if a.dtype.kind in "biu" and b.dtype.kind in "biu":
+        if not np.array_equal(a, b):
+            return f"integer values differ (max |diff| {np.max(np.abs(a.astype(np.int64) - b.astype(np.int64)))})"
+        return None
+    try:
+        x, y = a.astype(np.float64), b.astype(np.float64)
+    except (TypeError, ValueError):
+        return f"values of dtypes {a.dtype} and {b.dtype} do not compare"
+    nx, ny = np.isnan(x), np.isnan(y)
+    if special:
+        keep = ~(nx | ny)
+        x, y, nx, ny = x[keep], y[keep], nx[keep], ny[keep]
+    if (nx != ny).any():
+        return "NaN on one side only"
+    ix, iy = np.isinf(x), np.isinf(y)
+    if (ix != iy).any() or (np.sign(x[ix]) != np.sign(y[iy])).any():
+        return "infinite on one side only (or of another sign)"
+    fin = ~(nx | ix)
+    if not fin.any():
+        return None
+    x, y = x[fin], y[fin]
+    scale = max(scale, float(np.max(np.abs(x))), float(np.max(np.abs(y))))
+    diff = np.abs(x - y)
+    if (diff > 1e-7 * np.abs(y) + 1e-9 * scale).any():
+        return f"values differ (max |diff| {float(np.max(diff)):.3g})"
+    return None
+
+
+def fuzz_rule(rule: Rule, reg: Registry, trials: int = MIN_INSTANCES, attempts: int = 6000,
+              seed: int = 0) -> FuzzReport:
+    """Fuzz one rule until ``trials`` (at least :data:`MIN_INSTANCES`) distinct instances pass, or a failure."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):  # overflow, mean of empty...: values, not news
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _fuzz(rule, reg, trials, attempts, seed)
+
+
+def _fuzz(rule: Rule, reg: Registry, trials: int, attempts: int, seed: int) -> FuzzReport:
+    want = max(trials, MIN_INSTANCES)
     rng = random.Random(seed * 7919 + rule.lemma.ref)
     nrng = np.random.default_rng(seed * 104729 + rule.lemma.ref)
     rep = FuzzReport(rule)
     cx = S.Constraints()
     seeds = list(rule.lemma.examples)
+    seen: set = set()
+    index = dict(rule.index or {})
     for attempt in range(attempts):
-        if rep.trials >= trials:
+        if rep.instances >= want:
             break
         rep.attempts += 1
-        # seeded shapes first, then every 4th attempt (fresh values each time): patterns whose random
-        # shapes rarely fit (layer-norm backward over concats) still get their trials quickly
-        seed = seeds[attempt % len(seeds)] if seeds and (attempt < 5 * len(seeds) or attempt % 4 == 0) else None
-        rank = rng.randint(1, 3)
-        base = [rng.randint(1, 4) for _ in range(rank)]
+        # seeded shapes first, then every 4th attempt (varied: one size replaced, other dtypes): patterns whose
+        # random shapes rarely fit (layer-norm backward over concats) still get their instances
+        sd = None
+        if seeds and attempt < 5 * len(seeds):
+            sd = seeds[attempt % len(seeds)]
+        elif seeds and attempt % 4 == 0:
+            sd = _vary_seed(rng, rng.choice(seeds), rule)
+        rank = 0 if rng.random() < 0.04 else rng.randint(1, 3)
+        base = [_size(rng) for _ in range(rank)]
         shapes: dict[str, tuple] = {}
         for v in rule.tvars:
             s = list(base)
             u = rng.random()
-            if seed is not None and v in seed:
-                s = list(seed[v])
-            elif u < 0.4:
-                s[rng.randrange(rank)] = rng.randint(1, 5)
+            if sd is not None and v in sd:
+                s = list(sd[v])
+            elif u < 0.4 and rank:
+                s[rng.randrange(rank)] = _size(rng) if rng.random() < 0.5 else rng.randint(0, 5)
             elif u < 0.6 and rank > 1:
                 s = s[rng.randrange(1, rank):]  # a lower-rank operand (broadcast, norm weights)
             shapes[v] = tuple(s)
@@ -116,55 +282,99 @@ def fuzz_rule(rule: Rule, reg: Registry, trials: int = 25, attempts: int = 4000,
                         if all(x[i] == y[i] for i in range(len(x)) if i != d):
                             pool.append(tuple(x[i] + y[i] if i == d else x[i] for i in range(len(x))))
         for v, (op, attr) in rule.avars.items():
-            spec = op.attr_spec(attr)
-            if seed is not None and v in seed:
-                env[v] = seed[v] if not isinstance(seed[v], list) else tuple(seed[v])
+            if sd is not None and v in sd:
+                env[v] = sd[v] if not isinstance(sd[v], list) else tuple(sd[v])
             else:
-                env[v] = _draw_attr(rng, spec.kind, spec, rank, pool)
-        ctx = EvalContext(lambda leaf: shapes[leaf.name], cx, reg.functions)
+                env[v] = _draw_attr(rng, op.attr_spec(attr), rank, pool)
+        dtypes = _draw_dtypes(rng, rule.tvars)
+        dtypes.update({v: "int64" for v in index})
+        ctx = EvalContext(lambda leaf: shapes[leaf.name], cx, reg.functions, lambda leaf: dtypes[leaf.name])
         try:
+            # built as a loaded graph is (dims normalised), then matched again: the condition sees what the
+            # e-graph would bind
             lhs = instantiate(rule.lhs, env, ctx, reg)
             lshape = term_shape(lhs, shapes.__getitem__, reg, cx)
-        except (ShapeError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
+            when = instantiate(rule.when, env, ctx, reg) if rule.when is not None else None
+            if when is not None:
+                term_shape(when, shapes.__getitem__, reg, cx)
+            lenv: dict = {v: Leaf(v) for v in rule.tvars}
+            if not match(rule.lhs, lhs, lenv) or (when is not None and not match(rule.when, when, lenv)):
+                continue
+            ldtype = term_dtype(lhs, dtypes.__getitem__, reg)
+        except _ERRORS:
             continue
-        if not check_condition(rule, env, ctx):
+        if not check_condition(rule, lenv, ctx):
             continue
-        values = {v: nrng.standard_normal(shapes[v]) for v in rule.tvars}
+        key = (tuple(shapes[v] for v in rule.tvars), tuple(repr(lenv[v]) for v in rule.avars),
+               tuple(dtypes[v] for v in rule.tvars))
+        if key in seen:
+            continue
+        values = {v: _values(nrng, shapes[v], dtypes[v]) for v in rule.tvars}
         try:  # index tensors: integers where the left side is defined
-            for v, bound in (rule.index or {}).items():
-                values[v] = nrng.integers(0, max(int(evaluate(bound, env, ctx)), 1), shapes[v])
-        except (ValueError, TypeError, KeyError, ZeroDivisionError):
+            for v, bound in index.items():
+                values[v] = nrng.integers(0, max(int(evaluate(bound, lenv, ctx)), 1), shapes[v])
+        except _ERRORS:
             continue
-        where = _describe(rule, shapes, env)
         try:
-            rhs = instantiate(rule.rhs, env, ctx, reg)
+            with np.errstate(all="ignore"):
+                a = term_eval(lhs, values.__getitem__, reg)
+        except Exception:  # noqa: BLE001 -- the left side is not defined here (torch raises too): no instance
+            continue
+        # a third of the instances also with 0, -0.0, inf, -inf, NaN, 1e-30, 1e30 mixed into the float inputs
+        special = None
+        if rng.random() < 0.35:
+            special = dict(values)
+            special.update({v: _values(nrng, shapes[v], dtypes[v], True) for v in rule.tvars if v not in index})
+        where = _describe(rule, shapes, lenv, dtypes)
+        try:
+            rhs = instantiate(rule.rhs, lenv, ctx, reg)
             rshape = term_shape(rhs, shapes.__getitem__, reg, cx)
-        except (ShapeError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError) as e:
-            rep.failure = f"right side ill-formed where the left side is fine ({e}) at {where}"
+            rdtype = term_dtype(rhs, dtypes.__getitem__, reg)
+        except _ERRORS as e:
+            rep.failure = f"right side ill-formed where the left side is fine ({type(e).__name__}: {e}) at {where}"
             return rep
         if tuple(lshape) != tuple(rshape):
             rep.failure = f"shapes differ: left {list(lshape)} vs right {list(rshape)} at {where}"
             return rep
+        if not _same_dtype(ldtype, rdtype):
+            rep.failure = f"dtypes differ: left {ldtype} vs right {rdtype} at {where}"
+            return rep
         try:
             with np.errstate(all="ignore"):
-                a = term_eval(lhs, values.__getitem__, reg)
                 b = term_eval(rhs, values.__getitem__, reg)
-        except Exception as e:  # a reference implementation failing is a pack bug worth reporting
-            rep.failure = f"reference evaluation failed ({type(e).__name__}: {e}) at {where}"
+        except Exception as e:  # a reference failing where the left side is defined: a pack bug worth reporting
+            rep.failure = f"right side fails where the left side is defined ({type(e).__name__}: {e}) at {where}"
             return rep
-        if a.shape != b.shape or not np.allclose(a, b, rtol=1e-7, atol=1e-9, equal_nan=True):
-            diff = float(np.nanmax(np.abs(a - b))) if a.shape == b.shape else float("inf")
-            rep.failure = f"values differ (max |diff| {diff:.3g}) at {where}"
+        bad = _compare(a, b)
+        if bad is None and special is not None:
+            try:
+                with np.errstate(all="ignore"):
+                    a2 = term_eval(lhs, special.__getitem__, reg)
+            except Exception:  # noqa: BLE001 -- not defined on these values
+                a2 = None
+            if a2 is not None:
+                try:
+                    with np.errstate(all="ignore"):
+                        b2 = term_eval(rhs, special.__getitem__, reg)
+                except Exception as e:  # noqa: BLE001
+                    rep.failure = (f"right side fails on special values where the left side is defined "
+                                   f"({type(e).__name__}: {e}) at {where}")
+                    return rep
+                bad = _compare(a2, b2, special=True, scale=_magnitude(special))
+                where += " with inf/NaN/0/1e±30 inputs"
+        if bad:
+            rep.failure = f"{bad} at {where}"
             return rep
-        rep.trials += 1
+        seen.add(key)
+        rep.instances += 1
     return rep
 
 
-def _describe(rule: Rule, shapes: dict, env: dict) -> str:
-    parts = [f"?{v}: {list(s)}" for v, s in shapes.items()]
-    parts += [f"?{v}={env[v]!s}" for v in rule.avars]
+def _describe(rule: Rule, shapes: dict, env: dict, dtypes: dict) -> str:
+    parts = [f"?{v}: {dtypes[v]}{list(s)}" for v, s in shapes.items()]
+    parts += [f"?{v}={env[v]!s}" for v in rule.avars if not v.startswith("__")]
     return "{" + ", ".join(parts) + "}"
 
 
-def check_all(rules: list[Rule], reg: Registry, trials: int = 25, seed: int = 0) -> list[FuzzReport]:
+def check_all(rules: list[Rule], reg: Registry, trials: int = MIN_INSTANCES, seed: int = 0) -> list[FuzzReport]:
     return [fuzz_rule(r, reg, trials=trials, seed=seed) for r in rules]

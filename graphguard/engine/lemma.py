@@ -29,8 +29,8 @@ import sympy as sp
 
 from ..errors import GraphGuardError, ShapeError
 from ..ir import scalar as S
-from ..ir.expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, App, Leaf, PVar, Term
-from ..ir.ops import OpDef, Registry, coerce_attr
+from ..ir.expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, App, Leaf, PVar, Term, attr_text
+from ..ir.ops import OpDef, Registry, coerce_attr, normalize_dims
 from ..ir.relation import ALIASES, RawCall, parse_cond, parse_raw
 
 
@@ -83,6 +83,7 @@ class Rule:
     when: App | None = None
     index: dict = None  # index tensor variable -> the bound of its values (an attribute expression)
     cond_vars: tuple = ()  # (tensor vars, attr vars) the condition reads: its value depends on their shapes/values only
+    reads_dtype: bool = False  # the condition or the right side calls dtype(): it depends on dtypes too
 
     @property
     def ref(self) -> int:
@@ -115,7 +116,9 @@ def _lower_pattern(raw, reg: Registry, lem: Lemma) -> Term:
     attrs = []
     for spec in op.attrs:
         if spec.name in given:
-            v = given[spec.name]
+            v = _negated(given[spec.name])
+            if isinstance(v, AList):
+                v = AList(tuple(_negated(x) for x in v.items))
             if isinstance(v, AConst):
                 c = v.value
                 if isinstance(c, tuple) and c[0] == "sym":
@@ -129,6 +132,15 @@ def _lower_pattern(raw, reg: Registry, lem: Lemma) -> Term:
         else:
             attrs.append((spec.name, AConst(coerce_attr(op, spec, spec.default, f"lemma {lem.ref}"))))
     return App(op.name, args, tuple(attrs))
+
+
+def _negated(v):
+    """``-1`` as written in a pattern (parsed as ``0 - 1``): the constant -1."""
+    if (isinstance(v, ABin) and v.op == "-" and isinstance(v.left, AConst) and v.left.value == 0
+            and isinstance(v.right, AConst) and isinstance(v.right.value, (int, Fraction))
+            and not isinstance(v.right.value, bool)):
+        return AConst(-v.right.value)
+    return v
 
 
 def _vars(p: Term, tv: list, av: dict, lem: Lemma, lhs: bool) -> None:
@@ -185,6 +197,50 @@ def _is_plain(p: Term) -> bool:
     return all(_is_plain(a) for a in p.args) and all(isinstance(v, (PVar, AConst)) for _, v in p.attrs)
 
 
+def _negative_dims(p: Term, reg: Registry):
+    """(App, attr spec, operand) for every literal negative dim attribute (``dim=-1``) in pattern ``p``."""
+    if not isinstance(p, App):
+        return
+    for a in p.args:
+        yield from _negative_dims(a, reg)
+    op = reg.get(p.op)
+    for name, v in p.attrs:
+        spec = op.attr_spec(name)
+        if spec.dim_of is None or not isinstance(v, AConst) or spec.dim_of >= len(p.args):
+            continue
+        vals = v.value if isinstance(v.value, tuple) else (v.value,)
+        if any(isinstance(x, int) and not isinstance(x, bool) and x < 0 for x in vals):
+            yield p, spec, p.args[spec.dim_of]
+
+
+def _lift_negative_dims(p: Term, reg: Registry, lem: Lemma, conds: list) -> Term:
+    """A left side matches normalised terms only, so a literal ``dim=-1`` becomes a fresh variable with the
+    condition ``?v == rank(?x) - 1`` (``?x`` the operand it counts from, which must be a ?variable)."""
+    if not isinstance(p, App):
+        return p
+    args = tuple(_lift_negative_dims(a, reg, lem, conds) for a in p.args)
+    op = reg.get(p.op)
+    attrs = []
+    for name, v in p.attrs:
+        spec = op.attr_spec(name)
+        neg = (spec.dim_of is not None and isinstance(v, AConst) and spec.dim_of < len(p.args)
+               and any(isinstance(x, int) and not isinstance(x, bool) and x < 0
+                       for x in (v.value if isinstance(v.value, tuple) else (v.value,))))
+        if neg:
+            x = p.args[spec.dim_of]
+            if not isinstance(x, PVar):
+                raise LemmaError(f"lemma {lem.ref} ({lem.where}): a negative dim {name}={attr_text(v.value)} of "
+                                 f"{p.op} needs a ?variable operand (or write it non-negative)")
+            fresh = PVar(f"__dim{len(conds)}")
+            rank = ACall("rank", (x,))
+            want = (AList(tuple(ABin("+", rank, AConst(d)) if d < 0 else AConst(d) for d in v.value))
+                    if isinstance(v.value, tuple) else ABin("+", rank, AConst(v.value)))
+            conds.append(ABin("==", fresh, want))
+            v = fresh
+        attrs.append((name, v))
+    return App(p.op, args, tuple(attrs))
+
+
 def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
     for sep in ("<=>", "=>"):
         if sep in lem.rule:
@@ -213,9 +269,16 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
                          f"(built-in, or a plugin's graphguard_lemma_functions)")
     pairs = [(lp, rp, "")] + ([(rp, lp, "r")] if both else [])
     rules = []
+    base_cond, base_when = cond, when
     for lhs, rhs, suffix in pairs:
         if not isinstance(lhs, App):
             raise LemmaError(f"lemma {lem.ref} ({lem.where}): the left side must be an operator pattern")
+        lifted: list = []
+        lhs = _lift_negative_dims(lhs, reg, lem, lifted)
+        when = _lift_negative_dims(base_when, reg, lem, lifted) if base_when is not None else None
+        cond = base_cond
+        for c in lifted:
+            cond = c if cond is None else ABin("and", c, cond)
         tv: list[str] = []
         av: dict[str, tuple] = {}
         _vars(lhs, tv, av, lem, True)
@@ -243,7 +306,8 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
                 raise LemmaError(f"lemma {lem.ref} ({lem.where}): with exists='args' every top-level "
                                  f"?variable must occur inside another argument ({loose})")
         avars = {k: (reg.get(op), name) for k, (op, name) in av.items()}
-        native = cond is None and when is None and lem.exists == "root" and _is_plain(rhs)
+        native = (cond is None and when is None and lem.exists == "root" and _is_plain(rhs)
+                  and not any(True for _ in _negative_dims(rhs, reg)))  # (those are normalised when built)
         index = {}
         for v, limit in lem.index:
             try:
@@ -258,8 +322,12 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
         cv: set[str] = set()
         if cond is not None:
             _expr_vars(cond, cv)
+        rcalls: set[str] = set()
+        for e in (rhs, cond):
+            _expr_calls(e, rcalls)
         rules.append(Rule(lem, f"L{lem.ref}{suffix}", lhs, rhs, cond, lem.exists, tv, avars, native, when=when,
-                          index=index, cond_vars=(tuple(v for v in tv if v in cv), tuple(v for v in avars if v in cv))))
+                          index=index, cond_vars=(tuple(v for v in tv if v in cv), tuple(v for v in avars if v in cv)),
+                          reads_dtype="dtype" in rcalls))
     return rules
 
 
@@ -300,10 +368,18 @@ def compile_lemmas(lemmas: list[Lemma], reg: Registry) -> list[Rule]:
 class EvalContext:
     """How to read a bound tensor variable's shape; the constraint oracle."""
 
-    def __init__(self, shape_of: Callable[[Any], tuple], cx: S.Constraints, functions: dict | None = None):
+    def __init__(self, shape_of: Callable[[Any], tuple], cx: S.Constraints, functions: dict | None = None,
+                 dtype_of: Callable[[Any], str | None] | None = None):
         self.shape_of = shape_of
         self.cx = cx
         self.functions = {**FUNCTIONS, **functions} if functions else FUNCTIONS  # + plugins' (Registry.functions)
+        self.dtype_of = dtype_of  # a binding's dtype; None (or a None answer): unknown, dtype() does not decide
+
+    def dtype(self, t) -> str:
+        d = self.dtype_of(t) if self.dtype_of is not None else None
+        if d is None:
+            raise ValueError("dtype unknown")
+        return d
 
 
 def _perm(v) -> tuple:
@@ -348,6 +424,10 @@ FUNCTIONS: dict[str, Callable] = {
     "narrower_dim": lambda ctx, s, t: _narrower_dim(ctx, tuple(s), tuple(t)),
     "expand_split_dim": lambda ctx, x, s, t: _expand_split_dim(ctx, ctx.shape_of(x), tuple(s), tuple(t)),
     "set_at": lambda ctx, p, i, v: tuple(v if k == int(i) else x for k, x in enumerate(p)),
+    # a tensor's dtype name ("float32", "int64", "bool"...); undecided (the condition fails) where not known
+    "dtype": lambda ctx, t: ctx.dtype(t),
+    # a finite number attribute (factors may be inf/nan: distributing those is not exact)
+    "finite": lambda ctx, v: isinstance(v, (int, Fraction)),
 }
 
 def _prod(xs) -> S.Scalar:
@@ -539,4 +619,42 @@ def instantiate(p: Term, env: dict, ctx: EvalContext, reg: Registry) -> Term:
     for name, v in p.attrs:
         val = v.value if isinstance(v, AConst) else evaluate(v, env, ctx)
         attrs.append((name, coerce_attr(op, op.attr_spec(name), val, f"lemma rhs {p.op}")))
-    return App(p.op, tuple(instantiate(a, env, ctx, reg) for a in p.args), tuple(attrs))
+    args = tuple(instantiate(a, env, ctx, reg) for a in p.args)
+    d = dict(attrs)
+    if any(s.dim_of is not None and s.dim_of < len(args) and _negative(d[s.name]) for s in op.attrs):
+        # a literal dim=-1 (or one computed negative): made non-negative, as a loaded graph's would be
+        d = normalize_dims(op, d, [len(_shape(a, ctx, reg)) for a in args])
+        attrs = [(k, d[k]) for k, _ in attrs]
+    return App(p.op, args, tuple(attrs))
+
+
+def _negative(v) -> bool:
+    vals = v if isinstance(v, tuple) else (v,)
+    return any(isinstance(x, int) and not isinstance(x, bool) and x < 0 for x in vals)
+
+
+def _shape(t, ctx: EvalContext, reg: Registry) -> tuple:
+    """Shape of a term built by :func:`instantiate` (its leaves are bindings, shaped by the context)."""
+    if isinstance(t, App):
+        return tuple(reg.get(t.op).shape([_shape(a, ctx, reg) for a in t.args], t.attrd, ctx.cx))
+    return tuple(ctx.shape_of(t))
+
+
+def match(p: Term, t: Term, env: dict) -> bool:
+    """Bind pattern ``p`` to the concrete term ``t`` (extending ``env``); False where it does not match."""
+    if isinstance(p, PVar):
+        if p.name in env:
+            return env[p.name] == t
+        env[p.name] = t
+        return True
+    if not isinstance(t, App) or t.op != p.op or len(t.args) != len(p.args):
+        return False
+    got = t.attrd
+    for name, v in p.attrs:
+        if isinstance(v, PVar):
+            if v.name in env and env[v.name] != got.get(name):
+                return False
+            env[v.name] = got.get(name)
+        elif isinstance(v, AConst) and v.value != got.get(name):
+            return False
+    return all(match(a, b, env) for a, b in zip(p.args, t.args))

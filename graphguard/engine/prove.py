@@ -12,25 +12,31 @@ from ..ir import scalar as S
 from ..errors import InputError, ShapeError
 from ..ir.expr import to_text
 from ..ir.relation import parse_expr
-from ..ir.semantics import term_shape
+from ..ir.semantics import normalize_term, term_shape
 from ..plugins import load_plugins
 from .egraph import Budget, EGraph
 
 
 def proves(lhs: str, rhs: str, shapes: dict[str, list], symbols: dict[str, dict] | None = None,
-           budget: Budget | None = None, plugins=None) -> bool:
+           budget: Budget | None = None, plugins=None, dtypes: dict[str, str] | None = None) -> bool:
+    """Do the loaded lemmas prove ``lhs`` and ``rhs`` equal? ``shapes`` (and ``dtypes``, float32 by default) of
+    the tensors they name."""
     pl = plugins or load_plugins()
     cx = S.Constraints()
     for name, spec in (symbols or {}).items():
         cx.declare(S.SymbolInfo(name, spec.get("min", 1), spec.get("max"), spec.get("multiple_of")))
     shp = {k: tuple(S.parse(d) if isinstance(d, str) else d for d in v) for k, v in shapes.items()}
-    a, b = parse_expr(lhs, pl.registry), parse_expr(rhs, pl.registry)
-    for t in (a, b):
+    terms = []
+    for t in (parse_expr(lhs, pl.registry), parse_expr(rhs, pl.registry)):
         try:
+            t = normalize_term(t, shp.__getitem__, pl.registry, cx)  # dims as a loaded graph has them
             term_shape(t, shp.__getitem__, pl.registry, cx)
         except (ShapeError, KeyError) as e:
             raise InputError(f"{to_text(t)}: {e}") from None
-    eg = EGraph(pl.registry, pl.lemmas, cx, lambda n: shp[n])
+        terms.append(t)
+    a, b = terms
+    dt = dtypes or {}
+    eg = EGraph(pl.registry, pl.lemmas, cx, lambda n: shp[n], leaf_dtype=lambda n: dt.get(n, "float32"))
     eg.push()
     eg.add(a)
     eg.add(b)

@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import InputError, ShapeError
 from . import scalar as S
 from .expr import Leaf, Term, app, rank_of
-from .ops import DTYPES, OpDef, Registry, Shape, expand, fmt_shape, normalize_attrs
+from .ops import DTYPES, OpDef, Registry, Shape, expand, fmt_shape, normalize_attrs, normalize_dims
 from .scalar import Constraints
 from .semantics import term_dtype, term_shape
 
@@ -179,10 +179,9 @@ class Graph:
             attrs = normalize_attrs(op, n.attrs, where)
         except ShapeError as e:
             raise InputError(str(e)) from None
-        n.attrs = dict(attrs)
-        if not isinstance(n.attrs, dict):
-            raise AssertionError
         in_shapes = [self.tensors[i].shape for i in n.inputs]
+        n.attrs = normalize_dims(op, dict(attrs), [len(s) for s in in_shapes])  # dims in [0, rank) from here on
+        attrs = tuple(n.attrs.items())
         self._check_ranks(n, op)
         leaves = [Leaf(i) for i in n.inputs]
         try:

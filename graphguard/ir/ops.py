@@ -34,15 +34,57 @@ DTYPES = frozenset((
     "complex32", "complex64", "complex128"))
 
 
+_INTS = ("uint8", "int8", "int16", "int32", "int64")
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+def dtype_category(d: str) -> int:
+    """0 bool, 1 integer, 2 floating point."""
+    if d in ("bool", "pred"):
+        return 0
+    if d in _INTS or re.fullmatch(r"u?int\d+|[su]\d+", d):
+        return 1
+    return 2
+
+
+def _promoted(ds, attrs) -> str:
+    return promote(*ds)
+
+
+def promote(*dtypes: str) -> str:
+    """torch's type promotion of tensor operands (category first, then width)."""
+    ds = [d for d in dtypes if d]
+    if not ds:
+        return "float32"
+    top = max(dtype_category(d) for d in ds)
+    ds = [d for d in ds if dtype_category(d) == top]
+    if top == 0:
+        return "bool"
+    if top == 1:
+        known = [d for d in ds if d in _INTS]
+        if set(known) == {"uint8", "int8"}:
+            return "int16"
+        return max(known, key=_INTS.index) if known else ds[0]
+    known = [d for d in ds if d in _FLOATS]
+    if set(known) == {"float16", "bfloat16"}:
+        return "float32"
+    return max(known, key=_FLOATS.index) if known else ds[0]
+
+
 @dataclass(frozen=True)
 class AttrSpec:
     """A typed attribute. ``kind``: int (concrete, e.g. a dim), ints, scalar (may be symbolic), scalars,
-    str, number (a rational/float constant), bool. ``optional``: None is a legal value (the default)."""
+    str, number (an exact rational: a float is its exact binary value; inf/nan stay floats), bool.
+    ``optional``: None is a legal value (the default). ``dim_of``: the attribute names dims (an int, or each
+    of several ints) of tensor input ``dim_of``; a negative one counts from the end of that input's rank
+    and is made non-negative when a term is built (:func:`normalize_dims`), so the e-graph and lemma
+    conditions only ever see dims in [0, rank)."""
     name: str
     kind: str  # one of ATTR_KINDS
     default: Any = None
     choices: tuple = ()
     optional: bool = False
+    dim_of: int | None = None
 
     @property
     def required(self) -> bool:
@@ -90,19 +132,28 @@ class OpDef:
         return None
 
 
-_NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?(?:/[0-9]+)?")
+_INTEGRAL = re.compile(r"[-+]?[0-9]+(?:/[0-9]+)?")
+_DECIMAL = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?")
 
 
 def parse_number(text: str) -> Fraction | float:
-    """A number attribute's text: an exact decimal or fraction (``0.125``, ``1e-5``, ``1/3``; exponents of at
-    most three digits, so that no text asks for a huge integer), or ``inf``/``-inf``/``nan``. ValueError or
-    ZeroDivisionError on anything else."""
+    """A number attribute from text (never evaluated): ``3`` and ``1/3`` are exact; a decimal (``0.1``,
+    ``1e-05``; exponents of at most three digits) is the float it spells, by its exact binary value (as JSON and
+    Python read it, so text and graph files agree); ``inf``, ``-inf`` and ``nan`` stay floats. A decimal beyond
+    the float range, or anything else, raises ValueError (ZeroDivisionError for ``n/0``)."""
     t = text.strip()
     if t.lower() in ("inf", "+inf", "-inf", "nan", "infinity", "+infinity", "-infinity"):
         return float(t)
-    if len(t) > 200 or not _NUMBER.fullmatch(t):
+    if len(t) > 2400:  # an exact binary fraction of the tiniest double has ~1100 digits
         raise ValueError(f"not a number: {text[:60]!r}")
-    return Fraction(t)
+    if _INTEGRAL.fullmatch(t):
+        return Fraction(t)
+    if not _DECIMAL.fullmatch(t):
+        raise ValueError(f"not a number: {text[:60]!r}")
+    f = float(t)
+    if not math.isfinite(f):
+        raise ValueError(f"{text[:60]!r} is beyond the float range")
+    return Fraction(f)
 
 
 def coerce_attr(op: OpDef, spec: AttrSpec, value: Any, where: str) -> Any:
@@ -145,14 +196,40 @@ def coerce_attr(op: OpDef, spec: AttrSpec, value: Any, where: str) -> Any:
             if isinstance(value, int):
                 return Fraction(value)
             if isinstance(value, float):
-                # non-finite constants (-inf attention masks) stay floats
-                return Fraction(value).limit_denominator(10**9) if math.isfinite(value) else value
+                # exact: the float's binary value (3e-10 and -3e-10, f32(1e-5) and 1e-05 all differ); non-finite
+                # constants (-inf attention masks) stay floats
+                return Fraction(value) if math.isfinite(value) else value
             if isinstance(value, Fraction):
                 return value
             raise TypeError
     except (TypeError, ValueError, ZeroDivisionError):
         raise ShapeError(f"{where}: attribute {spec.name}={value!r} of {op.name} must be of kind {k}") from None
     raise AssertionError(k)
+
+
+def _norm_dim(v, rank: int):
+    """A dim of a rank-``rank`` tensor in [0, rank) when it was given counting from the end; a rank-0 tensor
+    takes dim 0 or -1 (as torch does). Out-of-range dims are left for the shape function to reject."""
+    r = max(rank, 1)
+    if isinstance(v, int) and not isinstance(v, bool) and -r <= v < 0:
+        return v + r
+    return v
+
+
+def normalize_dims(op: OpDef, attrs: dict, in_ranks: Sequence[int]) -> dict:
+    """``attrs`` with every dim attribute (``AttrSpec.dim_of``) non-negative, against the rank of the input it
+    refers to. Generic over ops: graphs, relation terms and lemma sides all go through it."""
+    out = None
+    for spec in op.attrs:
+        if spec.dim_of is None or spec.dim_of >= len(in_ranks):
+            continue
+        v = attrs.get(spec.name)
+        r = in_ranks[spec.dim_of]
+        n = tuple(_norm_dim(x, r) for x in v) if isinstance(v, tuple) else _norm_dim(v, r)
+        if n != v:
+            out = dict(attrs) if out is None else out
+            out[spec.name] = n
+    return attrs if out is None else out
 
 
 def normalize_attrs(op: OpDef, attrs: dict, where: str) -> tuple[tuple[str, Any], ...]:
@@ -292,20 +369,30 @@ def _reduce_ref(fn):
     return f
 
 
+def _float_only(name):
+    """The dtype rule of an op defined on floating-point tensors (a constant factor): its input's; bool and
+    integer tensors are refused (they would round or wrap where the factor does not)."""
+    def f(ds, a):
+        if ds and (ds[0] in ("bool", "pred") or ds[0].startswith(("int", "uint"))):
+            fail(f"{name}: needs a floating-point input, got {ds[0]}")
+        return ds[0] if ds else "float32"
+    return f
+
+
 CLEAN_OPS = [
     OpDef("core.concat", None, _concat_shape, lambda xs, a: np.concatenate(xs, axis=a["dim"]),
-          (AttrSpec("dim", "int"),), clean=True, doc="Concatenate along dim."),
+          (AttrSpec("dim", "int", dim_of=0),), clean=True, doc="Concatenate along dim."),
     OpDef("core.slice", 1, _slice_shape, _slice_ref,
-          (AttrSpec("dim", "int"), AttrSpec("start", "scalar"), AttrSpec("end", "scalar")), clean=True,
+          (AttrSpec("dim", "int", dim_of=0), AttrSpec("start", "scalar"), AttrSpec("end", "scalar")), clean=True,
           doc="x[start:end] along dim (step 1)."),
     OpDef("core.permute", 1, _permute_shape, lambda xs, a: np.transpose(xs[0], a["dims"]),
-          (AttrSpec("dims", "ints"),), clean=True, doc="Permute dimensions (transpose)."),
+          (AttrSpec("dims", "ints", dim_of=0),), clean=True, doc="Permute dimensions (transpose)."),
     OpDef("core.reshape", 1, _reshape_shape, lambda xs, a: np.reshape(xs[0], [int(d) for d in a["shape"]]),
           (AttrSpec("shape", "scalars"),), clean=True, doc="Row-major reshape."),
     OpDef("core.identity", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: xs[0], clean=True, doc="Identity."),
-    OpDef("core.sum", None, _elementwise_shape("sum"), _reduce_ref(np.add), clean=True,
+    OpDef("core.sum", None, _elementwise_shape("sum"), _reduce_ref(np.add), clean=True, dtype=_promoted,
           doc="Elementwise sum of same-shape tensors; clean when its operands come from disjoint ranks."),
-    OpDef("core.max", None, _elementwise_shape("max"), _reduce_ref(np.maximum), clean=True,
+    OpDef("core.max", None, _elementwise_shape("max"), _reduce_ref(np.maximum), clean=True, dtype=_promoted,
           doc="Elementwise max of same-shape tensors; clean when its operands come from disjoint ranks."),
 ]
 
@@ -386,20 +473,20 @@ GROUP = AttrSpec("group", "ints")
 # Not clean: ``avg`` reductions need it, so it lives beside the collectives.
 SCALE = OpDef("core.scale", 1, lambda s, a, cx: tuple(s[0]),
               lambda xs, a: xs[0] * (a["factor"].numerator / a["factor"].denominator),
-              (AttrSpec("factor", "number"),), doc="x * factor (a rational constant).")
+              (AttrSpec("factor", "number"),), doc="x * factor (a rational constant).", dtype=_float_only("core.scale"))
 
 COLLECTIVES = [
     OpDef("core.all_reduce", None, attrs=(AttrSpec("op", "str", "sum", ("sum", "max", "avg")), GROUP),
           meaning=_all_reduce_meaning, collective=True,
           doc="out@r = sum/max/avg over the group of in@g (inputs and outputs in group order)."),
-    OpDef("core.all_gather", None, attrs=(AttrSpec("dim", "int", 0), GROUP), meaning=_all_gather_meaning,
+    OpDef("core.all_gather", None, attrs=(AttrSpec("dim", "int", 0, dim_of=0), GROUP), meaning=_all_gather_meaning,
           collective=True, doc="out@r = concat(in@g for g in group, dim)."),
     OpDef("core.reduce_scatter", None,
-          attrs=(AttrSpec("op", "str", "sum", ("sum", "max", "avg")), AttrSpec("dim", "int", 0), GROUP),
+          attrs=(AttrSpec("op", "str", "sum", ("sum", "max", "avg")), AttrSpec("dim", "int", 0, dim_of=0), GROUP),
           meaning=_reduce_scatter_meaning, collective=True,
           doc="out@r = slice r of reduce(in@g for g in group) along dim."),
     OpDef("core.all_to_all", None,
-          attrs=(AttrSpec("split_dim", "int", 0), AttrSpec("concat_dim", "int", 0), GROUP),
+          attrs=(AttrSpec("split_dim", "int", 0, dim_of=0), AttrSpec("concat_dim", "int", 0, dim_of=0), GROUP),
           meaning=_all_to_all_meaning, collective=True,
           doc="out@r = concat(slice r of in@g along split_dim, for g in group) along concat_dim."),
     OpDef("core.broadcast", None, attrs=(AttrSpec("src", "int"), GROUP), meaning=_broadcast_meaning,
@@ -407,7 +494,7 @@ COLLECTIVES = [
     OpDef("core.sendrecv", 1, attrs=(AttrSpec("src", "int"), AttrSpec("dst", "int")),
           meaning=lambda ins, attrs: [ins[0]], collective=True,
           doc="Point-to-point: the output, on rank dst, equals the input on rank src."),
-    OpDef("core.split", 1, attrs=(AttrSpec("dim", "int"), AttrSpec("sizes", "scalars")),
+    OpDef("core.split", 1, attrs=(AttrSpec("dim", "int", dim_of=0), AttrSpec("sizes", "scalars")),
           meaning=_split_meaning, doc="Split into consecutive slices along dim."),
 ]
 

@@ -116,7 +116,7 @@ class _ToRaw(Transformer):
         return AConst(int(tok))
 
     def float(self, tok):
-        return AConst(parse_number(str(tok)))
+        return AConst(parse_number(str(tok)))  # the float it spells, exactly (as in a graph file)
 
     def name(self, tok):
         s = str(tok)

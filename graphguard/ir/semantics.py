@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from .expr import App, Leaf, Term
-from .ops import Registry, Shape
+from .ops import Registry, Shape, normalize_dims
 from .scalar import Constraints
 
 
@@ -50,7 +50,7 @@ def term_dtype(t: Term, leaf_dtype: Callable[[str], str], reg: Registry, memo: d
             raise ShapeError(f"unknown operator {t.op}")
         ds = [term_dtype(a, leaf_dtype, reg, memo) for a in t.args]
         known = list(dict.fromkeys(d for d in ds if d is not None))
-        if op.clean and len(known) > 1:
+        if op.clean and op.dtype is None and len(known) > 1:  # data movement; sum/max promote like add
             raise ShapeError(f"{t.op} of {' and '.join(known)} tensors (it keeps its operands' dtype: convert "
                              f"them first)")
         if op.dtype is not None:
@@ -77,3 +77,21 @@ def term_eval(t: Term, env: Callable[[str], np.ndarray], reg: Registry, memo: di
         out = op.ref([term_eval(a, env, reg, memo) for a in t.args], t.attrd)
     memo[t] = out
     return out
+
+
+def normalize_term(t: Term, leaf_shape: Callable[[str], Shape], reg: Registry, cx: Constraints,
+                   memo: dict | None = None) -> Term:
+    """``t`` with every dim attribute made non-negative against its operand's rank (as graphs are when
+    loaded): relation terms and test expressions meet the e-graph's terms in one spelling."""
+    if not isinstance(t, App):
+        return t
+    memo = {} if memo is None else memo
+    args = tuple(normalize_term(a, leaf_shape, reg, cx, memo) for a in t.args)
+    op = reg.get(t.op)
+    attrs = t.attrs
+    if op is not None and any(s.dim_of is not None for s in op.attrs):
+        ranks = [len(term_shape(a, leaf_shape, reg, cx, memo)) for a in args]
+        attrs = tuple(normalize_dims(op, dict(t.attrs), ranks).items())
+    return t if args == t.args and attrs == t.attrs else App(t.op, args, attrs)
+
+

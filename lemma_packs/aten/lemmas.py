@@ -25,7 +25,8 @@ BRIDGES = [
 ELEMENTWISE = [
     L(310, "add-of-concats",
       "aten.add.Tensor(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k), alpha=?al) => concat(aten.add.Tensor(?a, ?c, alpha=?al), aten.add.Tensor(?b, ?e, alpha=?al), dim=?d)",
-      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"),
+      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"
+      " and size(?b, ?d) == size(?e, ?k)"),
     L(311, "add-of-concat-and-broadcast",
       "aten.add.Tensor(concat(?a, ?b, dim=?d), ?c, alpha=?al) => concat(aten.add.Tensor(?a, ?c, alpha=?al), aten.add.Tensor(?b, ?c, alpha=?al), dim=?d)",
       "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
@@ -34,7 +35,8 @@ ELEMENTWISE = [
       "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
     L(313, "sub-of-concats",
       "aten.sub.Tensor(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k), alpha=?al) => concat(aten.sub.Tensor(?a, ?c, alpha=?al), aten.sub.Tensor(?b, ?e, alpha=?al), dim=?d)",
-      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"),
+      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"
+      " and size(?b, ?d) == size(?e, ?k)"),
     L(314, "sub-of-concat-and-broadcast",
       "aten.sub.Tensor(concat(?a, ?b, dim=?d), ?c, alpha=?al) => concat(aten.sub.Tensor(?a, ?c, alpha=?al), aten.sub.Tensor(?b, ?c, alpha=?al), dim=?d)",
       "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
@@ -43,7 +45,8 @@ ELEMENTWISE = [
       "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
     L(316, "mul-of-concats",
       "aten.mul.Tensor(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k)) => concat(aten.mul.Tensor(?a, ?c), aten.mul.Tensor(?b, ?e), dim=?d)",
-      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"),
+      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"
+      " and size(?b, ?d) == size(?e, ?k)"),
     L(317, "mul-of-concat-and-broadcast",
       "aten.mul.Tensor(concat(?a, ?b, dim=?d), ?c) => concat(aten.mul.Tensor(?a, ?c), aten.mul.Tensor(?b, ?c), dim=?d)",
       "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
@@ -52,7 +55,8 @@ ELEMENTWISE = [
       "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
     L(319, "div-of-concats",
       "aten.div.Tensor(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k)) => concat(aten.div.Tensor(?a, ?c), aten.div.Tensor(?b, ?e), dim=?d)",
-      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"),
+      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"
+      " and size(?b, ?d) == size(?e, ?k)"),
     L(320, "div-of-concat-and-broadcast",
       "aten.div.Tensor(concat(?a, ?b, dim=?d), ?c) => concat(aten.div.Tensor(?a, ?c), aten.div.Tensor(?b, ?c), dim=?d)",
       "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
@@ -84,15 +88,26 @@ MATMUL = [
     L(364, "bmm-of-batch-merging-views",
       "aten.bmm(reshape(?x, shape=?s), reshape(?y, shape=?t))"
       " => reshape(batched_matmul(?x, ?y), shape=[at(?s, 0), at(?s, 1), at(?t, 2)])",
-      "bmm_view_ok(?x, ?y, ?s, ?t)"),
+      "bmm_view_ok(?x, ?y, ?s, ?t)",
+      examples=[{"x": x, "y": y, "s": s_, "t": t} for x, y, s_, t in (
+          ([2, 3, 4, 5], [2, 3, 5, 2], [6, 4, 5], [6, 5, 2]), ([2, 2, 3], [2, 3, 4], [2, 2, 3], [2, 3, 4]),
+          ([1, 2, 3, 4], [1, 2, 4, 1], [2, 3, 4], [2, 4, 1]), ([3, 1, 2, 2], [3, 1, 2, 3], [3, 2, 2], [3, 2, 3]))]),
     L(365, "bmm-is-batched-matmul", "aten.bmm(?a, ?b) => batched_matmul(?a, ?b)"),
     L(360, "bmm-batch", "aten.bmm(concat(?a, ?b, dim=0), concat(?c, ?e, dim=0)) => concat(aten.bmm(?a, ?c), aten.bmm(?b, ?e), dim=0)",
-      "size(?a, 0) == size(?c, 0)"),
+      "size(?a, 0) == size(?c, 0)",
+      examples=[{"a": [2, 3, 4], "b": [1, 3, 4], "c": [2, 4, 2], "e": [1, 4, 2]},
+                {"a": [1, 2, 2], "b": [3, 2, 2], "c": [1, 2, 3], "e": [3, 2, 3]}]),
     L(361, "bmm-rows", "aten.bmm(concat(?a, ?b, dim=1), ?w) => concat(aten.bmm(?a, ?w), aten.bmm(?b, ?w), dim=1)"),
     L(362, "bmm-cols", "aten.bmm(?x, concat(?a, ?b, dim=2)) => concat(aten.bmm(?x, ?a), aten.bmm(?x, ?b), dim=2)"),
     L(363, "bmm-block-k", "aten.bmm(concat(?a, ?b, dim=2), concat(?c, ?e, dim=1)) => sum(aten.bmm(?a, ?c), aten.bmm(?b, ?e))",
-      "size(?a, 2) == size(?c, 1)"),
+      "size(?a, 2) == size(?c, 1)",
+      examples=[{"a": [2, 3, 2], "b": [2, 3, 1], "c": [2, 2, 4], "e": [2, 1, 4]},
+                {"a": [1, 2, 3], "b": [1, 2, 3], "c": [1, 3, 2], "e": [1, 3, 2]}]),
 ]
+
+_LN_EXAMPLES = [{"a": a, "b": b, "w": n, "c": n, "n": n, "d": d}
+                for a, b, n, d in (([2, 3, 4], [1, 3, 4], [4], 0), ([2, 3, 4], [2, 2, 4], [4], 1), ([3, 4], [1, 4], [4], 0),
+                                   ([2, 2, 6], [2, 3, 6], [6], 1), ([1, 2, 3], [2, 2, 3], [2, 3], 0))]
 
 ROWWISE = [
     L(370, "softmax-of-concat", "aten._softmax(concat(?a, ?b, dim=?d), dim=?k, half_to_float=?h)"
@@ -102,7 +117,7 @@ ROWWISE = [
     L(372, "layer-norm-of-concat",
       "aten.native_layer_norm#0(concat(?a, ?b, dim=?d), ?w, ?c, normalized_shape=?n, eps=?e)"
       " => concat(aten.native_layer_norm#0(?a, ?w, ?c, normalized_shape=?n, eps=?e), aten.native_layer_norm#0(?b, ?w, ?c, normalized_shape=?n, eps=?e), dim=?d)",
-      "?d < rank(?a) - len(?n)"),
+      "?d < rank(?a) - len(?n)", examples=_LN_EXAMPLES),
 ]
 
 REDUCTIONS = [
@@ -115,7 +130,7 @@ REDUCTIONS = [
       " => sum(aten.sum.dim_IntList(?a, dim=?k, keepdim=?kd, dtype=?t), aten.sum.dim_IntList(?b, dim=?k, keepdim=?kd, dtype=?t))",
       "contains(?k, ?d)"),
     L(393, "sum-over-a-unit-dim", "aten.sum.dim_IntList(?x, dim=?k, keepdim=true, dtype=None) => ?x",
-      "len(?k) == 1 and size(?x, at(?k, 0)) == 1"),
+      "len(?k) == 1 and size(?x, at(?k, 0)) == 1 and floating(dtype(?x))"),
     L(392, "sum-all-of-concat", "aten.sum(concat(?a, ?b, dim=?d), dtype=?t) => sum(aten.sum(?a, dtype=?t), aten.sum(?b, dtype=?t))"),
 ]
 
@@ -153,11 +168,11 @@ LAYER_NORM = [
     L(375, "layer-norm-mean-of-concat",
       "aten.native_layer_norm#1(concat(?a, ?b, dim=?d), ?w, ?c, normalized_shape=?n, eps=?e)"
       " => concat(aten.native_layer_norm#1(?a, ?w, ?c, normalized_shape=?n, eps=?e), aten.native_layer_norm#1(?b, ?w, ?c, normalized_shape=?n, eps=?e), dim=?d)",
-      "?d < rank(?a) - len(?n)"),
+      "?d < rank(?a) - len(?n)", examples=_LN_EXAMPLES),
     L(376, "layer-norm-rstd-of-concat",
       "aten.native_layer_norm#2(concat(?a, ?b, dim=?d), ?w, ?c, normalized_shape=?n, eps=?e)"
       " => concat(aten.native_layer_norm#2(?a, ?w, ?c, normalized_shape=?n, eps=?e), aten.native_layer_norm#2(?b, ?w, ?c, normalized_shape=?n, eps=?e), dim=?d)",
-      "?d < rank(?a) - len(?n)"),
+      "?d < rank(?a) - len(?n)", examples=_LN_EXAMPLES),
     L(377, "layer-norm-backward-input-of-concats",
       f"aten.native_layer_norm_backward#0({_LNB_SHARDED}) => concat(aten.native_layer_norm_backward#0({_LNB_1}),"
       f" aten.native_layer_norm_backward#0({_LNB_2}), dim=?d)", _LNB_COND, examples=_LNB_EXAMPLE),
@@ -180,20 +195,31 @@ ROWWISE_BACKWARD = [
       "?k != ?d and shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
 ]
 
-# Scalar constants: every multiplication or division by a constant becomes ``mul.Scalar`` and constants
+_PADS = [{"a": a, "b": b, "u": a, "s": b, "d": d, "t": "float64"}
+         for a, b, d in (([2, 3], [2, 3], 0), ([1, 4], [3, 4], 0), ([2, 1], [2, 3], 1), ([3], [2], 0), ([0, 2], [2, 2], 0),
+                         ([2, 2, 1], [2, 2, 2], 2))]
+
+# Scalar constants: every multiplication or division by a constant becomes ``mul.Scalar`` (where the 0-dim tensor
+# holds the constant exactly: a float one, or an integral constant in a wide integer dtype) and constants
 # are folded, so (x * 1/2) * (t / 2) and (x * 1/4) * t meet. Needed for means and loss scaling.
 CONSTANTS = [
     L(400, "div-by-constant", "aten.div.Tensor(?x, aten.scalar_tensor(s=?c, dtype=?t)) => aten.mul.Scalar(?x, other=1 / ?c)",
-      "?c != 0"),
-    L(401, "mul-by-constant", "aten.mul.Tensor(?x, aten.scalar_tensor(s=?c, dtype=?t)) => aten.mul.Scalar(?x, other=?c)"),
-    L(402, "constant-times", "aten.mul.Tensor(aten.scalar_tensor(s=?c, dtype=?t), ?x) => aten.mul.Scalar(?x, other=?c)"),
-    L(403, "fold-scalar-factors", "aten.mul.Scalar(aten.mul.Scalar(?x, other=?a), other=?b) => aten.mul.Scalar(?x, other=?a * ?b)"),
+      "?c != 0 and floating(dtype(?x)) and (floating(?t) or ((?t == \"int64\" or ?t == \"int32\") and ?c // 1 == ?c))"),
+    L(401, "mul-by-constant", "aten.mul.Tensor(?x, aten.scalar_tensor(s=?c, dtype=?t)) => aten.mul.Scalar(?x, other=?c)",
+      "floating(dtype(?x)) and (floating(?t) or ((?t == \"int64\" or ?t == \"int32\") and ?c // 1 == ?c))"),
+    L(402, "constant-times", "aten.mul.Tensor(aten.scalar_tensor(s=?c, dtype=?t), ?x) => aten.mul.Scalar(?x, other=?c)",
+      "floating(dtype(?x)) and (floating(?t) or ((?t == \"int64\" or ?t == \"int32\") and ?c // 1 == ?c))"),
+    L(403, "fold-scalar-factors", "aten.mul.Scalar(aten.mul.Scalar(?x, other=?a), other=?b) => aten.mul.Scalar(?x, other=?a * ?b)",
+      "finite(?a) and finite(?b) and floating(dtype(?x))"),
     L(404, "scalar-factor-out-left", "aten.mul.Tensor(aten.mul.Scalar(?x, other=?a), ?y) => aten.mul.Scalar(aten.mul.Tensor(?x, ?y), other=?a)"),
     L(405, "scalar-factor-out-right", "aten.mul.Tensor(?y, aten.mul.Scalar(?x, other=?a)) => aten.mul.Scalar(aten.mul.Tensor(?y, ?x), other=?a)"),
-    L(406, "times-one", "aten.mul.Scalar(?x, other=1) => ?x"),
-    L(407, "plus-zero", "aten.add.Tensor(?x, aten.scalar_tensor(s=0, dtype=?t)) => ?x"),
-    L(408, "zero-plus", "aten.add.Tensor(aten.scalar_tensor(s=0, dtype=?t), ?x) => ?x"),
-    L(409, "scalar-factor-of-sum", "aten.mul.Scalar(sum(?a, ?b), other=?c) <=> sum(aten.mul.Scalar(?a, other=?c), aten.mul.Scalar(?b, other=?c))"),
+    L(406, "times-one", "aten.mul.Scalar(?x, other=1) => ?x", 'dtype(?x) != "bool"'),
+    L(407, "plus-zero", "aten.add.Tensor(?x, aten.scalar_tensor(s=0, dtype=?t)) => ?x",
+      "dtype(?x) == ?t or (floating(dtype(?x)) and not floating(?t))"),
+    L(408, "zero-plus", "aten.add.Tensor(aten.scalar_tensor(s=0, dtype=?t), ?x) => ?x",
+      "dtype(?x) == ?t or (floating(dtype(?x)) and not floating(?t))"),
+    L(409, "scalar-factor-of-sum", "aten.mul.Scalar(sum(?a, ?b), other=?c) <=> sum(aten.mul.Scalar(?a, other=?c), aten.mul.Scalar(?b, other=?c))",
+      "finite(?c)"),
     L(411, "mse-of-equal-halves",
       "aten.mse_loss(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), reduction=1)"
       " => aten.mul.Scalar(sum(aten.mse_loss(?a, ?c, reduction=1), aten.mse_loss(?b, ?e, reduction=1)), other=0.5)",
@@ -209,7 +235,7 @@ CONSTANTS = [
       "aten.mse_loss(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), reduction=1)"
       " => sum(aten.mul.Scalar(aten.mse_loss(?a, ?c, reduction=1), other=1.0 * numel(?a) / (numel(?a) + numel(?b))),"
       " aten.mul.Scalar(aten.mse_loss(?b, ?e, reduction=1), other=1.0 * numel(?b) / (numel(?a) + numel(?b))))",
-      "shape(?a) == shape(?c) and shape(?b) == shape(?e)",
+      "shape(?a) == shape(?c) and shape(?b) == shape(?e) and numel(?a) > 0 and numel(?b) > 0",
       examples=[{"a": [3, 2], "b": [1, 2], "c": [3, 2], "e": [1, 2], "d": 0}]),
     L(441, "mse-backward-of-concats",
       "aten.mse_loss_backward(?g, concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), reduction=1)"
@@ -223,10 +249,12 @@ CONSTANTS = [
     # stated for the whole pattern: "x + 0 = x" alone would put x inside its own class (sum(0, x))
     L(425, "add-of-complementary-zero-pads",
       "aten.add.Tensor(concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d), concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d))"
-      " => concat(?a, ?b, dim=?d)", "shape(?a) == ?u and shape(?b) == ?s"),
+      " => concat(?a, ?b, dim=?d)", "shape(?a) == ?u and shape(?b) == ?s and dtype(?a) == ?t and dtype(?b) == ?t",
+      examples=_PADS),
     L(426, "add-of-complementary-zero-pads-mirrored",
       "aten.add.Tensor(concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d), concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d))"
-      " => concat(?a, ?b, dim=?d)", "shape(?a) == ?u and shape(?b) == ?s"),
+      " => concat(?a, ?b, dim=?d)", "shape(?a) == ?u and shape(?b) == ?s and dtype(?a) == ?t and dtype(?b) == ?t",
+      examples=_PADS),
     L(428, "neg-of-partial-sum", "aten.neg(sum(?a, ?b)) => sum(aten.neg(?a), aten.neg(?b))", "shape(?a) == shape(?b)"),
     L(410, "mean-of-equal-halves",
       "aten.mean(concat(?a, ?b, dim=?d), dtype=?t) => aten.mul.Scalar(sum(aten.mean(?a, dtype=?t), aten.mean(?b, dtype=?t)), other=0.5)",
@@ -235,7 +263,7 @@ CONSTANTS = [
     L(490, "partial-sums-of-scaled-bias",
       "sum(aten.add.Tensor(?a, aten.mul.Scalar(?c, other=?f)), aten.add.Tensor(?b, aten.mul.Scalar(?c, other=?g)))"
       " => aten.add.Tensor(sum(?a, ?b), aten.mul.Scalar(?c, other=?f + ?g))",
-      "shape(?a) == shape(?b)"),
+      "shape(?a) == shape(?b) and floating(dtype(?c)) and finite(?f) and finite(?g)"),
 ]
 
 # broadcasting views (grouped-query attention repeats each KV head for its query heads)

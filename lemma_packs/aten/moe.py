@@ -44,15 +44,15 @@ PARTIAL_SUMS = [
     L(521, "mul-of-partial-sum-right", "aten.mul.Tensor(?c, sum(?a, ?b)) => sum(aten.mul.Tensor(?c, ?a), aten.mul.Tensor(?c, ?b))",
       "shape(?a) == shape(?b)"),
     L(522, "sum-all-of-partial-sum", "aten.sum(sum(?a, ?b), dtype=?t) => sum(aten.sum(?a, dtype=?t), aten.sum(?b, dtype=?t))",
-      "shape(?a) == shape(?b)"),
+      'shape(?a) == shape(?b) and (?t == None or floating(?t)) and dtype(?a) != "bool"'),
     L(523, "sum-dim-of-partial-sum",
       "aten.sum.dim_IntList(sum(?a, ?b), dim=?k, keepdim=?kd, dtype=?t)"
       " => sum(aten.sum.dim_IntList(?a, dim=?k, keepdim=?kd, dtype=?t), aten.sum.dim_IntList(?b, dim=?k, keepdim=?kd, dtype=?t))",
-      "shape(?a) == shape(?b)"),
+      'shape(?a) == shape(?b) and (?t == None or floating(?t)) and dtype(?a) != "bool"'),
     # tensor-parallel experts: each expert's output is a partial sum; stacking them stacks the partials
     L(524, "concat-of-partial-sums",
       "concat(sum(?a, ?c), sum(?b, ?e), dim=?d) => sum(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d))",
-      "shape(?a) == shape(?c) and shape(?b) == shape(?e)",
+      "shape(?a) == shape(?c) and shape(?b) == shape(?e) and dtype(?a) == dtype(?b) and dtype(?c) == dtype(?e)",
       # constrained (§4.3): with concat interchange it would enumerate pairings. On the last summands, so that
       # left-nested sums (world size 4: sum(sum(sum(a0, a1), a2), a3)) take apart one rank at a time
       when="concat(?c, ?e, dim=?d)"),
@@ -62,13 +62,14 @@ PARTIAL_SUMS = [
     L(526, "softmax-backward-of-partial-sum",
       "aten._softmax_backward_data(sum(?a, ?b), ?y, dim=?k, input_dtype=?t)"
       " => sum(aten._softmax_backward_data(?a, ?y, dim=?k, input_dtype=?t), aten._softmax_backward_data(?b, ?y, dim=?k, input_dtype=?t))",
-      "shape(?a) == shape(?b)"),
+      "shape(?a) == shape(?b) and floating(dtype(?a)) and floating(dtype(?y))"),
 ]
 
 # A replicated loss divided by the world size (the fix of the aux-loss scaling bug): each rank holds a share
 # y * 1/n, and the clean extraction sums n different shares back to y -- it reads them off core.scale.
 SHARES = [
-    L(530, "mul-scalar-is-scale", "aten.mul.Scalar(?x, other=?c) => scale(?x, factor=?c)", "?c > 0 and ?c < 1"),
+    L(530, "mul-scalar-is-scale", "aten.mul.Scalar(?x, other=?c) => scale(?x, factor=?c)",
+      "?c > 0 and ?c < 1 and floating(dtype(?x))"),
 ]
 
 # Dropless (sparse) dispatch: each expert's rows are added into the output (index_add); with experts spread
@@ -77,39 +78,44 @@ _IA = "dim=?d, alpha=?al"
 SPARSE = [
     L(560, "index-add-into-partial-sum",
       f"aten.index_add(sum(?a, ?b), ?i, ?y, {_IA}) => sum(?a, aten.index_add(?b, ?i, ?y, {_IA}))",
-      "shape(?a) == shape(?b)", index={"i": "size(?a, ?d)"}),
+      "shape(?a) == shape(?b) and floating(dtype(?b)) and finite(?al)", index={"i": "size(?a, ?d)"}),
     # the rows added to x are a partial sum of their own where they are also added to zeros (constrained: a
     # rank's first expert, index_add into zeros, must exist -- else every index_add would grow a zero term)
     L(561, "index-add-splits-off-zeros",
       f"aten.index_add(?x, ?i, ?y, {_IA}) => sum(?x, aten.index_add(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?y, {_IA}))",
-      "?s == shape(?x)", when=f"aten.index_add(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?y, {_IA})",
+      "?s == shape(?x) and floating(dtype(?x)) and floating(dtype(?y)) and finite(?al)", when=f"aten.index_add(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?y, {_IA})",
       index={"i": "size(?x, ?d)"}),
     # tensor-parallel experts: each rank adds its partial rows (index_add is linear in self and source)
     L(563, "index-add-of-partial-sums",
       f"aten.index_add(sum(?p, ?q), ?i, sum(?a, ?b), {_IA}) => sum(aten.index_add(?p, ?i, ?a, {_IA}), aten.index_add(?q, ?i, ?b, {_IA}))",
-      "shape(?p) == shape(?q) and shape(?a) == shape(?b)", index={"i": "size(?p, ?d)"}),
+      "shape(?p) == shape(?q) and shape(?a) == shape(?b) and floating(dtype(?p)) and floating(dtype(?q)) and finite(?al)",
+      index={"i": "size(?p, ?d)"}),
     L(564, "index-add-into-zeros-of-partial-sum",
       f"aten.index_add(aten.full(size=?s, fill_value=0, dtype=?t), ?i, sum(?a, ?b), {_IA})"
       f" => sum(aten.index_add(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?a, {_IA}),"
       f" aten.index_add(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?b, {_IA}))",
-      "shape(?a) == shape(?b)", index={"i": "at(?s, ?d)"}),
+      "shape(?a) == shape(?b) and floating(?t) and floating(dtype(?a)) and floating(dtype(?b)) and finite(?al)",
+      index={"i": "at(?s, ?d)"}),
     # ... and their backward: the gradient rows accumulated back (index_put into zeros, linear in the values)
     L(565, "index-put-into-zeros-of-partial-sum",
       "aten.index_put(aten.full(size=?s, fill_value=0, dtype=?t), ?i, sum(?a, ?b), accumulate=true, absent=[])"
       " => sum(aten.index_put(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?a, accumulate=true, absent=[]),"
       " aten.index_put(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?b, accumulate=true, absent=[]))",
-      "shape(?a) == shape(?b) and floating(?t)", index={"i": "at(?s, 0)"}),
+      "shape(?a) == shape(?b) and floating(?t) and floating(dtype(?a)) and floating(dtype(?b))",
+      index={"i": "at(?s, 0)"}),
     L(566, "index-put-2-into-zeros-of-partial-sum",
       "aten.index_put(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?j, sum(?a, ?b), accumulate=true, absent=[])"
       " => sum(aten.index_put(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?j, ?a, accumulate=true, absent=[]),"
       " aten.index_put(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?j, ?b, accumulate=true, absent=[]))",
-      "shape(?a) == shape(?b) and floating(?t)", index={"i": "at(?s, 0)", "j": "at(?s, 1)"}),
+      "shape(?a) == shape(?b) and floating(?t) and floating(dtype(?a)) and floating(dtype(?b))",
+      index={"i": "at(?s, 0)", "j": "at(?s, 1)"}),
     # the top-k weights' backward writes the incoming gradient into zeros at the chosen experts: linear in it
     L(562, "scatter-into-zeros-of-partial-sum",
       "aten.scatter.src(aten.full(size=?s, fill_value=0, dtype=?t), ?i, sum(?a, ?b), dim=?d)"
       " => sum(aten.scatter.src(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?a, dim=?d),"
       " aten.scatter.src(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?b, dim=?d))",
-      "shape(?a) == shape(?b) and floating(?t)", index={"i": "at(?s, ?d)"}),
+      "shape(?a) == shape(?b) and floating(?t) and floating(dtype(?a)) and floating(dtype(?b))",
+      index={"i": "at(?s, ?d)"}),
 ]
 
 LEMMAS = ROUTING + LAYOUT + PARTIAL_SUMS + SHARES + SPARSE

@@ -18,14 +18,13 @@ References compute floating point in float64 whatever the declared float dtype (
 from __future__ import annotations
 
 import math
-import re
 from fractions import Fraction
 
 import numpy as np
-import sympy as sp
 
 from graphguard.ir import scalar as S
-from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, multi_output, numel, same_shapes
+from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, multi_output, numel, promote, same_shapes
+from graphguard.ir.ops import dtype_category as _cat
 
 # =================================================================================================
 # Helpers: dims, broadcasting, optional inputs, attribute values, dtypes
@@ -118,39 +117,6 @@ def _conc(shape) -> list[int]:
     return [int(d) for d in shape]
 
 
-_INTS = ("uint8", "int8", "int16", "int32", "int64")
-_FLOATS = ("float16", "bfloat16", "float32", "float64")
-
-
-def _cat(d: str) -> int:
-    """0 bool, 1 integer, 2 floating point."""
-    if d in ("bool", "pred"):
-        return 0
-    if d in _INTS or re.fullmatch(r"u?int\d+|[su]\d+", d):
-        return 1
-    return 2
-
-
-def promote(*dtypes: str) -> str:
-    """torch's type promotion of tensor operands (category first, then width)."""
-    ds = [d for d in dtypes if d]
-    if not ds:
-        return "float32"
-    top = max(_cat(d) for d in ds)
-    ds = [d for d in ds if _cat(d) == top]
-    if top == 0:
-        return "bool"
-    if top == 1:
-        known = [d for d in ds if d in _INTS]
-        if set(known) == {"uint8", "int8"}:
-            return "int16"
-        return max(known, key=_INTS.index) if known else ds[0]
-    known = [d for d in ds if d in _FLOATS]
-    if set(known) == {"float16", "bfloat16"}:
-        return "float32"
-    return max(known, key=_FLOATS.index) if known else ds[0]
-
-
 def _np_dtype(d: str | None):
     """The NumPy dtype a reference computes in: float64 for every float dtype."""
     if d is None or _cat(d) == 2:
@@ -202,6 +168,17 @@ def _attr_dtype(default):
     """The ``dtype`` attribute when given, else ``default(ds, a)``."""
     def f(ds, a):
         return a.get("dtype") or default(ds, a)
+    return f
+
+
+def _float_only(name):
+    """Ops torch defines for floating-point inputs and results only (mean, mse_loss): the result's dtype (the
+    ``dtype`` attribute where given, else the input's)."""
+    def f(ds, a):
+        d = a.get("dtype") or (ds[0] if ds else "float32")
+        if _cat(d) != 2:
+            fail(f"aten.{name}: needs a floating-point input and result, got {d}")
+        return d
     return f
 
 
@@ -470,20 +447,20 @@ def _half_to_float(ds, a):
 
 SOFTMAX_OPS = [
     OpDef("aten._softmax", 1, _softmax_shape("aten._softmax"), lambda xs, a: _softmax(xs[0], _sm_dim(xs[0], a)),
-          (AttrSpec("dim", "int"), AttrSpec("half_to_float", "bool")), doc="Softmax along dim.",
+          (AttrSpec("dim", "int", dim_of=0), AttrSpec("half_to_float", "bool")), doc="Softmax along dim.",
           dtype=_half_to_float),
     OpDef("aten._log_softmax", 1, _softmax_shape("aten._log_softmax"),
           lambda xs, a: _log_softmax(xs[0], _sm_dim(xs[0], a)),
-          (AttrSpec("dim", "int"), AttrSpec("half_to_float", "bool")), doc="Log-softmax along dim.",
+          (AttrSpec("dim", "int", dim_of=0), AttrSpec("half_to_float", "bool")), doc="Log-softmax along dim.",
           dtype=_half_to_float),
     OpDef("aten._softmax_backward_data", 2, _softmax_shape("aten._softmax_backward_data"),
           lambda xs, a: xs[1] * (xs[0] - np.sum(xs[0] * xs[1], axis=_sm_dim(xs[0], a), keepdims=True)),
-          (AttrSpec("dim", "int"), AttrSpec("input_dtype", "str")),
+          (AttrSpec("dim", "int", dim_of=0), AttrSpec("input_dtype", "str")),
           doc="Gradient of softmax from its output: output * (grad - sum(grad * output, dim)).",
           dtype=lambda ds, a: a["input_dtype"]),
     OpDef("aten._log_softmax_backward_data", 2, _softmax_shape("aten._log_softmax_backward_data"),
           lambda xs, a: xs[0] - np.exp(xs[1]) * np.sum(xs[0], axis=_sm_dim(xs[0], a), keepdims=True),
-          (AttrSpec("dim", "int"), AttrSpec("input_dtype", "str")),
+          (AttrSpec("dim", "int", dim_of=0), AttrSpec("input_dtype", "str")),
           doc="Gradient of log-softmax from its output: grad - exp(output) * sum(grad, dim).",
           dtype=lambda ds, a: a["input_dtype"]),
 ]
@@ -706,7 +683,7 @@ def _cumsum_shape(shapes, a, cx):
     return tuple(shapes[0])
 
 
-DIMS_OPT = AttrSpec("dim", "ints", optional=True)
+DIMS_OPT = AttrSpec("dim", "ints", optional=True, dim_of=0)
 KEEPDIM = AttrSpec("keepdim", "bool", False)
 
 REDUCTION_OPS = [
@@ -714,22 +691,22 @@ REDUCTION_OPS = [
                all_dims=True),
     _reduce_op("sum.dim_IntList", _sum, (DIMS_OPT, KEEPDIM, DTYPE),
                "Sum over dims (None or [] = all), keepdim optional.", _attr_dtype(_acc_dtype)),
-    _reduce_op("mean", _mean, (DTYPE,), "Mean of every element (a 0-dim tensor).", _attr_dtype(_first),
+    _reduce_op("mean", _mean, (DTYPE,), "Mean of every element (a 0-dim tensor).", _float_only("mean"),
                all_dims=True),
     _reduce_op("mean.dim", _mean, (DIMS_OPT, KEEPDIM, DTYPE), "Mean over dims (None or [] = all).",
-               _attr_dtype(_first)),
+               _float_only("mean.dim")),
     _reduce_op("amax", lambda x, axes, keep, a: np.max(x, axis=axes, keepdims=keep),
-               (AttrSpec("dim", "ints", ()), KEEPDIM), "Maximum over dims ([] = all)."),
-    OpDef("aten.argmax", 1, _argmax_shape, _argmax_ref, (AttrSpec("dim", "int", optional=True), KEEPDIM),
+               (AttrSpec("dim", "ints", (), dim_of=0), KEEPDIM), "Maximum over dims ([] = all)."),
+    OpDef("aten.argmax", 1, _argmax_shape, _argmax_ref, (AttrSpec("dim", "int", optional=True, dim_of=0), KEEPDIM),
           doc="Index of the (first) maximum along dim, or in the flattened tensor when dim is None.",
           dtype=_int64),
-    OpDef("aten.cumsum", 1, _cumsum_shape, _cumsum_ref, (AttrSpec("dim", "int"), DTYPE),
+    OpDef("aten.cumsum", 1, _cumsum_shape, _cumsum_ref, (AttrSpec("dim", "int", dim_of=0), DTYPE),
           doc="Inclusive cumulative sum along dim.", dtype=_attr_dtype(_acc_dtype)),
-] + multi_output("aten.max.dim", 1, _max_dim_shapes, _max_dim_ref, (AttrSpec("dim", "int"), KEEPDIM),
+] + multi_output("aten.max.dim", 1, _max_dim_shapes, _max_dim_ref, (AttrSpec("dim", "int", dim_of=0), KEEPDIM),
                  names=("values", "indices"), dtypes=lambda ds, a: [ds[0], "int64"],
                  doc="Maximum along dim and the index of its first occurrence.") \
   + multi_output("aten.topk", 1, _topk_shapes, _topk_ref,
-                 (AttrSpec("k", "scalar"), AttrSpec("dim", "int", -1), AttrSpec("largest", "bool", True),
+                 (AttrSpec("k", "scalar"), AttrSpec("dim", "int", -1, dim_of=0), AttrSpec("largest", "bool", True),
                   AttrSpec("sorted", "bool", True)),
                  names=("values", "indices"), dtypes=lambda ds, a: [ds[0], "int64"],
                  doc="The k largest (or smallest) entries along dim, sorted (stable for ties), and their "
@@ -963,21 +940,21 @@ INDEX_OPS = [
     OpDef("aten.index_put", None, _index_put_shape, _index_put_ref,
           (AttrSpec("accumulate", "bool", False), ABSENT),
           doc="Copy of self with self[indices] = values (+= with accumulate; absent = full slices)."),
-    OpDef("aten.index_select", 2, _index_select_shape, _index_select_ref, (AttrSpec("dim", "int"),),
+    OpDef("aten.index_select", 2, _index_select_shape, _index_select_ref, (AttrSpec("dim", "int", dim_of=0),),
           doc="Entries of self along dim at a rank-0/1 index."),
     OpDef("aten.gather", 2, _gather_shape, _gather_ref,
-          (AttrSpec("dim", "int"), AttrSpec("sparse_grad", "bool", False)),
+          (AttrSpec("dim", "int", dim_of=0), AttrSpec("sparse_grad", "bool", False)),
           doc="out[i][j] = self[index[i][j]][j] (for dim 0; index-shaped)."),
-    OpDef("aten.scatter_add", 3, _scatter_add_shape, _scatter_add_ref, (AttrSpec("dim", "int"),),
+    OpDef("aten.scatter_add", 3, _scatter_add_shape, _scatter_add_ref, (AttrSpec("dim", "int", dim_of=0),),
           doc="Copy of self with src added at index along dim (out[index[i][j]][j] += src[i][j] for dim 0)."),
     OpDef("aten.nonzero", 1, lambda shapes, a, cx: (a["count"], len(shapes[0])), _nonzero_ref,
           (AttrSpec("count", "scalar"),), dtype=_int64, data_sizes=(("count", 0),),
           doc="Coordinates of the nonzero entries, one row each in row-major order: [count, rank] (count: a "
               "size the data decides, the captured symbol)."),
     OpDef("aten.index_add", 3, _index_add_shape, _index_add_ref,
-          (AttrSpec("dim", "int"), AttrSpec("alpha", "number", 1)),
+          (AttrSpec("dim", "int", dim_of=0), AttrSpec("alpha", "number", 1)),
           doc="Copy of self with alpha * source added at index along dim (repeated indices accumulate)."),
-    OpDef("aten.scatter.src", 3, _scatter_add_shape, _scatter_src_ref, (AttrSpec("dim", "int"),),
+    OpDef("aten.scatter.src", 3, _scatter_add_shape, _scatter_src_ref, (AttrSpec("dim", "int", dim_of=0),),
           doc="Copy of self with src written at index along dim (out[index[i][j]][j] = src[i][j] for dim 0)."),
     OpDef("aten.one_hot", 1, _one_hot_shape, _one_hot_ref, (AttrSpec("num_classes", "int", -1),),
           doc="One-hot int64 encoding with num_classes classes (a trailing dim).", dtype=_int64),
@@ -1192,9 +1169,11 @@ def _mse_bw_ref(xs, attrs):
 
 
 OPS += [
-    OpDef("aten.mse_loss", 2, _mse_shape, _mse_ref, (_REDUCTION,), doc="Mean/sum/none of (self - target)^2."),
+    OpDef("aten.mse_loss", 2, _mse_shape, _mse_ref, (_REDUCTION,), doc="Mean/sum/none of (self - target)^2.",
+          dtype=lambda ds, a: _float_only("mse_loss")([promote(*ds)], a)),
     OpDef("aten.mse_loss_backward", 3, _mse_bw_shape, _mse_bw_ref, (AttrSpec("reduction", "int"),),
-          doc="Gradient of mse_loss w.r.t. self: 2 (self - target) grad_output [/ numel for mean]."),
+          doc="Gradient of mse_loss w.r.t. self: 2 (self - target) grad_output [/ numel for mean].",
+          dtype=lambda ds, a: _float_only("mse_loss_backward")([promote(*ds)], a)),
 ]
 
 OPS += [  # HF transformers' causal mask (examples/hf-llama-tp)

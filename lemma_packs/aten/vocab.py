@@ -104,7 +104,8 @@ CROSS_ENTROPY = [
     # all_reduce(max): the max over a concatenation along a reduced dim is the max of the parts' maxes
     L(475, "amax-of-concat-along-it",
       "aten.amax(concat(?a, ?b, dim=?d), dim=?k, keepdim=?kd)"
-      " => max(aten.amax(?a, dim=?k, keepdim=?kd), aten.amax(?b, dim=?k, keepdim=?kd))", "contains(?k, ?d)"),
+      " => max(aten.amax(?a, dim=?k, keepdim=?kd), aten.amax(?b, dim=?k, keepdim=?kd))",
+      "contains(?k, ?d) and size(?a, ?d) > 0 and size(?b, ?d) > 0"),
     # the target's logit of vocabulary-sharded logits [tokens, V]: the sum of the ranks' masked lookups
     L(476, "gather-of-vocab-shards",
       "aten.gather(concat(?a, ?b, dim=1), ?t, dim=1, sparse_grad=?g)"
@@ -122,7 +123,8 @@ CROSS_ENTROPY = [
       "aten.scatter_add(concat(?a, ?b, dim=1), ?t, aten.full(size=?z, fill_value=?o, dtype=?y), dim=1)"
       f" => concat({_ONE_HOT_UPDATE.format(x='?a', m='size(?a, 0)', i=_T1, s=0, e=_AC)},"
       f" {_ONE_HOT_UPDATE.format(x='?b', m='size(?a, 0)', i=_T1, s=_AC, e=_ABC)}, dim=1)",
-      f"?o == -1 and shape(?t) == [size(?a, 0), 1] and ?z == shape(?t) and {_COLS}",
+      f"?o == -1 and shape(?t) == [size(?a, 0), 1] and ?z == shape(?t) and {_COLS} and floating(?y)"
+      " and floating(dtype(?a)) and floating(dtype(?b))",
       index={"t": _ABC}, examples=[{"a": [n, a], "b": [n, b], "t": [n, 1], "z": [n, 1], "o": -1}
                                    for n, a, b in ((3, 2, 4), (4, 2, 2), (2, 1, 3), (5, 3, 1), (1, 2, 2))]),
     L(479, "masked-one-hot-update-of-vocab-shards",
@@ -135,7 +137,8 @@ CROSS_ENTROPY = [
 MASKED_FILL = [
     # (i - s).masked_fill(mask, 0) is Megatron's i - s with [mask] = 0
     L(480, "masked-fill-ids-are-index-put-ids",
-      f"{_LOCAL_MF.format(i='?i', s='?s', e='?e')} => {_LOCAL.format(i='?i', s='?s', e='?e')}", index={"i": "?e + 2"},
+      f"{_LOCAL_MF.format(i='?i', s='?s', e='?e')} => {_LOCAL.format(i='?i', s='?s', e='?e')}",
+      "?s // 1 == ?s and rank(?i) >= 1", index={"i": "?e + 2"},
       examples=[{"i": i, "s": s, "e": e} for i, s, e in (([2, 3], 1, 3), ([5], 0, 2), ([1, 4], 2, 6))]),
     # as 470, zeroing the rows with masked_fill; constrained to rank 0's unsqueezed mask, which gives ?u
     L(481, "embedding-of-vocab-shards-masked-fill",
@@ -188,7 +191,7 @@ MASKED_FILL = [
     # dtypes promote to), so the masked_fill lemmas above cover the torch.where form too
     L(487, "where-of-a-scalar-is-masked-fill",
       "aten.where.self(?m, aten.scalar_tensor(s=?v, dtype=?t), ?x) => aten.masked_fill.Scalar(?x, ?m, value=?v)",
-      "?v // 1 == ?v"),
+      "?v // 1 == ?v and (floating(?t) or ?t == \"int64\") and (dtype(?x) == ?t or (floating(dtype(?x)) and not floating(?t)))"),
 ]
 
 LEMMAS = EMBEDDING + CROSS_ENTROPY + MASKED_FILL

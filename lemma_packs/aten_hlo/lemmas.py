@@ -35,9 +35,9 @@ _MEAN = ("hlo.divide(reshape(hlo.reduce(?x, dims=?k, reducer=sum, init=0), shape
          " hlo.constant(shape=set_at(shape(?x), at(?k, 0), 1), value=size(?x, at(?k, 0)), dtype=float32))")
 
 LEMMAS = [
-    L(834, "pow-2-is-square", "aten.pow.Tensor_Scalar(?x, exponent=2) => hlo.multiply(?x, ?x)",
+    L(834, "pow-2-is-square", "aten.pow.Tensor_Scalar(?x, exponent=2) => hlo.multiply(?x, ?x)", "floating(dtype(?x))",
       when="hlo.multiply(?x, ?x)"),
-    L(835, "rsqrt-is-hlo-rsqrt", "aten.rsqrt(?x) => hlo.rsqrt(?x)", when="hlo.rsqrt(?x)"),
+    L(835, "rsqrt-is-hlo-rsqrt", "aten.rsqrt(?x) => hlo.rsqrt(?x)", "floating(dtype(?x))", when="hlo.rsqrt(?x)"),
     L(836, "mul-is-multiply", "aten.mul.Tensor(?a, ?b) => hlo.multiply(?a, ?b)", "shape(?a) == shape(?b)",
       when="hlo.multiply(?a, ?b)"),
     # ATen broadcasts implicitly; HLO says how: a weight vector along the last dim ...
@@ -55,21 +55,23 @@ LEMMAS = [
       examples=({"a": [2, 3, 4], "b": [2, 3, 1], "u": [2, 3], "s": [2, 3, 4], "m": [0, 1]},)),
     L(839, "mul-by-scalar-is-multiply-by-splat",
       "aten.mul.Scalar(?x, other=?c) => hlo.multiply(?x, hlo.constant(shape=?s, value=?c, dtype=?t))",
-      "?s == shape(?x)", when="hlo.multiply(?x, hlo.constant(shape=?s, value=?c, dtype=?t))",
+      "?s == shape(?x) and floating(?t) and floating(dtype(?x))",
+      when="hlo.multiply(?x, hlo.constant(shape=?s, value=?c, dtype=?t))",
       examples=({"x": [2, 3], "c": 2, "s": [2, 3], "t": "float32"},)),
     L(840, "add-scalar-tensor-is-add-splat",
       "aten.add.Tensor(?x, aten.scalar_tensor(s=?c, dtype=?u), alpha=1) => hlo.add(?x, hlo.constant(shape=?s, value=?c,"
-      " dtype=?t))", "?s == shape(?x) and ?t == ?u", when="hlo.add(?x, hlo.constant(shape=?s, value=?c, dtype=?t))",
+      " dtype=?t))", "?s == shape(?x) and ?t == ?u and floating(dtype(?x))", when="hlo.add(?x, hlo.constant(shape=?s, value=?c, dtype=?t))",
       examples=({"x": [2, 3], "c": 2, "s": [2, 3], "t": "float32", "u": "float32"},)),
     L(841, "mean-is-sum-over-count", f"aten.mean.dim(?x, dim=?k, keepdim=true, dtype=None) => {_MEAN}",
       "len(?k) == 1", when="hlo.reduce(?x, dims=?k, reducer=sum, init=0)",
       examples=({"x": [2, 3, 4], "k": [2]}, {"x": [2, 3, 4], "k": [1]})),
-    L(842, "silu-is-x-times-sigmoid", f"aten.silu(?x) => hlo.multiply(?x, {_SIGMOID})", when="hlo.negate(?x)"),
+    L(842, "silu-is-x-times-sigmoid", f"aten.silu(?x) => hlo.multiply(?x, {_SIGMOID})", "floating(dtype(?x))",
+      when="hlo.negate(?x)"),
     # softmax along the last dim: exp(x - c) over its sum, for any finite c constant along that dim (JAX
     # subtracts the row max, the max of the reduce's init -inf and the row). (An init of +inf would make c
     # infinite: conditions cannot compare infinities yet, so that nonsense program is not excluded.)
     L(843, "softmax-is-shifted-exp-over-its-sum", f"aten._softmax(?x, dim=3, half_to_float=false) => {_SOFTMAX4}",
-      "rank(?x) == 4", when="hlo.reduce(?x, dims=[3], reducer=max, init=?i)",
+      "rank(?x) == 4 and floating(dtype(?x))", when="hlo.reduce(?x, dims=[3], reducer=max, init=?i)",
       examples=({"x": [2, 3, 2, 4], "i": -1000},)),
     # a Llama layer's attention: an additive [seq, seq] mask (HF's causal mask) broadcast over batch and heads.
     # The implementation's broadcast is per rank (fewer heads): the full one splits at it (hlo 880)

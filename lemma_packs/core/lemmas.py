@@ -87,7 +87,9 @@ CLEAN = [
 COMPUTE = [
     L(201, "matmul-block-k",
       "matmul(concat(?a, ?b, dim=1), concat(?c, ?e, dim=0)) => sum(matmul(?a, ?c), matmul(?b, ?e))",
-      "size(?a, 1) == size(?c, 0)"),
+      "size(?a, 1) == size(?c, 0)",
+      examples=[{"a": [2, 3], "b": [2, 1], "c": [3, 4], "e": [1, 4]}, {"a": [1, 2], "b": [1, 2], "c": [2, 3], "e": [2, 3]},
+                {"a": [3, 1], "b": [3, 4], "c": [1, 2], "e": [4, 2]}]),
     # constrained (§4.3): split the rows only where G_d multiplies a row block (micro-batches, sequence
     # shards) -- after an all-gather the full rows are at hand, and splitting 8 row blocks against 8 column
     # blocks would build every product of prefixes
@@ -114,13 +116,18 @@ COMPUTE = [
       "size(?a, ?d) == size(?c, ?d)"),
     L(219, "batched-matmul-batch-split",
       "batched_matmul(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(batched_matmul(?a, ?c), batched_matmul(?b, ?e), dim=?d)",
-      "?d < rank(?a) - 2 and size(?a, ?d) == size(?c, ?d)"),
+      "?d < rank(?a) - 2 and size(?a, ?d) == size(?c, ?d)",
+      examples=[{"a": [2, 3, 4], "b": [1, 3, 4], "c": [2, 4, 2], "e": [1, 4, 2], "d": 0},
+                {"a": [2, 2, 3, 4], "b": [2, 1, 3, 4], "c": [2, 2, 4, 5], "e": [2, 1, 4, 5], "d": 1},
+                {"a": [1, 2, 3], "b": [2, 2, 3], "c": [1, 3, 1], "e": [2, 3, 1], "d": 0}]),
     L(220, "batched-matmul-rows",
       "batched_matmul(concat(?a, ?b, dim=?d), ?w) => concat(batched_matmul(?a, ?w), batched_matmul(?b, ?w), dim=?d)",
       "?d == rank(?a) - 2"),
     L(221, "batched-matmul-block-k",
       "batched_matmul(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k)) => sum(batched_matmul(?a, ?c), batched_matmul(?b, ?e))",
-      "?d == rank(?a) - 1 and ?k == rank(?c) - 2 and size(?a, ?d) == size(?c, ?k)"),
+      "?d == rank(?a) - 1 and ?k == rank(?c) - 2 and size(?a, ?d) == size(?c, ?k)",
+      examples=[{"a": [2, 3, 4], "b": [2, 3, 1], "c": [2, 4, 5], "e": [2, 1, 5], "d": 2, "k": 1},
+                {"a": [2, 2, 3, 2], "b": [2, 2, 3, 2], "c": [2, 2, 2, 4], "e": [2, 2, 2, 4], "d": 3, "k": 2}]),
     L(210, "add-is-sum", "add(?a, ?b) => sum(?a, ?b)"),
     L(211, "neg-of-concat", "neg(concat(?a, ?b, dim=?d)) => concat(neg(?a), neg(?b), dim=?d)"),
     L(212, "relu-of-concat", "relu(concat(?a, ?b, dim=?d)) => concat(relu(?a), relu(?b), dim=?d)"),

@@ -59,7 +59,7 @@ BRIDGES = [
     L(802, "add-is-core-add", "hlo.add(?a, ?b) => add(?a, ?b)"),
     L(803, "subtract-is-core-sub", "hlo.subtract(?a, ?b) => sub(?a, ?b)"),
     L(805, "negate-is-core-neg", "hlo.negate(?a) => neg(?a)"),
-    L(806, "exponential-is-core-exp", "hlo.exponential(?a) => exp(?a)"),
+    L(806, "exponential-is-core-exp", "hlo.exponential(?a) => exp(?a)", "floating(dtype(?a))"),
 ]
 
 def _moves_only_unit_dims(ctx, x, p) -> bool:

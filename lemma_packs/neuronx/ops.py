@@ -29,7 +29,7 @@ PREFIX = "hlo.custom_call."
 RING, RMS, SOFTMAX, GELU = (PREFIX + t for t in ("AwsNeuronTransferWithStaticRing", "AwsNeuronRmsNorm",
                                                  "AwsNeuronSoftmax", "AwsNeuronGeluApprxTanh"))
 # NeuronX writes the normalised / softmax dim as text; -1 (no backend_config) is the last dim
-DIM = AttrSpec("backend_config", "scalar", default=-1)
+DIM = AttrSpec("backend_config", "scalar", default=-1, dim_of=0)
 
 
 def _dim(name: str, shape, attrs) -> int:

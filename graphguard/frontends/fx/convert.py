@@ -558,7 +558,7 @@ def _attr_value(v, kind: str, name: str, rank: int | None):
         if isinstance(v, float):
             if v != v or v in (float("inf"), float("-inf")):
                 return repr(v)
-            return str(Fraction(v).limit_denominator(10**12))
+            return str(Fraction(v))  # exact: the float's binary value
         return str(Fraction(v))
     if kind == "bool":
         return bool(v)

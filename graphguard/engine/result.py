@@ -19,6 +19,7 @@ class Failure:
     input_relations: dict[str, list[str]]
     explored: list[str]
     replay: dict | None = None  # numeric evidence, filled by --replay
+    partial_output: str | None = None  # the G_s output left as partial results on the ranks (if that is the failure)
 
 
 @dataclass

@@ -219,3 +219,74 @@ def test_expect_file_allows_partial(tmp_path, plugins):
     s, d, rel = _row_parallel(plugins, 2)
     (tmp_path / "expect.yaml").write_text("allow_partial: [out]\n")
     assert graphguard.verify(s, d, rel, expect=tmp_path / "expect.yaml").verdict == "refines"
+
+
+# -- expectations written by capture -----------------------------------------------------------------------
+
+def test_gradient_expectations_follow_the_input_layout():
+    from graphguard.frontends.fx.relations import gradient_expectations
+    inputs = {"w": ["w@0", "w@1"], "v": "concat(v@0, v@1, dim=0)", "p": "sum(p@0, p@1)", "m": "max(m@0, m@1)",
+              "x": "concat(x@0, x@1, dim=0)", "t": "t@0"}
+    s_out = ["out0", "grad.w", "grad.v", "grad.p", "grad.m", "grad.x"]
+    d_out = [f"{n}@{r}" for n in ("out0", "grad.w", "grad.v", "grad.p", "grad.m") for r in (0, 1)] + ["grad.x@0"]
+    assert gradient_expectations(inputs, s_out, d_out) == {
+        "grad.w": ["grad.w@0", "grad.w@1"],  # replicated stays replicated: all-reduced, not partial
+        "grad.v": "concat(grad.v@0, grad.v@1, dim=0)",
+        "grad.p": ["grad.p@0", "grad.p@1"],  # the gradient of a partial value is the whole gradient on each rank
+    }  # (no layout for a max; none where G_d lacks a piece: grad.x@1; none for a tensor with no gradient: t)
+
+
+def _linear():
+    import torch
+    torch.manual_seed(0)
+    return torch.nn.Linear(8, 4, bias=False)
+
+
+def _row_parallel_dtensor(use_local_output: bool):
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Partial
+    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
+    import graphguard.torch as ggt
+    plan = RowwiseParallel(output_layouts=Partial(), use_local_output=use_local_output)
+    s = ggt.capture(lambda r: _linear(), (torch.randn(3, 8),))
+    d = ggt.capture(lambda r: parallelize_module(_linear(), init_device_mesh("cpu", (2,)), plan),
+                    lambda r: (torch.randn(3, 4),), world_size=2)
+    user = {"inputs": {"args.0": "concat(args.0@0, args.0@1, dim=1)"}}
+    return s, d, ggt.input_relation(s, d, user)
+
+
+def test_dtensor_partial_output_placement_allows_the_sum():
+    """RowwiseParallel(output_layouts=Partial()) returns a DTensor stating its partial sums: expected, allowed."""
+    s, d, rel = _row_parallel_dtensor(use_local_output=False)
+    assert rel["expect"] == {"out0": "sum(out0@0, out0@1)"}
+    r = graphguard.verify(s.graph(), d.graph(), rel, replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines() == ["out0 = sum(out0@0, out0@1)"] and r.replay["ok"]
+
+
+def test_dtensor_partial_output_taken_local_is_left_partial():
+    """The same program with to_local(): a plain tensor states nothing, and the partial sums reach the output."""
+    s, d, rel = _row_parallel_dtensor(use_local_output=True)
+    assert "expect" not in rel
+    r = graphguard.verify(s.graph(), d.graph(), rel, replay=True)
+    assert r.verdict == "does-not-refine" and PARTIAL in r.failure.reason
+    assert r.failure.op == "aten.mm" and r.failure.replay["max_abs_diff"] > 1e-3
+
+
+def test_jax_output_shardings_are_expectations():
+    import graphguard.jax  # noqa: F401  (before jax: host devices)
+    import importlib.util
+    import jax
+    from jax.sharding import AxisType
+    spec = importlib.util.spec_from_file_location("jax_mlp_gspmd_refines", EXAMPLES / "jax-mlp-gspmd" / "model.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    mesh = jax.make_mesh((2,), ("tp",), axis_types=(AxisType.Auto,), devices=jax.devices()[:2])
+    cap = graphguard.jax.capture(m.spec(), m.inputs(), mesh=mesh, in_shardings=m.in_specs(2), backward=True)
+    # the result and the gradients of the replicated x and b2 on every rank; the others sharded like their inputs
+    assert cap.relation["expect"] == {
+        "out0": ["out0@0", "out0@1"], "out1": ["out1@0", "out1@1"], "out2": "concat(out2@0, out2@1, dim=1)",
+        "out3": "concat(out3@0, out3@1, dim=0)", "out4": "concat(out4@0, out4@1, dim=0)", "out5": ["out5@0", "out5@1"]}
+    r = cap.verify(replay=True)
+    assert r.verdict == "refines" and r.expect == {"checked": 9, "missing": []} and r.replay["ok"]

@@ -290,3 +290,42 @@ def test_jax_output_shardings_are_expectations():
         "out3": "concat(out3@0, out3@1, dim=0)", "out4": "concat(out4@0, out4@1, dim=0)", "out5": ["out5@0", "out5@1"]}
     r = cap.verify(replay=True)
     assert r.verdict == "refines" and r.expect == {"checked": 9, "missing": []} and r.replay["ok"]
+
+
+def _tp_mlp(world: int, reduce: bool):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    class MLP(torch.nn.Module):  # column-parallel fc1, GeLU, row-parallel fc2: the block's output projection
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.fc1, self.fc2 = torch.nn.Linear(8, 16 // world), torch.nn.Linear(16 // world, 8, bias=False)
+
+        def forward(self, x):
+            y = self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+            return funcol.all_reduce(y, "sum", dist.group.WORLD) if world > 1 and reduce else y
+    return MLP()
+
+
+@pytest.mark.parametrize("reduce", [True, False])
+def test_pytorch_row_parallel_output_projection(reduce):
+    """Megatron's MLP returning fc2's output: without the all-reduce, exit 1 with no expectation written."""
+    import torch
+    import graphguard.torch as ggt
+    x = torch.randn(4, 8)
+    s = ggt.capture(lambda r: _tp_mlp(1, reduce), (x,))
+    d = ggt.capture(lambda r: _tp_mlp(2, reduce), (x,), world_size=2)
+    cat = lambda n, k: f"concat({n}@0, {n}@1, dim={k})"  # noqa: E731
+    rel = ggt.input_relation(s, d, {"inputs": {"x": ["x@0", "x@1"], "fc1.weight": cat("fc1.weight", 0),
+                                               "fc1.bias": cat("fc1.bias", 0), "fc2.weight": cat("fc2.weight", 1)}})
+    assert "expect" not in rel
+    r = graphguard.verify(s.graph(), d.graph(), rel, replay=True)
+    if reduce:
+        assert r.verdict == "refines" and sorted(r.r_o_lines()) == ["out0 = out0@0", "out0 = out0@1"]
+    else:
+        assert r.verdict == "does-not-refine" and r.exit_code == 1 and PARTIAL in r.failure.reason
+        assert r.failure.op == "aten.mm" and r.failure.partial_output == "out0"
+        assert r.failure.replay["max_abs_diff"] > 1e-3
+    assert r.replay["ok"]

@@ -136,6 +136,28 @@ def test_replicated_output_is_held(plugins):
     assert r.expect == {"checked": 2, "missing": []} and r.replay["ok"]
 
 
+def test_a_replicated_gradient_must_be_held_on_every_rank(plugins):
+    """A gradient reduced onto rank 0 only is held (by rank 0), but a replicated parameter's gradient is
+    expected on every rank -- what capture writes -- and rank 1 keeps its partial sum."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("P", [4, 6])
+    s.op("core.identity", ["P"], "grad.w", name="grad")
+    s.output("grad.w")
+    for r in range(2):
+        d.input(f"P@{r}", [4, 6])
+    d.op("core.all_reduce", ["P@0", "P@1"], ["A@0", "A@1"], op="sum", group=[0, 1])
+    d.op("core.identity", ["A@0"], "grad.w@0")
+    d.op("core.identity", ["P@1"], "grad.w@1")
+    d.output("grad.w@0", "grad.w@1")
+    for expect, verdict in (("", "refines"), ("expect:\n  grad.w: [grad.w@0, grad.w@1]\n", "does-not-refine")):
+        rel = parse_relation_text("inputs:\n  P: sum(P@0, P@1)\n" + expect, "rel", plugins.registry)
+        g_s, g_d = s.build(plugins.registry, rel.constraints()), d.build(plugins.registry, rel.constraints())
+        r = graphguard.verify(g_s, g_d, rel, replay=True)
+        assert r.verdict == verdict and r.r_o_lines() == ["grad.w = grad.w@0"] and r.replay["ok"]
+    assert r.expect["missing"] == [("grad.w", "grad.w@1", ["grad.w@0"])]
+    assert "not the expected grad.w@1" in r.failure.reason and r.failure.replay["max_abs_diff"] > 1e-3
+
+
 def test_held_outputs_keep_only_held_expressions(plugins):
     """R_o is the certificate of what the ranks hold: an all-reduced output is out@r, not also the sum of
     the partial products (which are G_d outputs too here)."""
@@ -242,7 +264,7 @@ def _linear():
     return torch.nn.Linear(8, 4, bias=False)
 
 
-def _row_parallel_dtensor(use_local_output: bool):
+def _row_parallel_dtensor(use_local_output: bool, **user):
     import torch
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Partial
@@ -252,7 +274,7 @@ def _row_parallel_dtensor(use_local_output: bool):
     s = ggt.capture(lambda r: _linear(), (torch.randn(3, 8),))
     d = ggt.capture(lambda r: parallelize_module(_linear(), init_device_mesh("cpu", (2,)), plan),
                     lambda r: (torch.randn(3, 4),), world_size=2)
-    user = {"inputs": {"args.0": "concat(args.0@0, args.0@1, dim=1)"}}
+    user = {"inputs": {"args.0": "concat(args.0@0, args.0@1, dim=1)"}, **user}
     return s, d, ggt.input_relation(s, d, user)
 
 
@@ -272,6 +294,11 @@ def test_dtensor_partial_output_taken_local_is_left_partial():
     r = graphguard.verify(s.graph(), d.graph(), rel, replay=True)
     assert r.verdict == "does-not-refine" and PARTIAL in r.failure.reason
     assert r.failure.op == "aten.mm" and r.failure.replay["max_abs_diff"] > 1e-3
+    # a model file's relation() may allow it (kept in the relation written)
+    s, d, rel = _row_parallel_dtensor(use_local_output=True, allow_partial="out0")
+    assert rel["allow_partial"] == ["out0"]
+    r = graphguard.verify(s.graph(), d.graph(), rel)
+    assert r.verdict == "refines" and r.r_o_lines() == ["out0 = sum(out0@0, out0@1)"]
 
 
 def test_jax_output_shardings_are_expectations():

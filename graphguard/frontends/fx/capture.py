@@ -13,7 +13,8 @@ aot_autograd's descriptors say which graph input or output is which (a DTensor i
 tensor and its mesh; only the local tensor is kept).
 
 DTensor programs (``parallelize_module``): the placements of parameters and inputs become the input
-relation, ``Captured.relation`` (see :mod:`.dtensor`). Dynamic shapes: ``dynamic={"x": {0: "S"}}`` (or a
+relation, ``Captured.relation`` (see :mod:`.dtensor`); those of DTensor outputs and of the gradients left on
+DTensor parameters its ``expect``. Dynamic shapes: ``dynamic={"x": {0: "S"}}`` (or a
 function of the rank) marks input dims dynamic and names their sizes; the ShapeEnv's ranges become the
 relation's ``symbols:`` (see :mod:`.symints`).
 """
@@ -36,8 +37,9 @@ from .symints import Symbols, merge_symbols
 @dataclass
 class Captured:
     """The result of a capture: a gg.json document (sequential or distributed) and what was derived: the
-    input relation stated by DTensor placements and the constraints of dynamic dims, in the shape of a
-    relation file (``{"inputs": {...}, "symbols": {...}}``)."""
+    input relation stated by DTensor placements, the constraints of dynamic dims and the output relations
+    DTensor placements state (expectations), in the shape of a relation file (``{"inputs": {...},
+    "symbols": {...}, "expect": {...}}``)."""
     doc: dict
     relation: dict = field(default_factory=lambda: {"inputs": {}})
     outputs: list[str] = field(default_factory=list)

@@ -16,7 +16,7 @@ The expectations (``expect:``, checked against R_o) are what the program states 
 placements of DTensor outputs and of the gradients DTensor leaves on parameters (see :mod:`.dtensor`), and
 otherwise, for the gradient ``grad.p`` of an input p, p's own layout -- a gradient is laid out like its
 parameter, so a replicated parameter's gradient must be the same on every rank (all-reduced), never its
-ranks' partial sums. The user's ``expect`` overrides them tensor by tensor.
+ranks' partial sums. The user's ``expect`` overrides them tensor by tensor; their ``allow_partial`` is kept.
 """
 from __future__ import annotations
 
@@ -45,6 +45,9 @@ def input_relation(spec, impl, user: dict | None = None, plugins=None, where: st
               **user.get("expect", {})}
     if expect:
         rel["expect"] = expect
+    partial = user.get("allow_partial")
+    if partial:  # (kept as the user wrote it)
+        rel["allow_partial"] = [partial] if isinstance(partial, str) else list(partial)
     missing = [n for n in names if n not in inputs and not n.startswith("tangent.")]
     if missing:
         raise InputError(f"{where}: no relation for input(s) {', '.join(missing)}: no DTensor placement states "
@@ -113,6 +116,7 @@ def _tangents_from_forward(spec, impl, rel: dict, tangents: list[str], plugins, 
     fwd_inputs = {i["name"] for i in fs.doc["inputs"]}
     frel = dict(rel, inputs={k: v for k, v in rel["inputs"].items() if k in fwd_inputs})
     frel.pop("expect", None)
+    frel.pop("allow_partial", None)
     # (an output may be partial here: its tangent is then the same on every rank)
     r = graphguard.verify(fs.graph(plugins), fd.graph(plugins), frel, allow_partial=True, plugins=plugins)
     out = {}

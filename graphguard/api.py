@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .engine.lemma import relevant_rules, term_ops
 from .engine.egraph import Budget, EGraph
-from .engine.infer import Context, compute_out_rel
+from .engine.infer import Context, compute_out_rel, is_held
 from .engine.result import VerifyResult
 from .errors import InputError, ShapeError
 from .frontends import LoadRequest
@@ -52,8 +52,11 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
     return g_s, g_d, rel, plugins
 
 
-def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, cx: S.Constraints) -> None:
-    """Every G_s input is mapped, by expressions over G_d inputs of the same shape and dtype."""
+def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, cx: S.Constraints,
+                   inputs: bool = True) -> None:
+    """Every G_s input is mapped (``inputs=False``: an expectation file, which need not), by expressions over
+    G_d inputs of the same shape and dtype; expectations are over G_d tensors; ``allow_partial`` names G_s
+    outputs."""
     def at(name: str) -> str:
         pos = rel.positions.get(name)
         return f"{rel.source}:{pos[0]}:{pos[1]}" if pos else rel.source
@@ -64,7 +67,7 @@ def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, 
             raise InputError(f"{at(name)}: '{name}' is not a tensor of the specification {g_s.source}")
         if name not in g_s.inputs:
             raise InputError(f"{at(name)}: '{name}' is not an input of the specification (only inputs are related)")
-    for name in g_s.inputs:
+    for name in g_s.inputs if inputs else ():
         if name not in rel.inputs:
             raise InputError(f"{src}: no relation for specification input '{name}'")
     d_inputs = set(g_d.inputs)
@@ -95,22 +98,38 @@ def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, 
             if dt is not None and dt != g_s.tensors[name].dtype:
                 raise InputError(f"{at(name)}: relation for {name} has dtype {dt} but {name} has "
                                  f"{g_s.tensors[name].dtype}")
+    for name, (line, col) in rel.allow_partial.items():
+        if name not in g_s.outputs:
+            raise InputError(f"{src}:{line}:{col}: allow_partial: '{name}' is not an output of the specification "
+                             f"{g_s.source}")
 
 
 def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | None = None,
            impl_frontend: str | None = None, world_size: int | None = None, budget: Budget | None = None,
-           replay: bool = False, seed: int = 0, expect=None, plugins: Plugins | None = None) -> VerifyResult:
+           replay: bool = False, seed: int = 0, expect=None, allow_partial=False,
+           plugins: Plugins | None = None) -> VerifyResult:
     """Check that ``impl`` (G_d) refines ``spec`` (G_s) under the input relation ``relation``.
 
     ``spec``/``impl`` are paths (or lists of paths) read by the named frontends, or IR graphs;
-    ``relation`` is a relation file path, a :class:`RelationFile` or a dict in the file's shape.
+    ``relation`` is a relation file path, a :class:`RelationFile` or a dict in the file's shape; ``expect``
+    a file (or :class:`RelationFile`) of relations expected in R_o. Every output of G_s must be held by G_d
+    (not left as the ranks' partial results) unless ``allow_partial`` is True or names it (as does the
+    relation's ``allow_partial:`` or an expected sum).
     Returns a :class:`VerifyResult` with the verdict, R_o, the failure localisation and timings."""
     t0 = time.monotonic()
     g_s, g_d, rel, plugins = load_inputs(spec, impl, relation, frontend=frontend, spec_frontend=spec_frontend,
                                          impl_frontend=impl_frontend, world_size=world_size, plugins=plugins)
     if expect is not None:
-        exp = load_relation(expect, plugins.registry) if not isinstance(expect, RelationFile) else expect
-        rel.expect.update(exp.expect or exp.inputs)
+        exp = expect if isinstance(expect, RelationFile) else load_relation(expect, plugins.registry, need_inputs=False)
+        if not exp.expect:  # (an expectation file may list its relations under inputs:)
+            exp = RelationFile(exp.source, expect=exp.inputs, symbols=exp.symbols, positions=exp.positions,
+                               allow_partial=exp.allow_partial)
+        check_relation(g_s, g_d, exp, plugins, rel.constraints(), inputs=False)
+        rel.expect.update(exp.expect)
+        rel.allow_partial.update(exp.allow_partial)
+    for name in _named(allow_partial):
+        if name not in g_s.outputs:
+            raise InputError(f"allow_partial: '{name}' is not an output of the specification {g_s.source}")
     t_load = time.monotonic()
     cx = rel.constraints()
     ops = {o.name for o in plugins.registry.ops.values() if o.clean}
@@ -121,7 +140,7 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
     eg = EGraph(plugins.registry, relevant_rules(plugins.lemmas, ops), cx, g_d.shape, ops,
                 lambda t: g_d.tensors[t].dtype)
     ctx = Context(g_s, g_d, eg, budget or Budget())
-    result = compute_out_rel(ctx, rel.inputs)
+    result = compute_out_rel(ctx, rel.inputs, partial_allowed(rel, allow_partial))
     t_end = time.monotonic()
     result.timings = {"load": t_load - t0, "infer": t_end - t_load, "total": t_end - t0,
                       "n_spec_ops": len(g_s.nodes), "n_impl_ops": len(g_d.nodes)}
@@ -152,6 +171,21 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
         from .engine.replay import replay as do_replay
         do_replay(result, g_s, g_d, rel, plugins.registry, seed=seed)
     return result
+
+
+def partial_allowed(rel: RelationFile, allow_partial=False) -> bool | frozenset[str]:
+    """The outputs G_d may leave as partial results: all (``allow_partial=True``), or those named by
+    ``allow_partial`` and the relation's ``allow_partial:``, and those whose expected relation is partial."""
+    if allow_partial is True:
+        return True
+    expected = [t for t, exprs in rel.expect.items() if not all(is_held(e) for e in exprs)]
+    return frozenset(_named(allow_partial)) | frozenset(rel.allow_partial) | frozenset(expected)
+
+
+def _named(allow_partial) -> list[str]:
+    if allow_partial is True or not allow_partial:
+        return []
+    return [allow_partial] if isinstance(allow_partial, str) else [str(x) for x in allow_partial]
 
 
 def check_expect(result: VerifyResult, rel: RelationFile) -> dict:

@@ -63,6 +63,8 @@ def cli(ctx, plugin_opts, debug):
 @click.option("--impl", "impl", cls=Greedy, required=True, help="Distributed graph file(s) G_d.")
 @click.option("--relation", required=True, type=click.Path(), help="Input relation (YAML).")
 @click.option("--expect", type=click.Path(), default=None, help="Relations expected in R_o (YAML, 'expect:').")
+@click.option("--allow-partial", is_flag=True, help="Let G_d leave any output as partial results on the ranks "
+              "(a cross-rank sum), as if every output were listed under 'allow_partial:'.")
 @click.option("--world-size", type=int, default=None, help="Number of ranks (frontends that need it).")
 @click.option("--json", "json_out", type=click.Path(), default=None, help="Also write the result as JSON here.")
 @click.option("--replay", is_flag=True, help="Check the verdict numerically with random inputs.")
@@ -71,15 +73,15 @@ def cli(ctx, plugin_opts, debug):
 @click.option("--max-enodes", type=click.IntRange(min=1), default=20000, show_default=True, help="Per-operator e-graph size.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True, help="Per-operator seconds.")
 @click.pass_context
-def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, expect, world_size, json_out,
-           replay, seed, max_iterations, max_enodes, timeout):
+def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, expect, allow_partial, world_size,
+           json_out, replay, seed, max_iterations, max_enodes, timeout):
     """Verify that IMPL refines SPEC under RELATION; print R_o or the operator where it fails."""
     from .api import verify as run_verify
     from .engine.egraph import Budget
     result = run_verify(list(spec), list(impl), relation, frontend=frontend, spec_frontend=spec_frontend,
                         impl_frontend=impl_frontend, world_size=world_size,
                         budget=Budget(max_iterations, max_enodes, timeout), replay=replay, seed=seed,
-                        expect=expect, plugins=_plugins(ctx))
+                        expect=expect, allow_partial=allow_partial, plugins=_plugins(ctx))
     click.echo(result.render())
     if json_out:
         try:

@@ -148,6 +148,10 @@ def relation(world, backward, parallel=PARALLEL):
 
 
 def expect(world, backward):
+    # Partial by design, so expected (and thereby allowed) as sums: each rank's aux loss is its share of the
+    # global one (the training loop sums the ranks' losses through the backward), and the replicated router's
+    # gradient is each rank's part from its tokens -- reduced outside the block: by data parallelism (ep),
+    # by Megatron's finalize_model_grads for sequence-parallel parameters (ag, tp).
     exp = {"out0": _cat("out0", world, 0), "out1": _sum("out1", world)}
     if backward:
         exp.update({"grad.x": _cat("grad.x", world, 0), "grad.router.weight": _sum("grad.router.weight", world)})

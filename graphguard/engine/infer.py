@@ -39,11 +39,14 @@ class Context:
 
 # -- Listing 1 ------------------------------------------------------------------------------------
 
-def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
-    """Listing 1: walk G_s in topological order, extending R operator by operator."""
+def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[str] = frozenset()) -> VerifyResult:
+    """Listing 1: walk G_s in topological order, extending R operator by operator. Every output of G_s
+    must end up *held* by G_d (see :func:`is_held`) unless ``partial_ok`` (True, or the outputs named)
+    allows it to stay a cross-rank sum or max of the ranks' partial results."""
     R: Relation = {t: list(exprs) for t, exprs in r_i.items()}
     result = VerifyResult(relations=R, sizes=ctx.size_equalities)
     scaled_from: dict[str, Node] = {}  # G_s tensor known only up to a constant factor -> where that began
+    partial_from: dict[str, Node] = {}  # G_s tensor known only as partial results of the ranks -> where that began
     order = {n.name: i for i, n in enumerate(ctx.g_s.topo_order())}
     replica_aliases(ctx, R)
     for v in ctx.g_s.topo_order():
@@ -73,6 +76,7 @@ def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
             return result
         R.update(r_v)
         _track_scaled(v, r_v, scaled_from, order)
+        _track_partial(v, r_v, partial_from, order)
         replica_aliases(ctx, r_v)  # equal pieces of two concatenations found for one tensor
     # Listing 1, line 9: R_o keeps the clean expressions over G_d outputs only
     d_out = set(ctx.g_d.outputs)
@@ -92,8 +96,67 @@ def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
                                           f"of G_d ({known})", output=o)
             return result
         result.r_o[o] = exprs
+    failure = _partial_outputs(ctx, result, R, partial_ok, partial_from, order)
+    if failure is not None:
+        result.verdict, result.failure = "does-not-refine", failure
+        return result
     result.verdict = "refines"
     return result
+
+
+# -- the end of Listing 1: outputs held by G_d ------------------------------------------------------------
+
+# what rebuilds a tensor out of the tensors that hold its pieces: an output built with these alone is *held*
+HELD_OPS = frozenset({"core.concat", "core.slice", "core.permute", "core.reshape", "core.identity"})
+
+
+def is_held(e: Term) -> bool:
+    """``e`` rebuilds its tensor by data movement alone from G_d tensors (no cross-rank ``sum``/``max``):
+    the ranks hold it, in pieces or whole, rather than partial results that still need a reduction."""
+    return isinstance(e, Leaf) or (isinstance(e, App) and e.op in HELD_OPS and all(is_held(a) for a in e.args))
+
+
+def _track_partial(v: Node, r_v: Relation, partial_from: dict, order: dict[str, int]) -> None:
+    """Outputs known only as partial results (no held expression) inherit the earliest operator where
+    their inputs' partial results began, or start at ``v``: the operator a report names when they reach
+    an output of G_s still partial."""
+    for o, exprs in r_v.items():
+        if exprs and not any(is_held(e) for e in exprs):
+            before = [partial_from[t] for t in v.inputs if t in partial_from]
+            partial_from[o] = min(before, key=lambda n: order[n.name]) if before else v
+
+
+def _partial_outputs(ctx: Context, result: VerifyResult, R: Relation, partial_ok, partial_from: dict,
+                     order: dict[str, int]) -> Failure | None:
+    """Keep only held expressions in R_o for every output not allowed to stay partial; an output with none
+    is left as partial results on the ranks: the failure names the earliest operator where such an output's
+    partial results began (the others are listed)."""
+    partial = []
+    for o, exprs in result.r_o.items():
+        if partial_ok is True or o in partial_ok:
+            continue
+        held = [e for e in exprs if is_held(e)]
+        if held:
+            result.r_o[o] = held
+        else:
+            partial.append(o)
+    if not partial:
+        return None
+
+    def origin(o):
+        return partial_from.get(o) or ctx.g_s.producer.get(o)
+    first = min(partial, key=lambda o: (order[origin(o).name] if origin(o) is not None else -1, o))
+    v = origin(first)
+    known = ", ".join(to_text(e) for e in result.r_o[first])
+    why = (f"output {first} is left as partial results on the ranks: R_o has only {known}, which no rank holds "
+           f"(a missing all-reduce?)")
+    why += f"; the partial results began here, at {', '.join(v.outputs)}" if v is not None else ""
+    others = [o for o in partial if o != first]
+    if others:
+        why += f" (also left partial: {', '.join(others)})"
+    f = _failure(ctx, v, R, {leaf for e in result.r_o[first] for leaf in leaves(e)}, why, output=first)
+    f.partial_output = first
+    return f
 
 
 def _is_scaled(e: Term) -> bool:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import GraphGuardError
 from ..ir import scalar as S
-from ..ir.expr import App, Leaf, Term, base_name, leaves, rank_of, to_text
+from ..ir.expr import App, Leaf, Term, base_name, flat_args, leaves, rank_of, to_text
 from ..ir.graph import Graph
 from ..ir.ops import Registry
 from ..ir.relation import RelationFile
@@ -204,7 +204,7 @@ def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg:
     report = {"ok": not mismatches, "checked": checked, "max_abs_diff": worst, "seed": seed,
               "mismatches": mismatches, "symbols": sv}
     if result.failure is not None and result.failure.outputs and result.failure.outputs[0] in s_env:
-        result.failure.replay = _closest(result, g_s, g_d, s_env, d_env)
+        result.failure.replay = _closest(result, g_s, g_d, s_env, d_env, reg, sv)
         all_missing = (result.expect or {}).get("missing") or []
         missing = [m for m in all_missing if m[0] == result.failure.outputs[0]]
         if not missing and result.failure.replay["max_abs_diff"] == float("inf"):
@@ -225,6 +225,27 @@ def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg:
     return report
 
 
+def _most_operands(e: Term) -> int:
+    """The most operands of a cross-rank sum or max in ``e`` (1 if none)."""
+    if isinstance(e, Leaf):
+        return 1
+    own = len(flat_args(e)) if e.op in PARTIAL_OPS else 1
+    return max([own] + [_most_operands(a) for a in e.args])
+
+
+def _one_operand(e: Term, k: int) -> Term:
+    """``e`` with each sum or max replaced by its ``k``-th operand (modulo its count): one rank's share."""
+    if isinstance(e, Leaf):
+        return e
+    if e.op in PARTIAL_OPS:
+        xs = flat_args(e)
+        return _one_operand(xs[k % len(xs)], k)
+    return App(e.op, tuple(_one_operand(a, k) for a in e.args), e.attrs)
+
+
+PARTIAL_OPS = frozenset({"core.sum", "core.max"})
+
+
 def _downstream(g: Graph, tensors: list[str]) -> set[str]:
     """The tensors of ``g`` computed from ``tensors`` (and those themselves)."""
     seen, todo = set(tensors), list(tensors)
@@ -237,20 +258,31 @@ def _downstream(g: Graph, tensors: list[str]) -> set[str]:
     return seen
 
 
-def _closest(result: VerifyResult, g_s: Graph, g_d: Graph, s_env: dict, d_env: dict) -> dict | None:
-    """How far the failing operator's output is from the best simple reconstruction out of G_d."""
+def _closest(result: VerifyResult, g_s: Graph, g_d: Graph, s_env: dict, d_env: dict, reg: Registry,
+             sv: dict) -> dict | None:
+    """How far the failing operator's output is from the best simple reconstruction out of G_d (for an output
+    left as partial results: from what the ranks hold, with no sum of the ranks' tensors)."""
     f = result.failure
-    out = f.outputs[0]
+    held_only = f.partial_output is not None
+    out = f.partial_output or f.outputs[0]
     want = s_env[out]
     node = g_s.producer.get(out)
     pool = set(f.explored)
-    pool |= {o for n in g_d.nodes if node is not None and n.op == node.op for o in n.outputs}
+    if not held_only:
+        pool |= {o for n in g_d.nodes if node is not None and n.op == node.op for o in n.outputs}
     if not pool:
         pool = set(g_d.tensors)
     groups: dict[str, list[str]] = {}
     for t in sorted(pool, key=lambda x: (base_name(x), rank_of(x) or 0)):
         groups.setdefault(base_name(t), []).append(t)
     best = None
+    if held_only:  # what the ranks hold: R_o's expressions with each sum or max taken at one of its operands
+        for e in result.r_o.get(out, []):
+            for k in range(_most_operands(e)):
+                held = _one_operand(e, k)
+                d = _diff(term_eval(_concrete_attrs(held, sv), d_env.__getitem__, reg), want)
+                if best is None or d < best[1]:
+                    best = (to_text(held), d)
     for base, ts in groups.items():
         arrs = [d_env[t] for t in ts]
         cands = [(t, a) for t, a in zip(ts, arrs)]
@@ -260,7 +292,7 @@ def _closest(result: VerifyResult, g_s: Graph, g_d: Graph, s_env: dict, d_env: d
                     cands.append((f"concat({', '.join(ts)}, dim={d})", np.concatenate(arrs, axis=d)))
                 except ValueError:
                     pass
-            if all(a.shape == arrs[0].shape for a in arrs):
+            if all(a.shape == arrs[0].shape for a in arrs) and not held_only:
                 cands.append((f"sum({', '.join(ts)})", np.sum(arrs, axis=0)))
                 if arrs[0].ndim == 2 and want.shape == tuple(len(arrs) * n for n in arrs[0].shape):
                     # the ranks' tensors as the diagonal blocks (what sharding both operands computes)

@@ -19,6 +19,7 @@ class Failure:
     input_relations: dict[str, list[str]]
     explored: list[str]
     replay: dict | None = None  # numeric evidence, filled by --replay
+    partial_output: str | None = None  # the G_s output left as partial results on the ranks (if that is the failure)
 
 
 @dataclass
@@ -108,7 +109,9 @@ class VerifyResult:
                 lines.append(f"  mismatch: {m}")
         if self.expect is not None:
             e = self.expect
-            if e["missing"]:
+            if not self.r_o:
+                lines.append(f"expected relations: {e['checked']} not checked (inference stopped before the outputs)")
+            elif e["missing"]:
                 lines.append("expected relations NOT in R_o:")
                 for t, exp, got in e["missing"]:
                     lines.append(f"  {t}: expected {exp}; R_o has {', '.join(got) or 'nothing'}")

@@ -20,6 +20,11 @@ A relation file (YAML)::
       S: {min: 2, multiple_of: 2}
     expect:                         # optional: relations the user expects in R_o
       F: concat(F@0, F@1, dim=0)
+    allow_partial: [L]              # optional: outputs G_d may leave as partial results (a sum over ranks)
+
+An output of G_s must be *held* by G_d (its R_o expression uses data movement alone); ``allow_partial`` names
+the outputs that may stay cross-rank sums or maxima of the ranks' partial results, as does an ``expect:``
+that is one. A file given to ``--expect`` needs no ``inputs:``.
 """
 from __future__ import annotations
 
@@ -314,6 +319,7 @@ class RelationFile:
     expect: dict[str, list[Term]] = field(default_factory=dict)
     symbols: dict[str, SymbolInfo] = field(default_factory=dict)
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    allow_partial: dict[str, tuple[int, int]] = field(default_factory=dict)  # output -> (line, column)
 
     def constraints(self) -> Constraints:
         cx = Constraints()
@@ -361,19 +367,25 @@ def _exprs(node, source: str, reg: Registry) -> list[Term]:
     return out
 
 
-def parse_relation_text(text: str, source: str, reg: Registry) -> RelationFile:
+SECTIONS = ("inputs", "symbols", "expect", "allow_partial")
+
+
+def parse_relation_text(text: str, source: str, reg: Registry, need_inputs: bool = True) -> RelationFile:
+    """A relation file; with ``need_inputs=False`` (an ``--expect`` file) the ``inputs:`` section is optional."""
     root = _compose(text, source)
     rel = RelationFile(source)
     if root is None:
-        raise InputError(f"{source}: empty relation file (needs an 'inputs:' mapping)")
+        raise InputError(f"{source}: empty relation file (needs an '{'inputs' if need_inputs else 'expect'}:' "
+                         f"mapping)")
     if not isinstance(root, yaml.MappingNode):
-        raise InputError(f"{source}:1:1: a relation file is a mapping with 'inputs:' (and optional 'symbols:')")
+        raise InputError(f"{source}:1:1: a relation file is a mapping with 'inputs:' (and optional 'symbols:', "
+                         f"'expect:', 'allow_partial:')")
     sections = {}
     for k, v in root.value:
         key = str(k.value)
-        if key not in ("inputs", "symbols", "expect"):
+        if key not in SECTIONS:
             raise InputError(f"{source}:{k.start_mark.line + 1}:{k.start_mark.column + 1}: unknown section "
-                             f"'{key}' (expected inputs, symbols, expect)")
+                             f"'{key}' (expected {', '.join(SECTIONS)})")
         sections[key] = v
     if "symbols" in sections:
         node = sections["symbols"]
@@ -421,12 +433,20 @@ def parse_relation_text(text: str, source: str, reg: Registry) -> RelationFile:
                 raise InputError(f"{source}:{k.start_mark.line + 1}: '{name}' is mapped twice")
             target[name] = _exprs(v, source, reg)
             rel.positions[name] = (k.start_mark.line + 1, k.start_mark.column + 1)
-    if "inputs" not in sections:
+    if "allow_partial" in sections:
+        node = sections["allow_partial"]
+        items = node.value if isinstance(node, yaml.SequenceNode) else [node] if node.value else []
+        for it in items:
+            if not isinstance(it, yaml.ScalarNode) or not str(it.value) or it.tag != "tag:yaml.org,2002:str":
+                raise InputError(f"{source}:{it.start_mark.line + 1}:{it.start_mark.column + 1}: 'allow_partial' "
+                                 f"lists output names: allow_partial: [y, ...]")
+            rel.allow_partial[str(it.value)] = (it.start_mark.line + 1, it.start_mark.column + 1)
+    if "inputs" not in sections and need_inputs:
         raise InputError(f"{source}: the relation file has no 'inputs:' section")
     return rel
 
 
-def load_relation(path: str | Path, reg: Registry) -> RelationFile:
+def load_relation(path: str | Path, reg: Registry, need_inputs: bool = True) -> RelationFile:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -434,4 +454,4 @@ def load_relation(path: str | Path, reg: Registry) -> RelationFile:
         raise InputError(f"{path}: cannot read ({e.strerror})") from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 text file (wrong file or wrong --frontend?)") from None
-    return parse_relation_text(text, str(path), reg)
+    return parse_relation_text(text, str(path), reg, need_inputs)

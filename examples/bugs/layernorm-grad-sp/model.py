@@ -2,8 +2,9 @@
 
 The gpt-tp-sp block without the all-reduce of the LayerNorm parameters' gradients. Every rank's gradient
 covers only its sequence shard. graphguard finds a mapping -- grad.ln1.weight = sum(grad.ln1.weight@0,
-grad.ln1.weight@1) -- but the user's expected relation (every rank holds the full gradient:
-grad.ln1.weight = grad.ln1.weight@0) is not in R_o, so the verdict is "does not refine".
+grad.ln1.weight@1) -- but no rank holds that sum: the gradients are left as partial results on the ranks, so
+the verdict is "does not refine". No expectation is written here: an output must be held by G_d, and capture
+expects a replicated parameter's gradient to be replicated too ([grad.ln1.weight@0, grad.ln1.weight@1]).
 """
 import importlib.util
 from pathlib import Path
@@ -21,7 +22,3 @@ def impl(rank, world):
 
 def relation(world, backward):
     return base.relation(world, True)
-
-
-def expect(world, backward):
-    return base.expect(world, True)

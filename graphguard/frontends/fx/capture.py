@@ -13,7 +13,8 @@ aot_autograd's descriptors say which graph input or output is which (a DTensor i
 tensor and its mesh; only the local tensor is kept).
 
 DTensor programs (``parallelize_module``): the placements of parameters and inputs become the input
-relation, ``Captured.relation`` (see :mod:`.dtensor`). Dynamic shapes: ``dynamic={"x": {0: "S"}}`` (or a
+relation, ``Captured.relation`` (see :mod:`.dtensor`); those of DTensor outputs and of the gradients left on
+DTensor parameters its ``expect``. Dynamic shapes: ``dynamic={"x": {0: "S"}}`` (or a
 function of the rank) marks input dims dynamic and names their sizes; the ShapeEnv's ranges become the
 relation's ``symbols:`` (see :mod:`.symints`).
 """
@@ -28,7 +29,7 @@ from graphguard.errors import InputError
 
 from .convert import (DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, dtype_name, ir_op_name, loc_from_stack,
                       to_rank_graph)
-from .dtensor import graph_layouts
+from .dtensor import grad_layouts, graph_layouts
 from ..stitch import stitch
 from .symints import Symbols, merge_symbols
 
@@ -36,8 +37,9 @@ from .symints import Symbols, merge_symbols
 @dataclass
 class Captured:
     """The result of a capture: a gg.json document (sequential or distributed) and what was derived: the
-    input relation stated by DTensor placements and the constraints of dynamic dims, in the shape of a
-    relation file (``{"inputs": {...}, "symbols": {...}}``)."""
+    input relation stated by DTensor placements, the constraints of dynamic dims and the output relations
+    DTensor placements state (expectations), in the shape of a relation file (``{"inputs": {...},
+    "symbols": {...}, "expect": {...}}``)."""
     doc: dict
     relation: dict = field(default_factory=lambda: {"inputs": {}})
     outputs: list[str] = field(default_factory=list)
@@ -229,6 +231,8 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         if not tensors:
             raise InputError(f"backward=True but no output of rank {rank} requires grad")
         torch.autograd.backward(tensors, [torch.ones_like(o) for o in tensors])
+        seen["grad_layouts"] = grad_layouts(list(module.named_parameters()) + [
+            (k, v) for k, v in _named_args(module, args).items() if isinstance(v, torch.Tensor)])
     if "fw" not in seen:
         raise InputError(f"rank {rank}: nothing was captured (was the module called?)")
     seen["sym"].finish()
@@ -380,9 +384,25 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
         rel.update(_relation([s["layouts"][1] for s in seens], "output", source,
                              lambda i, lay: (f"tangent.out{i}", lay.gradient().relation(f"tangent.out{i}"))))
         rel = {k: v for k, v in rel.items() if k in inputs}
-    return Captured(doc, _relation_doc(rel, merge_symbols(*(s["sym"].constraints for s in seens))),
-                    outputs=doc["outputs"])
+    return Captured(doc, _relation_doc(rel, merge_symbols(*(s["sym"].constraints for s in seens)),
+                                       _stated_outputs(seens, doc, source)), outputs=doc["outputs"])
 
 
-def _relation_doc(inputs: dict, symbols: dict) -> dict:
-    return {"inputs": inputs, **({"symbols": symbols} if symbols else {})}
+def _stated_outputs(seens: list[dict], doc: dict, source: str) -> dict:
+    """The relations DTensor states for outputs: a DTensor output's placements (``Partial`` -> a sum, which
+    the certificate may then hold) and those of the gradients DTensor leaves on parameters. A placement with
+    no relation (``Partial("avg")``...) states nothing."""
+    def stated(name, lay):
+        try:
+            return name, lay.relation(name)
+        except InputError:
+            return name, None
+    outputs = {o.rsplit("@", 1)[0] for o in doc["outputs"]}
+    out = _relation([s["layouts"][1] for s in seens], "output", source, lambda i, lay: stated(f"out{i}", lay))
+    out.update(_relation([s.get("grad_layouts", {}) for s in seens], "gradient", source,
+                         lambda n, lay: stated(f"grad.{n}", lay)))
+    return {k: v for k, v in out.items() if k in outputs and v is not None}
+
+
+def _relation_doc(inputs: dict, symbols: dict, expect: dict | None = None) -> dict:
+    return {"inputs": inputs, **({"symbols": symbols} if symbols else {}), **({"expect": expect} if expect else {})}

@@ -14,7 +14,8 @@ them; a plain tensor argument gets the placements of the ``DTensor.from_local(x,
 reads it (what ``parallelize_module``'s input hooks do). A DTensor *output* gives the relation of its
 incoming gradient (the tangent): a gradient is laid out like the tensor it is the gradient of, except that
 the gradient of a partial sum is the same on every rank (``d sum(y@r) / d y@r = 1``), so Partial becomes
-Replicate. Anything else (``_StridedShard``, ``_MaskPartial``, ``Partial("avg")``, a non-default shard
+Replicate. The layouts of DTensor outputs, and of the gradients DTensor leaves on parameters (a replicated
+parameter's may be Partial: DTensor defers that sum), are the expectations of a capture. Anything else (``_StridedShard``, ``_MaskPartial``, ``Partial("avg")``, a non-default shard
 order, a shard that does not divide its dim evenly) is refused with an :class:`InputError`: graphguard
 does not guess a relation.
 """
@@ -135,3 +136,15 @@ def graph_layouts(gm, example_inputs, names: list[str], where: str = "") -> tupl
         if isinstance(ev, DTensor):
             outputs[i] = Layout(tuple(ev.placements), ev.device_mesh.mesh.tolist(), ev.ndim)
     return inputs, outputs
+
+
+def grad_layouts(named) -> dict[str, Layout]:
+    """The :class:`Layout` of every DTensor gradient that ``named`` (``(name, tensor)`` pairs: parameters and
+    arguments after the backward) holds in ``.grad``, by name."""
+    from torch.distributed.tensor import DTensor
+    out = {}
+    for name, t in named:
+        g = getattr(t, "grad", None)
+        if isinstance(g, DTensor):
+            out[name] = Layout(tuple(g.placements), g.device_mesh.mesh.tolist(), g.ndim)
+    return out

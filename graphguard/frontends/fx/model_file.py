@@ -10,7 +10,8 @@ A model file is plain Python defining::
 ``relation`` is optional where the program states its sharding (DTensor placements, see
 :mod:`.relations`); it may also be the path of a relation file (``relation = "relation.yaml"``, next to the
 model file). What it gives overrides the derived relation tensor by tensor. Optional too:
-``expect(world, backward) -> dict`` (relations expected in R_o) and ``dynamic_dims(rank, world) -> dict``
+``expect(world, backward) -> dict`` (relations expected in R_o, over the expectations capture writes: each
+gradient laid out like its input, DTensor output placements; see :mod:`.relations`) and ``dynamic_dims(rank, world) -> dict``
 naming dynamic input dims by their size on that rank (``{"x": {0: "S"}}``, ``{"x": {0: f"S/{world}"}}`` for a
 sequence shard; see :mod:`.symints`). The file is the user's own code and is executed like a test file.
 The relation written next to the graphs is the one verification uses.

@@ -11,8 +11,16 @@ forward certificate proves: graphguard verifies the forward alone and reads R_o 
 ``out@r`` becomes ``tangent.out@r``; a concat stays a concat; a replicated output (``out = out@r`` for every
 r) and a partial sum (``out = sum(out@0, ...)``, whose gradient is the same on every rank) give the list
 form. If the forward does not refine, no tangent is derived and the error says so.
+
+The expectations (``expect:``, checked against R_o) are what the program states about its outputs: the
+placements of DTensor outputs and of the gradients DTensor leaves on parameters (see :mod:`.dtensor`), and
+otherwise, for the gradient ``grad.p`` of an input p, p's own layout -- a gradient is laid out like its
+parameter, so a replicated parameter's gradient must be the same on every rank (all-reduced), never its
+ranks' partial sums. The user's ``expect`` overrides them tensor by tensor; their ``allow_partial`` is kept.
 """
 from __future__ import annotations
+
+import itertools
 
 from graphguard.errors import InputError
 from graphguard.ir.expr import App, Leaf, Term, leaves, to_text
@@ -31,8 +39,15 @@ def input_relation(spec, impl, user: dict | None = None, plugins=None, where: st
                             user.get("symbols", {}))
     if symbols:
         rel["symbols"] = symbols
-    if user.get("expect"):
-        rel["expect"] = user["expect"]
+    outputs = spec.doc["outputs"]
+    stated = {k: v for k, v in impl.relation.get("expect", {}).items() if k in outputs}
+    expect = {**gradient_expectations(inputs, outputs, impl.doc["outputs"], plugins), **stated,
+              **user.get("expect", {})}
+    if expect:
+        rel["expect"] = expect
+    partial = user.get("allow_partial")
+    if partial:  # (kept as the user wrote it)
+        rel["allow_partial"] = [partial] if isinstance(partial, str) else list(partial)
     missing = [n for n in names if n not in inputs and not n.startswith("tangent.")]
     if missing:
         raise InputError(f"{where}: no relation for input(s) {', '.join(missing)}: no DTensor placement states "
@@ -41,6 +56,40 @@ def input_relation(spec, impl, user: dict | None = None, plugins=None, where: st
     if tangents:
         inputs.update(_tangents_from_forward(spec, impl, rel, tangents, plugins, where))
     return rel
+
+
+def gradient_expectations(inputs: dict, s_outputs: list[str], d_outputs: list[str], plugins=None) -> dict:
+    """``grad.p`` laid out like input ``p``: each ``p@r`` of p's relation becomes ``grad.p@r``, and a sum of
+    partial values (the gradient of each is the whole gradient) one relation per operand. Only gradients
+    that G_s computes and whose every piece G_d does."""
+    from graphguard.ir.relation import parse_expr
+    from graphguard.plugins import load_plugins
+    reg = (plugins or load_plugins()).registry
+    have = set(d_outputs)
+    out = {}
+    for name, rel in inputs.items():
+        g = f"grad.{name}"
+        if g not in s_outputs:
+            continue
+        exprs = []
+        for text in rel if isinstance(rel, list) else [rel]:
+            exprs += _laid_out_like(parse_expr(text, reg, "<relation>"))
+        texts = list(dict.fromkeys(to_text(e) for e in exprs))
+        if texts and all(leaf in have for e in exprs for leaf in leaves(e)):
+            out[g] = texts if len(texts) > 1 else texts[0]
+    return out
+
+
+def _laid_out_like(e: Term) -> list[Term]:
+    """The relations of the gradient of a tensor whose relation is ``e``, ``grad.`` before every G_d name."""
+    if isinstance(e, Leaf):
+        return [Leaf(f"grad.{e.name}")]
+    assert isinstance(e, App)
+    if e.op == "core.max":
+        return []  # the gradient of a max reaches the operand that is the max: no layout to state
+    if e.op == "core.sum":
+        return [g for a in e.args for g in _laid_out_like(a)]  # each partial value's gradient is the whole one
+    return [App(e.op, args, e.attrs) for args in itertools.product(*(_laid_out_like(a) for a in e.args))]
 
 
 def _forward_only(doc: dict) -> dict:
@@ -67,7 +116,9 @@ def _tangents_from_forward(spec, impl, rel: dict, tangents: list[str], plugins, 
     fwd_inputs = {i["name"] for i in fs.doc["inputs"]}
     frel = dict(rel, inputs={k: v for k, v in rel["inputs"].items() if k in fwd_inputs})
     frel.pop("expect", None)
-    r = graphguard.verify(fs.graph(plugins), fd.graph(plugins), frel, plugins=plugins)
+    frel.pop("allow_partial", None)
+    # (an output may be partial here: its tangent is then the same on every rank)
+    r = graphguard.verify(fs.graph(plugins), fd.graph(plugins), frel, allow_partial=True, plugins=plugins)
     out = {}
     for t in tangents:
         o = t[len("tangent."):]

@@ -21,7 +21,9 @@ Inputs are named after the arguments (``inspect.signature`` for positional argum
 program. The relation comes from the shardings: a ``PartitionSpec`` axis on dim d -> the shards concatenated
 along d in device order (``w1: concat(w1@0, w1@1, dim=1)``), no axis -> the same tensor on every rank
 (``x: [x@0, x@1]``); a tensor sharded over some mesh axes and replicated over others gets one concat per
-replica, as a list.
+replica, as a list. The output shardings, read the same way, are the relation's ``expect:`` (a result of
+``jit`` is a whole array: a replicated output must be the same on every rank, never its ranks' partial sums);
+a model file's ``expect()`` overrides them output by output.
 
 JAX must see enough host devices: ``--xla_force_host_platform_device_count`` is read when JAX initialises its
 CPU backend. :mod:`graphguard.jax` adds ``--xla_force_host_platform_device_count=8`` to ``XLA_FLAGS`` when
@@ -286,7 +288,16 @@ def capture(fn: Callable, args: tuple, *, mesh=None, in_shardings=None, impl: Ca
         described += [f"out{n_fwd + k}: gradient of {n}" for k, n in enumerate(names[:len(names) - len(ct_leaves)])]
     else:
         described = [f"out{k}: output {k}" for k in range(n_out)]
-    cap = Captured(spec_proto, impl_proto, world, {"inputs": inputs}, names, described)
+    expect = {}  # the outputs as the shardings state them: a jit result is a whole array, laid out as they say
+    out_sh = jax.tree_util.tree_leaves(compiled.output_shardings,
+                                       is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
+    for k, (leaf, sh) in enumerate(zip(jax.tree_util.tree_leaves(outs), out_sh)):
+        imap = sh.devices_indices_map(tuple(leaf.shape))
+        try:
+            expect[f"out{k}"] = _relation_of(f"out{k}", tuple(leaf.shape), [imap[d] for d in devices])
+        except InputError:
+            pass  # (a layout with no relation states nothing)
+    cap = Captured(spec_proto, impl_proto, world, {"inputs": inputs, "expect": expect}, names, described)
     if out_dir is not None:
         cap.save(out_dir)
     return cap
@@ -348,5 +359,5 @@ def capture_model_file(path, out_dir, world_size: int, backward: bool = False, p
         why = type(e).__name__ + (f": {str(e).strip().splitlines()[0]}" if str(e).strip() else "")
         raise InputError(f"{path}: cannot capture the program: {why}") from None
     if hasattr(mod, "expect"):
-        cap.relation["expect"] = mod.expect(world_size, backward)
+        cap.relation["expect"] = {**cap.relation.get("expect", {}), **mod.expect(world_size, backward)}
     return cap.save(out_dir)

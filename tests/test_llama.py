@@ -75,7 +75,7 @@ def test_rope_offset_in_custom_backward(fixed):
         return
     assert r.verdict == "does-not-refine"
     f = r.failure
-    assert (f.op, f.node, f.loc) == ("aten.mul.Tensor", "bw.mul_2", "model.py:44")
+    assert (f.op, f.node, f.loc) == ("aten.mul.Tensor", "bw.mul_2", "model.py:45")
     assert f.input_relations["tangent.out0"] == ["concat(tangent.out0@0, tangent.out0@1, dim=0)"]
     assert f.replay["max_abs_diff"] > 1e-3
 

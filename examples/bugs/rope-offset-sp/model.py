@@ -12,6 +12,7 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 
 SEQ, BATCH, HEADS, HD, HIDDEN = 8, 2, 2, 4, 8
 FIXED = os.environ.get("ROPE_BACKWARD_OFFSET", "0") == "1"
@@ -51,8 +52,19 @@ def rope_tables():
     return ang.cos(), ang.sin()
 
 
+class _SyncGrad(torch.autograd.Function):  # identity forward; all-reduce the gradient
+    @staticmethod
+    def forward(ctx, w):
+        return w
+
+    @staticmethod
+    def backward(ctx, g):
+        return funcol.all_reduce(g, "sum", dist.group.WORLD)
+
+
 class QRope(torch.nn.Module):
-    """q = x W^T per token, reshaped into heads and rotated; x: [seq (shard), batch, hidden]."""
+    """q = x W^T per token, reshaped into heads and rotated; x: [seq (shard), batch, hidden]. W is replicated
+    and sees only the rank's tokens, so its gradient is all-reduced (as for LayerNorm weights under SP)."""
 
     def __init__(self, world=1):
         super().__init__()
@@ -62,7 +74,8 @@ class QRope(torch.nn.Module):
     def forward(self, x, cos, sin):
         s, b, _ = x.shape
         rank = dist.get_rank() if self.world > 1 else 0
-        q = self.q(x).view(s, b, HEADS, HD)
+        w = _SyncGrad.apply(self.q.weight) if self.world > 1 else self.q.weight
+        q = torch.nn.functional.linear(x, w).view(s, b, HEADS, HD)
         return Rope.apply(q, cos, sin, rank * s, rank * s if FIXED else 0)
 
 

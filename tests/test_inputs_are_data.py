@@ -267,6 +267,13 @@ def test_yaml_tags_are_never_constructed(tag, where, tmp_path, capsys):
     _refused(_fig1(tmp_path, rel=rel), capsys, marker, "relation.yaml")
 
 
+@pytest.mark.parametrize("value", ['"__import__(1)" + 1', "[1] * 2", "true + 1", "None - 1", '1 - "K"'])
+def test_relation_arithmetic_is_on_numbers_only(value, tmp_path, capsys):
+    e = f"slice(concat(A@0, A@1, dim=1), dim=0, start={value}, end=8)"
+    rel = _rel({"A": e, "B": "concat(B@0, B@1, dim=0)", "E": "concat(E@0, E@1, dim=0)"})
+    _refused(_fig1(tmp_path, rel=rel), capsys, tmp_path / "ran", "relation.yaml:2:")
+
+
 # -- the scalar grammar --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("payload", sorted(PAYLOADS))

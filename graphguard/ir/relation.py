@@ -218,6 +218,9 @@ def _const_attr(v: AExpr, where: str):
     if isinstance(v, ABin) and v.op in "+-*//":
         a = _scalar_value(_const_attr(v.left, where), where)
         b = _scalar_value(_const_attr(v.right, where), where)
+        for x in (a, b):
+            if isinstance(x, bool) or not isinstance(x, (int, Fraction, S.sp.Expr)):
+                raise ParseError(f"{where}: arithmetic on {str(x)[:40]!r}, which is not a number")
         if v.op == "+":
             return S.norm(S.sym(a) + S.sym(b))
         if v.op == "-":

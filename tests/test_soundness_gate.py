@@ -224,3 +224,14 @@ def test_comparison_is_exact_for_integers_and_nan_inf_aware():
     assert _compare(np.array([np.inf]), np.array([-np.inf])) is not None
     assert _compare(np.array([3e-10]), np.array([-3e-10])) is not None
     assert _compare(np.array([1.0, np.inf]), np.array([1.0 + 1e-12, np.inf])) is None
+
+
+def test_an_absent_dtype_compares_equal_to_none():
+    # 522/523 take integer accumulation out with "?t == None or floating(?t)": None must compare as a value
+    shapes = {"A": [2, 3], "B": [2, 3]}
+    assert proves("aten.sum.dim_IntList(sum(A, B), dim=[0], keepdim=false, dtype=None)",
+                  "sum(aten.sum.dim_IntList(A, dim=[0], keepdim=false, dtype=None),"
+                  " aten.sum.dim_IntList(B, dim=[0], keepdim=false, dtype=None))", shapes)
+    assert not proves("aten.sum.dim_IntList(sum(A, B), dim=[0], keepdim=false, dtype=int32)",
+                      "sum(aten.sum.dim_IntList(A, dim=[0], keepdim=false, dtype=int32),"
+                      " aten.sum.dim_IntList(B, dim=[0], keepdim=false, dtype=int32))", shapes)

@@ -530,6 +530,10 @@ def _cmp(ctx: EvalContext, op: str, a, b) -> bool | None:
             res = [_cmp(ctx, "==", x, y) for x, y in zip(a, b)]
             eq = True if all(r is True for r in res) else False if any(r is False for r in res) else None
         return eq if op == "==" or eq is None else not eq
+    if a is None or b is None:  # an absent optional attribute (dtype=None) equals only None
+        if op not in ("==", "!="):
+            raise TypeError("None only compares with == and !=")
+        return (a is b) if op == "==" else (a is not b)
     if isinstance(a, (str, bool)) or isinstance(b, (str, bool)):
         if op not in ("==", "!="):
             raise TypeError("strings only compare with == and !=")

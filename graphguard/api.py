@@ -118,6 +118,7 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
                       "n_spec_ops": len(g_s.nodes), "n_impl_ops": len(g_d.nodes)}
     result.stats = {"lemma_hits": dict(sorted(ctx.stats.get("lemma_hits", {}).items())),
                     "iterations": ctx.stats.get("iterations", 0), "egglog_commands": eg.commands,
+                    "reused_results": ctx.memo.hits,
                     "scalar_queries": cx.queries, "z3_queries": cx.z3_queries,
                     "lemmas_loaded": len({r.lemma.ref for r in plugins.lemmas})}
     if rel.expect:

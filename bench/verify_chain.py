@@ -14,6 +14,8 @@ a fresh process (so peak RSS is per case). Variants (n = number of G_s operators
   own rows back (G_s has nothing there);
 * ``bug``: the relu chain where rank 1 computes neg instead of relu at operator ``--bug-at`` (reported there).
 
+``chain()`` is also what tests/test_chains.py builds its chains with.
+
 Prints per case: verdict, where it stopped, G_s/G_d op counts, wall and CPU seconds of loading (read + lint +
 shape inference of both graphs) and of verifying (inference + R_o rendering), whole-process CPU seconds and
 peak RSS. Targets (issue 11, this 2-core machine): 10 000 ops in seconds, 100 000 ops in <= 2 min.
@@ -33,8 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 ROWS, COLS = 8, 4
 
 
-def chain(variant: str, n: int, world: int = 2, every: int = 50, bug_at: int = 5000):
-    """(spec, impl, relation text) of a chain of ``n`` G_s operators; G_s node i (1-based) is named ``op{i}``."""
+def chain(variant: str, n: int, world: int = 2, every: int = 50, bug_at: int | None = None):
+    """(spec, impl, relation text) of a chain of ``n`` G_s operators; G_s operator i (1-based) is named ``op{i}``.
+    With ``bug_at``, rank 1 is wrong at operator ``bug_at``: neg for relu; for ``mix``, also an add that skips
+    the relu before it, and a multiplication by 0.25 instead of 0.5 (a reshape has no bug)."""
     from graphguard.ir.builder import GraphBuilder
     s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=world)
     rows = ROWS // world * world
@@ -47,45 +51,45 @@ def chain(variant: str, n: int, world: int = 2, every: int = 50, bug_at: int = 5
         for r in range(world):
             d.input(f"b@{r}", [COLS])
         rel += "  b: [" + ", ".join(f"b@{r}" for r in range(world)) + "]\n"
-    prev_s, prev_d = "X", [f"X@{r}" for r in range(world)]
+    before_d = prev_d = [f"X@{r}" for r in range(world)]
+    prev_s = "X"
     for i in range(1, n + 1):
         out_s, out_d = f"t{i}", [f"t{i}@{r}" for r in range(world)]
-        if variant == "mix":
-            k = (i - 1) % 5
-            if k == 0:
-                s.op("aten.relu", [prev_s], out_s, name=f"op{i}")
-                for r in range(world):
-                    d.op("aten.relu", [prev_d[r]], out_d[r])
-            elif k == 1:
-                s.op("aten.add.Tensor", [prev_s, "b"], out_s, name=f"op{i}")
-                for r in range(world):
-                    d.op("aten.add.Tensor", [prev_d[r], f"b@{r}"], out_d[r])
-            elif k == 2:
-                s.op("core.reshape", [prev_s], out_s, name=f"op{i}", shape=[rows * COLS])
-                for r in range(world):
-                    d.op("core.reshape", [prev_d[r]], out_d[r], shape=[rows // world * COLS])
-            elif k == 3:
-                s.op("aten.scalar_tensor", [], f"c{i}", name=f"c{i}", s=0.5)
-                s.op("aten.mul.Tensor", [prev_s, f"c{i}"], out_s, name=f"op{i}")
-                for r in range(world):
-                    d.op("aten.scalar_tensor", [], f"c{i}@{r}", s=0.5)
-                    d.op("aten.mul.Tensor", [prev_d[r], f"c{i}@{r}"], out_d[r])
-            else:
-                s.op("core.reshape", [prev_s], out_s, name=f"op{i}", shape=[rows, COLS])
-                for r in range(world):
-                    d.op("core.reshape", [prev_d[r]], out_d[r], shape=[rows // world, COLS])
+        wrong = [bug_at == i and r == 1 for r in range(world)]
+        kind = (i - 1) % 5 if variant == "mix" else -1
+        if kind == 0:
+            s.op("aten.relu", [prev_s], out_s, name=f"op{i}")
+            for r in range(world):
+                d.op("aten.neg" if wrong[r] else "aten.relu", [prev_d[r]], out_d[r])
+        elif kind == 1:
+            s.op("aten.add.Tensor", [prev_s, "b"], out_s, name=f"op{i}")
+            for r in range(world):
+                d.op("aten.add.Tensor", [before_d[r] if wrong[r] else prev_d[r], f"b@{r}"], out_d[r])
+        elif kind in (2, 4):
+            if any(wrong):
+                raise ValueError(f"operator {i} of the mix chain is a reshape: no bug there")
+            flat = kind == 2
+            s.op("core.reshape", [prev_s], out_s, name=f"op{i}", shape=[rows * COLS] if flat else [rows, COLS])
+            for r in range(world):
+                d.op("core.reshape", [prev_d[r]], out_d[r],
+                     shape=[rows // world * COLS] if flat else [rows // world, COLS])
+        elif kind == 3:
+            s.op("aten.scalar_tensor", [], f"c{i}", name=f"c{i}", s=0.5)
+            s.op("aten.mul.Tensor", [prev_s, f"c{i}"], out_s, name=f"op{i}")
+            for r in range(world):
+                d.op("aten.scalar_tensor", [], f"c{i}@{r}", s=0.25 if wrong[r] else 0.5)
+                d.op("aten.mul.Tensor", [prev_d[r], f"c{i}@{r}"], out_d[r])
         else:
             s.op("core.relu", [prev_s], out_s, name=f"op{i}", loc=f"chain.py:{i}")
             for r in range(world):
-                wrong = variant == "bug" and i == bug_at and r == 1
-                d.op("core.neg" if wrong else "core.relu", [prev_d[r]], out_d[r], loc=f"chain.py:{i}")
+                d.op("core.neg" if wrong[r] else "core.relu", [prev_d[r]], out_d[r], loc=f"chain.py:{i}")
             if variant == "collective" and i % every == 0 and i < n:
                 g = [f"g{i}@{r}" for r in range(world)]
                 d.op("core.all_gather", out_d, g, dim=0, group=list(range(world)))
                 h = rows // world
                 out_d = [d.op("core.slice", [g[r]], f"s{i}@{r}", dim=0, start=r * h, end=(r + 1) * h)
                          for r in range(world)]
-        prev_s, prev_d = out_s, out_d
+        before_d, prev_s, prev_d = prev_d, out_s, out_d
     s.output(prev_s)
     d.output(*prev_d)
     return s.to_dict(), d.to_dict(), rel
@@ -152,10 +156,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for variant in a.variants.split(","):
             for n in [int(x) for x in a.sizes.split(",")]:
-                bug_at = min(a.bug_at, n)
+                bug_at = min(a.bug_at, n) if variant == "bug" else None
                 case = Path(tmp) / f"{variant}-{n}"
                 case.mkdir()
-                spec, impl, rel = chain(variant, n, a.world, a.every, bug_at)
+                spec, impl, rel = chain("relu" if variant == "bug" else variant, n, a.world, a.every, bug_at)
                 (case / "spec.gg.json").write_text(json.dumps(spec))
                 (case / "impl.gg.json").write_text(json.dumps(impl))
                 (case / "relation.yaml").write_text(rel)

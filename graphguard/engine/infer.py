@@ -49,12 +49,21 @@ def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
     scaled_from: dict[str, Node] = {}  # G_s tensor known only up to a constant factor -> where that began
     order = {n.name: i for i, n in enumerate(ctx.g_s.topo_order())}
     replica_aliases(ctx, R)
+    const_size: dict[str, int] = {}  # G_s tensor known as a constant term -> (at most) that term's size
     for v in ctx.g_s.topo_order():
         t0 = time.monotonic()
-        if all(not list(leaves(R[t][0])) for t in v.inputs):
+        if all(t in const_size or not list(leaves(R[t][0])) for t in v.inputs):
             # a constant (or an op of constants) is its own definition: nothing of G_d is needed to know it
+            n = 1 + sum(const_size.get(t, 1) for t in v.inputs)
+            if n > MAX_CONSTANT_TERM:  # (terms are trees: a long or self-reusing computation is too big)
+                result.node_stats.append(NodeStat(v.name, v.op, time.monotonic() - t0, 0))
+                result.verdict = "inconclusive"
+                result.failure = _failure(ctx, v, {}, set(), f"a constant computed by more than {MAX_CONSTANT_TERM} "
+                                          "operators: too large a term to reason about")
+                return result
             subst = {t: R[t][0] for t in v.inputs}
             R.update(zip(v.outputs, ([_substitute(t, subst)] for t in ctx.g_s.node_terms(v))))
+            const_size.update(dict.fromkeys(v.outputs, n))
             continue
         try:
             r_v, explored = compute_node_out_rel(ctx, v, R)
@@ -97,6 +106,9 @@ def compute_out_rel(ctx: Context, r_i: Relation) -> VerifyResult:
         result.r_o[o] = exprs
     result.verdict = "refines"
     return result
+
+
+MAX_CONSTANT_TERM = 256  # operators in a G_s constant's term (its tree, as every function on terms walks it)
 
 
 def _is_scaled(e: Term) -> bool:

@@ -96,7 +96,7 @@ class Problem:
             item: list[Any] = [info.shape, info.dtype, rank_of(t), t in d_out, rel]
             if t in const:
                 p = g_d.producer[t]
-                item.append((p.op, _attrs(p.attrs), tuple(num(x) for x in p.inputs), p.outputs.index(t)))
+                item.append((p.op, _attrs(p.attrs), tuple(num(x) for x in p.inputs), tuple(num(o) for o in p.outputs)))
             if rel:
                 for n in watch.get(t, ()):
                     item.append((n.op, _attrs(n.attrs), tuple(num(x) for x in n.inputs),

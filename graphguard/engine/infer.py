@@ -4,8 +4,9 @@
 ``C = sum(C@0, C@1)`` and ``C = concat(D@0, D@1, dim=0)`` are both kept, because later operators may need
 either). For each G_s operator in topological order we build a small e-graph holding the operator
 applied to its inputs' expressions (and the G_d definitions of the broadcasts they name), saturate it with
-the lemmas, grow it with the G_d operators that are reachable from related tensors (the frontier of
-Listing 3), and keep the clean expressions found for the operator's outputs.
+the lemmas, grow it with the G_d operators next to related tensors (the frontier of Listing 3, which stays
+within a few operators of them), and keep the clean expressions found for the operator's outputs. An
+operator whose problem repeats one solved before (a stacked layer) reuses that result (memo.py).
 """
 from __future__ import annotations
 
@@ -410,11 +411,12 @@ def _structure(ctx: Context) -> tuple[frozenset, dict[str, list[Node]], frozense
 def _constants_for(g_d: Graph, n: Node, const: frozenset, explored: dict[str, Node]) -> list[Node]:
     """``n`` after the not yet explored operators that compute its constant inputs (their definitions are G_d
     facts the lemmas may need, e.g. the zeros of a padding)."""
-    out, stack = [], [n]
+    out, seen, stack = [], set(), [n]
     while stack:
         m = stack.pop()
-        if m.name in explored or any(x is m for x in out):
+        if m.name in explored or m.name in seen:
             continue
+        seen.add(m.name)
         out.append(m)
         stack.extend(g_d.producer[i] for i in m.inputs if i in const)
     return out[::-1]

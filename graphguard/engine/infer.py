@@ -33,7 +33,7 @@ class Context:
     stats: dict = field(default_factory=dict)
     aliases: dict = field(default_factory=dict)  # G_d tensor -> G_d tensors proven equal to it (same e-class)
     size_equalities: list = field(default_factory=list)  # (symbol, symbol it was proved equal to), in order
-    structure: tuple | None = None  # G_d's constants, operators by input, outputs (_structure)
+    structure: tuple | None = None  # G_d's constants, operators by input, outputs; G_s's outputs (_structure)
     memo: Memo = field(default_factory=Memo)  # per-operator results by local problem
 
     def __post_init__(self):
@@ -191,8 +191,7 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
             return None
         # Step 4: keep the clean expressions
         found, aliases = {}, []
-        d_outputs = frozenset(ctx.g_d.outputs)
-        s_outputs = set(ctx.g_s.outputs)
+        _, _, d_outputs, s_outputs = _structure(ctx)
         for out, root in zip(v.outputs, roots):
             c = snap.find(root)
             # (failing that: the output up to a constant factor, which a later average may take back)
@@ -231,7 +230,7 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
     local: the same operator applied again to v's *output* is the next G_s operator's business, so a chain of
     identical operators is not walked to its end."""
     g_d, eg = ctx.g_d, ctx.egraph
-    const, watch, _ = _structure(ctx)
+    const, watch, _, _ = _structure(ctx)
     hops = dict.fromkeys(t_rel, 0)  # related tensor -> operators since a tensor the relations name
     inside = set(t_rel)  # related to v's inputs (not only to its outputs)
     explored: dict[str, Node] = {}
@@ -387,11 +386,11 @@ def _scaling(ctx: Context, n: Node, const: frozenset) -> bool:
     return ctx.egraph.reg.get(n.op).scaling and len(n.inputs) == 2 and sum(i in const for i in n.inputs) == 1
 
 
-def _structure(ctx: Context) -> tuple[frozenset, dict[str, list[Node]], frozenset]:
+def _structure(ctx: Context) -> tuple[frozenset, dict[str, list[Node]], frozenset, frozenset]:
     """Per G_d, computed once: its constant tensors (computed from no graph input); each non-constant
     operator filed under one of its non-constant inputs, the one read by the fewest operators -- an operator
     whose inputs are all related is found there, and a tensor that many operators read (a replicated weight,
-    a shared constant) costs nothing per G_s operator; its outputs."""
+    a shared constant) costs nothing per G_s operator; its outputs, and those of G_s."""
     if ctx.structure is None:
         g_d = ctx.g_d
         const: set[str] = set()
@@ -404,7 +403,7 @@ def _structure(ctx: Context) -> tuple[frozenset, dict[str, list[Node]], frozense
             if ins:
                 pivot = min(ins, key=lambda i: len(g_d.consumers.get(i, ())))
                 watch.setdefault(pivot, []).append(n)
-        ctx.structure = (frozenset(const), watch, frozenset(g_d.outputs))
+        ctx.structure = (frozenset(const), watch, frozenset(g_d.outputs), frozenset(ctx.g_s.outputs))
     return ctx.structure
 
 

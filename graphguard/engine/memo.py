@@ -45,14 +45,13 @@ class Problem:
     """The local problem of G_s operator ``v``: its head (``v``, relations, aliases, broadcast definitions)
     is read at once; :meth:`read` adds the part of G_d seen from the related tensors."""
 
-    def __init__(self, ctx, v, R, const: frozenset, watch: dict, d_out: frozenset):
+    def __init__(self, ctx, v, R, const: frozenset, watch: dict, d_out: frozenset, s_out: frozenset):
         self.ctx, self.const, self.watch, self.d_out = ctx, const, watch, d_out
         self.ids: dict[str, int] = {}
         self.names: list[str] = []
         g_s, g_d = ctx.g_s, ctx.g_d
         ins = list(dict.fromkeys(v.inputs))
         pos = {t: f"#{i}" for i, t in enumerate(ins)}
-        s_out = set(g_s.outputs)
         rel = tuple(tuple(self.term(e) for e in R[t]) for t in ins)
         in_leaves = list(self.names)
         ali = tuple(tuple(self.id(a) for a in sorted(ctx.aliases.get(x, ()))) for x in in_leaves)

@@ -97,8 +97,6 @@ def chain(variant: str, n: int, world: int = 2, every: int = 50, bug_at: int | N
 
 def child(case: Path) -> None:
     """Verify one case in this process; print one JSON line of figures."""
-    import resource
-
     import graphguard
     from graphguard.api import load_inputs
     from graphguard.plugins import load_plugins
@@ -114,7 +112,16 @@ def child(case: Path) -> None:
                       "reason": r.failure.reason if r.failure else "", "r_o": len(r.r_o_lines()),
                       "n_s": len(g_s.nodes), "n_d": len(g_d.nodes), "load_wall": w1 - w0, "load_cpu": c1 - c0,
                       "verify_wall": w2 - w1, "verify_cpu": c2 - c1,
-                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                      "rss_mb": _peak_rss_mb()}))
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the parent at fork)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run_case(case: Path, limit: float) -> dict:

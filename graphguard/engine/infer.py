@@ -4,8 +4,9 @@
 ``C = sum(C@0, C@1)`` and ``C = concat(D@0, D@1, dim=0)`` are both kept, because later operators may need
 either). For each G_s operator in topological order we build a small e-graph holding the operator
 applied to its inputs' expressions (and the G_d definitions of the broadcasts they name), saturate it with
-the lemmas, grow it with the G_d operators that are reachable from related tensors (the frontier of
-Listing 3), and keep the clean expressions found for the operator's outputs.
+the lemmas, grow it with the G_d operators next to related tensors (the frontier of Listing 3, which stays
+within a few operators of them), and keep the clean expressions found for the operator's outputs. An
+operator whose problem repeats one solved before (a stacked layer) reuses that result (memo.py).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..ir import scalar as S
 from ..ir.expr import App, Leaf, Term, flat_args, leaves, rename_symbols, size, to_text
 from ..ir.graph import Graph, Node
 from .egraph import Budget, BudgetExceeded, EGraph, Snapshot
+from .memo import Memo, Problem
 from .result import Failure, NodeStat, VerifyResult
 
 Relation = dict[str, list[Term]]
@@ -31,6 +33,8 @@ class Context:
     stats: dict = field(default_factory=dict)
     aliases: dict = field(default_factory=dict)  # G_d tensor -> G_d tensors proven equal to it (same e-class)
     size_equalities: list = field(default_factory=list)  # (symbol, symbol it was proved equal to), in order
+    structure: tuple | None = None  # G_d's constants, operators by input, outputs; G_s's outputs (_structure)
+    memo: Memo = field(default_factory=Memo)  # per-operator results by local problem
 
     def __post_init__(self):
         if not self.max_exprs:
@@ -49,12 +53,21 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
     partial_from: dict[str, Node] = {}  # G_s tensor known only as partial results of the ranks -> where that began
     order = {n.name: i for i, n in enumerate(ctx.g_s.topo_order())}
     replica_aliases(ctx, R)
+    const_size: dict[str, int] = {}  # G_s tensor known as a constant term -> (at most) that term's size
     for v in ctx.g_s.topo_order():
         t0 = time.monotonic()
-        if all(not list(leaves(R[t][0])) for t in v.inputs):
+        if all(t in const_size or not list(leaves(R[t][0])) for t in v.inputs):
             # a constant (or an op of constants) is its own definition: nothing of G_d is needed to know it
+            n = 1 + sum(const_size.get(t, 1) for t in v.inputs)
+            if n > MAX_CONSTANT_TERM:  # (terms are trees: a long or self-reusing computation is too big)
+                result.node_stats.append(NodeStat(v.name, v.op, time.monotonic() - t0, 0))
+                result.verdict = "inconclusive"
+                result.failure = _failure(ctx, v, {}, set(), f"a constant computed by more than {MAX_CONSTANT_TERM} "
+                                          "operators: too large a term to reason about")
+                return result
             subst = {t: R[t][0] for t in v.inputs}
             R.update(zip(v.outputs, ([_substitute(t, subst)] for t in ctx.g_s.node_terms(v))))
+            const_size.update(dict.fromkeys(v.outputs, n))
             continue
         try:
             r_v, explored = compute_node_out_rel(ctx, v, R)
@@ -102,6 +115,9 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
         return result
     result.verdict = "refines"
     return result
+
+
+MAX_CONSTANT_TERM = 256  # operators in a G_s constant's term (its tree, as every function on terms walks it)
 
 
 # -- the end of Listing 1: outputs held by G_d ------------------------------------------------------------
@@ -176,14 +192,33 @@ def _track_scaled(v: Node, r_v: Relation, scaled_from: dict, order: dict[str, in
 
 def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str]]:
     """Listing 2: the clean relation R_v of one G_s operator's outputs (once more whenever sizes that the
-    data decides were found equal: under one name, the tensors of those sizes can be merged)."""
+    data decides were found equal: under one name, the tensors of those sizes can be merged). A problem met
+    before (the same operator on the same relations and the same neighbourhood in G_d, up to tensor names)
+    takes the earlier result, renamed (:mod:`graphguard.engine.memo`)."""
     while True:
-        found = _node_out_rel(ctx, v, R)
-        if found is not None:
-            return found
+        problem = Problem(ctx, v, R, *_structure(ctx))
+        hit = ctx.memo.lookup(problem, v.outputs)
+        if hit is not None:
+            found, explored, aliases, truncated = hit
+            if truncated:
+                ctx.stats["truncated"] = True
+        else:
+            before = ctx.stats.pop("truncated", False)
+            got = _node_out_rel(ctx, v, R)
+            truncated = ctx.stats.get("truncated", False)
+            ctx.stats["truncated"] = before or truncated
+            if got is None:
+                continue
+            found, explored, related, aliases = got
+            ctx.memo.store(problem, v.outputs, found, explored, related, aliases, truncated)
+        for leaf, same in aliases:
+            ctx.aliases.setdefault(leaf, set()).update(same)
+        return found, explored
 
 
-def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str]] | None:
+def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str], set[str], list] | None:
+    """One search: (R_v, the G_d tensors explored, those related, the aliases it proved) or None when sizes
+    were unified (search again)."""
     eg = ctx.egraph
     deadline = time.monotonic() + ctx.budget.seconds
     eg.push()
@@ -218,9 +253,8 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
                 eg.push()
             return None
         # Step 4: keep the clean expressions
-        found = {}
-        d_outputs = frozenset(ctx.g_d.outputs)
-        s_outputs = set(ctx.g_s.outputs)
+        found, aliases = {}, []
+        _, _, d_outputs, s_outputs = _structure(ctx)
         for out, root in zip(v.outputs, roots):
             c = snap.find(root)
             # (failing that: the output up to a constant factor, which a later average may take back)
@@ -237,42 +271,86 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
                     # of two values for the operators that use it)
                     same -= set(leaves(e))
                     if same:
-                        ctx.aliases.setdefault(leaf, set()).update(same)
+                        aliases.append((leaf, same))
     finally:
         eg.pop()
     # ... only the simplest of each self-provable class (checked without G_d facts or R)
-    return {out: prune_self_provable(ctx, exprs) for out, exprs in found.items()}, explored
+    return {out: prune_self_provable(ctx, exprs) for out, exprs in found.items()}, explored, t_rel, aliases
 
 
 # -- Listing 3 ------------------------------------------------------------------------------------
 
 def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set[str], deadline: float,
                      op: str | None = None):
-    """Listing 3: add G_d operators whose inputs are all related tensors, until nothing new is reachable."""
+    """Listing 3: add the G_d operators whose inputs are all related tensors (constants relate to everything),
+    one step at a time, until nothing new is reachable.
+
+    Related are: the tensors of the input relations (``t_rel``) and of the clean expressions found for v's
+    outputs (the paper's rule), and -- within ``MAX_HOPS`` operators of those -- outputs of operators whose
+    input is a clean function of their output (data movement, scaling by a constant: observation (i) carries
+    over), and outputs of v's own operator applied to tensors related to v's *inputs* (a rank's partial result
+    of v: DTensor adds a replicated bias before the all-reduce). The bound and the last rule keep the search
+    local: the same operator applied again to v's *output* is the next G_s operator's business, so a chain of
+    identical operators is not walked to its end."""
     g_d, eg = ctx.g_d, ctx.egraph
+    const, watch, _, _ = _structure(ctx)
+    hops = dict.fromkeys(t_rel, 0)  # related tensor -> operators since a tensor the relations name
+    inside = set(t_rel)  # related to v's inputs (not only to its outputs)
     explored: dict[str, Node] = {}
     while True:
-        r_d = [n for n in _direct_children(g_d, t_rel) if n.name not in explored]
+        r_d = [n for t in list(hops) for n in watch.get(t, ()) if n.name not in explored
+               and all(i in hops or i in const for i in n.inputs)]
         if not r_d:
             break
         facts = []
         for n in r_d:
-            explored[n.name] = n
-            facts.extend((Leaf(out), term) for out, term in zip(n.outputs, g_d.node_terms(n)))
-            if n.op in INVERTIBLE or not n.inputs or _scaling(ctx, n) or n.op == op:  # (constants relate to everything)
-                # its input is a clean function of its output, so the output relates to v as much
-                # as the input does (the paper's observation (i) carries over); v's own operator on related
-                # tensors is a rank's partial result of v (DTensor adds a replicated bias before the all-reduce)
-                t_rel.update(n.outputs)
+            for m in _constants_for(g_d, n, const, explored):
+                explored[m.name] = m
+                facts.extend((Leaf(out), term) for out, term in zip(m.outputs, g_d.node_terms(m)))
         eg.union_all(facts)
+        _relate(ctx, explored, hops, inside, const, op)
         snap = eg.saturate(ctx.budget, deadline, ctx.stats)
-        for root in roots:
-            for e in snap.clean_variants(snap.find(root)):
-                t_rel.update(leaves(e))
+        found = {leaf for root in roots for e in snap.clean_variants(snap.find(root)) for leaf in leaves(e)}
         # beyond the paper's rule: G_d tensors that are sub-results of v's output (descendants of its
         # e-class) are related too -- e.g. partial products whose reduction G_s fused into one op
-        t_rel.update(snap.leaves_below([snap.find(r) for r in roots], INVERTIBLE_TERMS))
+        found |= snap.leaves_below([snap.find(r) for r in roots], INVERTIBLE_TERMS)
+        if any(hops.get(t) != 0 for t in found):
+            hops.update(dict.fromkeys(found, 0))
+            _relate(ctx, explored, hops, inside, const, op)
+    t_rel.update(hops)
     return snap, {t for n in explored.values() for t in n.outputs}
+
+
+MAX_HOPS = 4  # G_d operators the frontier follows from a related tensor on the observations alone
+
+
+def _relate(ctx: Context, explored: dict[str, Node], hops: dict[str, int], inside: set[str], const: frozenset,
+            op: str | None) -> None:
+    """Relate the outputs of explored operators by the observations of :func:`explore_frontier`, to a
+    fixpoint (a tensor found closer to a named one may bring others within the bound)."""
+    changed = True
+    while changed:
+        changed = False
+        for n in explored.values():
+            ins = [i for i in n.inputs if i not in const]
+            if not ins or not all(i in hops for i in ins):
+                continue
+            own = n.op == op and all(i in inside for i in ins)
+            if not (own or n.op in INVERTIBLE or _scaling(ctx, n, const)):
+                continue
+            h = 1 + max(hops[i] for i in ins)
+            if h > MAX_HOPS:
+                continue
+            # data movement keeps a tensor's side; v's own operator turns an input-side tensor into a partial
+            # result of v's output
+            keep_inside = not own and all(i in inside for i in ins)
+            for o in n.outputs:
+                if hops.get(o, MAX_HOPS + 1) > h:
+                    hops[o] = h
+                    changed = True
+                if keep_inside and o not in inside:
+                    inside.add(o)
+                    changed = True
 
 
 def regroup_sums(snap: Snapshot, exprs: list[Term]) -> list[Term]:
@@ -365,20 +443,45 @@ INVERTIBLE = frozenset({"core.reshape", "core.permute", "core.identity", "core.c
 INVERTIBLE_TERMS = frozenset({"core.reshape", "core.permute", "core.identity"})
 
 
-def _scaling(ctx: Context, n: Node) -> bool:
+def _scaling(ctx: Context, n: Node, const: frozenset) -> bool:
     """``x * c`` or ``x / c`` for a constant c (DTensor adds a replicated bias to a partial sum as bias / W):
     x is the output scaled back, so the output relates to v as much as x does."""
-    g_d = ctx.g_d
-    consts = [i for i in n.inputs if i in g_d.producer and not g_d.producer[i].inputs]
-    return ctx.egraph.reg.get(n.op).scaling and len(n.inputs) == 2 and len(consts) == 1
+    return ctx.egraph.reg.get(n.op).scaling and len(n.inputs) == 2 and sum(i in const for i in n.inputs) == 1
 
 
-def _direct_children(g_d: Graph, t_rel: set[str]) -> list[Node]:
-    cands = {id(n): n for t in t_rel for n in g_d.consumers.get(t, ())}
-    for n in g_d.sources:
-        cands[id(n)] = n  # constants are always reachable
-    return [n for n in cands.values() if all(i in t_rel for i in n.inputs)]
+def _structure(ctx: Context) -> tuple[frozenset, dict[str, list[Node]], frozenset, frozenset]:
+    """Per G_d, computed once: its constant tensors (computed from no graph input); each non-constant
+    operator filed under one of its non-constant inputs, the one read by the fewest operators -- an operator
+    whose inputs are all related is found there, and a tensor that many operators read (a replicated weight,
+    a shared constant) costs nothing per G_s operator; its outputs, and those of G_s."""
+    if ctx.structure is None:
+        g_d = ctx.g_d
+        const: set[str] = set()
+        for n in g_d.topo_order():
+            if all(i in const for i in n.inputs):
+                const.update(n.outputs)
+        watch: dict[str, list[Node]] = {}
+        for n in g_d.nodes:
+            ins = [i for i in n.inputs if i not in const]
+            if ins:
+                pivot = min(ins, key=lambda i: len(g_d.consumers.get(i, ())))
+                watch.setdefault(pivot, []).append(n)
+        ctx.structure = (frozenset(const), watch, frozenset(g_d.outputs), frozenset(ctx.g_s.outputs))
+    return ctx.structure
 
+
+def _constants_for(g_d: Graph, n: Node, const: frozenset, explored: dict[str, Node]) -> list[Node]:
+    """``n`` after the not yet explored operators that compute its constant inputs (their definitions are G_d
+    facts the lemmas may need, e.g. the zeros of a padding)."""
+    out, seen, stack = [], set(), [n]
+    while stack:
+        m = stack.pop()
+        if m.name in explored or m.name in seen:
+            continue
+        seen.add(m.name)
+        out.append(m)
+        stack.extend(g_d.producer[i] for i in m.inputs if i in const)
+    return out[::-1]
 
 
 # -- §4.3: keep only the simplest expression of each self-provable class -------------------------

@@ -1,0 +1,147 @@
+"""Per-operator results reused where a local problem repeats (a layer stacked N times, a chain of one op).
+
+What Listing 2 finds for a G_s operator ``v`` depends on: ``v`` (its operator, its terms over its inputs,
+which of its outputs G_s outputs), the relations of its inputs, the aliases of the G_d tensors those name, and
+the part of G_d that the frontier looks at -- the related tensors, the operators filed under them (operator,
+attributes, inputs, outputs) and every tensor seen there: its shape, dtype, rank, whether it is constant
+(then the operator defining it too), related, or a G_d output. :class:`Problem` writes all of that with the
+tensors numbered in the order they are met, so two operators whose problems read the same are the same
+problem up to the names of their tensors. Lemmas read shapes and attributes, never names; names only break
+ties between equally good expressions. A result found for one problem, renamed, therefore rests on G_d facts
+and relations that hold for the other one as well: it is sound there (possibly another of equally good
+expressions than a fresh search would keep).
+
+The related tensors are known only once the search has run: an entry keeps them (by number), and a later
+operator matches the entry when the problem read with those tensors related is the entry's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..ir.expr import App, Leaf, Term, leaves, rank_of
+
+MAX_ENTRIES = 8  # entries kept per operator and input relations (distinct neighbourhoods in G_d)
+
+
+def rename(t: Term, f: Callable[[str], str]) -> Term:
+    if isinstance(t, Leaf):
+        return Leaf(f(t.name))
+    assert isinstance(t, App)
+    return App(t.op, tuple(rename(a, f) for a in t.args), t.attrs)
+
+
+@dataclass
+class Entry:
+    related: frozenset  # numbers of the tensors the search related
+    key: tuple  # the problem read with those related
+    found: dict  # output position -> expressions over numbered tensors (leaves named by number)
+    explored: tuple  # numbers
+    aliases: tuple  # (number, numbers) pairs the search added
+    truncated: bool
+
+
+class Problem:
+    """The local problem of G_s operator ``v``: its head (``v``, relations, aliases, broadcast definitions)
+    is read at once; :meth:`read` adds the part of G_d seen from the related tensors."""
+
+    def __init__(self, ctx, v, R, const: frozenset, watch: dict, d_out: frozenset, s_out: frozenset):
+        self.ctx, self.const, self.watch, self.d_out = ctx, const, watch, d_out
+        self.ids: dict[str, int] = {}
+        self.names: list[str] = []
+        g_s, g_d = ctx.g_s, ctx.g_d
+        ins = list(dict.fromkeys(v.inputs))
+        pos = {t: f"#{i}" for i, t in enumerate(ins)}
+        rel = tuple(tuple(self.term(e) for e in R[t]) for t in ins)
+        in_leaves = list(self.names)
+        ali = tuple(tuple(self.id(a) for a in sorted(ctx.aliases.get(x, ()))) for x in in_leaves)
+        reg = ctx.egraph.reg
+        bdefs = []
+        for x in in_leaves:
+            p = g_d.producer.get(x)
+            bdefs.append(self.term(g_d.node_terms(p)[0]) if p is not None and reg.get(p.op).broadcast else None)
+        self.head = (v.op, tuple(rename(t, pos.__getitem__) for t in g_s.node_terms(v)),
+                     tuple(o in s_out for o in v.outputs), rel, ali, tuple(bdefs))
+
+    def id(self, t: str) -> int:
+        i = self.ids.get(t)
+        if i is None:
+            i = self.ids[t] = len(self.names)
+            self.names.append(t)
+        return i
+
+    def term(self, e: Term) -> Term:
+        return rename(e, lambda x: str(self.id(x)))
+
+    def read(self, related: Callable[[int, str], bool]) -> tuple[tuple, list[str], dict[str, int]]:
+        """The problem with the tensors for which ``related(number, name)`` holds related: (key, names by
+        number, numbers by name). Tensors are numbered breadth-first from the head's."""
+        ids, names = dict(self.ids), list(self.names)
+
+        def num(t: str) -> int:
+            i = ids.get(t)
+            if i is None:
+                i = ids[t] = len(names)
+                names.append(t)
+            return i
+
+        g_d, const, watch, d_out = self.ctx.g_d, self.const, self.watch, self.d_out
+        seen: list[Any] = []
+        i = 0
+        while i < len(names):
+            t = names[i]
+            info = g_d.tensors[t]
+            rel = related(i, t)
+            item: list[Any] = [info.shape, info.dtype, rank_of(t), t in d_out, rel]
+            if t in const:
+                p = g_d.producer[t]
+                item.append((p.op, _attrs(p.attrs), tuple(num(x) for x in p.inputs), tuple(num(o) for o in p.outputs)))
+            if rel:
+                for n in watch.get(t, ()):
+                    item.append((n.op, _attrs(n.attrs), tuple(num(x) for x in n.inputs),
+                                 tuple(num(o) for o in n.outputs)))
+            seen.append(tuple(item))
+            i += 1
+        return (self.head, tuple(seen)), names, ids
+
+
+def _attrs(a: dict) -> tuple:
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in a.items())
+
+
+class Memo:
+    """Results of Listing 2 by local problem."""
+
+    def __init__(self):
+        self.entries: dict[tuple, list[Entry]] = {}
+        self.hits = 0
+
+    def lookup(self, p: Problem, outputs: list[str]):
+        """(relation of ``outputs``, explored, aliases to add, truncated) of an entry whose problem ``p`` is,
+        renamed; None when there is none."""
+        for e in self.entries.get(p.head, ()):
+            key, names, _ = p.read(lambda i, t: i in e.related)
+            if key != e.key:
+                continue
+            self.hits += 1
+            back = names.__getitem__
+            found = {o: [rename(x, lambda s: back(int(s))) for x in e.found[k]] for k, o in enumerate(outputs)}
+            aliases = [(back(a), {back(b) for b in bs}) for a, bs in e.aliases]
+            return found, {back(i) for i in e.explored}, aliases, e.truncated
+        return None
+
+    def store(self, p: Problem, outputs: list[str], found: dict, explored: set, related: set, aliases: list,
+              truncated: bool) -> None:
+        key, names, ids = p.read(lambda i, t: t in related)
+        used = {x for exprs in found.values() for e in exprs for x in leaves(e)} | explored
+        used |= {x for a, bs in aliases for x in (a, *bs)} | related
+        if not used <= ids.keys():  # (not expected: every tensor the search saw is numbered)
+            return
+        entries = self.entries.setdefault(p.head, [])
+        if len(entries) >= MAX_ENTRIES:
+            return
+        num = lambda s: str(ids[s])  # noqa: E731
+        entries.append(Entry(frozenset(ids[t] for t in related), key,
+                             {k: [rename(x, num) for x in found[o]] for k, o in enumerate(outputs)},
+                             tuple(sorted(ids[t] for t in explored)),
+                             tuple((ids[a], tuple(sorted(ids[b] for b in bs))) for a, bs in aliases), truncated))

@@ -41,7 +41,8 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
         rel = load_relation(relation, reg)
     cx = rel.constraints()
     graphs = []
-    for role, g, fe in (("spec", spec, spec_frontend or frontend), ("impl", impl, impl_frontend or frontend)):
+    for role, g, fe in (("spec", spec, frontend if spec_frontend is None else spec_frontend),
+                        ("impl", impl, frontend if impl_frontend is None else impl_frontend)):
         if isinstance(g, Graph):
             graphs.append(g)
         else:

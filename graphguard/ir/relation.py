@@ -23,6 +23,7 @@ A relation file (YAML)::
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -32,6 +33,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedInput, VisitError
 
 from ..errors import InputError, ShapeError
+from ..inputfile import MAX_DEPTH, nesting, read_text
 from . import scalar as S
 from .expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, Leaf, PVar, Term, app
 from .ops import Registry, coerce_attr
@@ -116,6 +118,9 @@ class _ToRaw(Transformer):
         return AConst(int(tok))
 
     def float(self, tok):
+        mantissa, _, exp = str(tok).lower().partition("e")
+        if len(mantissa) > 400 or abs(int(exp or 0)) > 400:
+            raise ValueError(f"number {str(tok)[:20]}... is out of range")
         return AConst(Fraction(str(tok)))
 
     def name(self, tok):
@@ -171,6 +176,8 @@ class ParseError(InputError):
 
 
 def _parse(text: str, start: str, where: str, line: int = 1, col: int = 1):
+    if nesting(text, "()[]") > MAX_DEPTH:
+        raise ParseError(f"{where}:{line}:{col}: expression nested more than {MAX_DEPTH} levels deep")
     try:
         tree = _PARSER.parse(text, start=start)
         return _ToRaw().transform(tree)
@@ -305,6 +312,9 @@ def parse_cond(text: str, where: str = "<condition>") -> AExpr:
 
 # -- relation files ---------------------------------------------------------------------------------
 
+SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 @dataclass
 class RelationFile:
     source: str
@@ -320,13 +330,60 @@ class RelationFile:
         return cx
 
 
+class _Loader(yaml.SafeLoader):
+    """Composes a relation file's node tree: plain YAML only -- no tags (``!!python/...``), anchors or aliases
+    (no "billion laughs"), no key twice in a mapping, nesting at most MAX_DEPTH levels."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(None, None, "anchors and aliases are not allowed in a relation file",
+                                              event.start_mark)
+        if getattr(event, "tag", None) is not None:
+            raise yaml.composer.ComposerError(None, None, f"tag {event.tag} is not allowed in a relation file",
+                                              event.start_mark)
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep",
+                                                  event.start_mark)
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for k, _ in node.value:
+                if isinstance(k, yaml.ScalarNode):
+                    if k.value in seen:
+                        raise yaml.composer.ComposerError(None, None, f"'{k.value}' appears twice in one mapping",
+                                                          k.start_mark)
+                    seen.add(k.value)
+        return node
+
+
 def _compose(text: str, source: str):
+    loader = None
     try:
-        return yaml.compose(text)
+        loader = _Loader(text)  # (checks that every character is one YAML allows)
+        return loader.get_single_node()
+    except yaml.reader.ReaderError as e:
+        before = text[:e.position]
+        pos = f":{before.count(chr(10)) + 1}:{e.position - before.rfind(chr(10))}"
+        ch = chr(e.character) if isinstance(e.character, int) else e.character
+        raise InputError(f"{source}{pos}: invalid YAML (character {ch!r} is not allowed)") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         pos = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         raise InputError(f"{source}{pos}: invalid YAML ({getattr(e, 'problem', None) or e})") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _key(k, source: str) -> str:
+    if not isinstance(k, yaml.ScalarNode):
+        raise InputError(f"{source}:{k.start_mark.line + 1}:{k.start_mark.column + 1}: expected a name as the key")
+    return str(k.value)
 
 
 def _exprs(node, source: str, reg: Registry) -> list[Term]:
@@ -340,6 +397,9 @@ def _exprs(node, source: str, reg: Registry) -> list[Term]:
         if it.style in ('"', "'"):
             col += 1
         out.append(parse_expr(str(it.value), reg, source, line, col))
+    if not out:
+        raise InputError(f"{source}:{node.start_mark.line + 1}:{node.start_mark.column + 1}: an empty list of "
+                         f"expressions")
     return out
 
 
@@ -352,7 +412,7 @@ def parse_relation_text(text: str, source: str, reg: Registry) -> RelationFile:
         raise InputError(f"{source}:1:1: a relation file is a mapping with 'inputs:' (and optional 'symbols:')")
     sections = {}
     for k, v in root.value:
-        key = str(k.value)
+        key = _key(k, source)
         if key not in ("inputs", "symbols", "expect"):
             raise InputError(f"{source}:{k.start_mark.line + 1}:{k.start_mark.column + 1}: unknown section "
                              f"'{key}' (expected inputs, symbols, expect)")
@@ -362,9 +422,14 @@ def parse_relation_text(text: str, source: str, reg: Registry) -> RelationFile:
         if not isinstance(node, yaml.MappingNode):
             raise InputError(f"{source}:{node.start_mark.line + 1}: 'symbols' must be a mapping")
         for k, v in node.value:
-            name = str(k.value)
+            name = _key(k, source)
             where = f"{source}:{k.start_mark.line + 1}:{k.start_mark.column + 1}"
-            spec = yaml.safe_load(yaml.serialize(v)) if not isinstance(v, yaml.ScalarNode) or v.value else {}
+            if not SYMBOL.fullmatch(name):
+                raise InputError(f"{where}: symbol name '{name}' is not a name (letters, digits, _)")
+            try:  # the node holds no tags or aliases (_Loader): this constructs plain data
+                spec = yaml.safe_load(yaml.serialize(v)) if not isinstance(v, yaml.ScalarNode) or v.value else {}
+            except (yaml.YAMLError, ValueError):  # e.g. an integer of more digits than Python converts
+                raise InputError(f"{where}: symbol '{name}' takes integer min/max/multiple_of") from None
             if spec is None:
                 spec = {}
             if not isinstance(spec, dict) or set(spec) - {"min", "max", "multiple_of"} or not all(
@@ -392,7 +457,7 @@ def parse_relation_text(text: str, source: str, reg: Registry) -> RelationFile:
                              f"expressions")
         target = rel.inputs if section == "inputs" else rel.expect
         for k, v in node.value:
-            name = str(k.value)
+            name = _key(k, source)
             if name in target:
                 raise InputError(f"{source}:{k.start_mark.line + 1}: '{name}' is mapped twice")
             target[name] = _exprs(v, source, reg)
@@ -403,11 +468,4 @@ def parse_relation_text(text: str, source: str, reg: Registry) -> RelationFile:
 
 
 def load_relation(path: str | Path, reg: Registry) -> RelationFile:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a UTF-8 text file (wrong file or wrong --frontend?)") from None
-    return parse_relation_text(text, str(path), reg)
+    return parse_relation_text(read_text(path), str(path), reg)

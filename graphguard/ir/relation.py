@@ -334,6 +334,8 @@ class _Loader(yaml.SafeLoader):
     """Composes a relation file's node tree: plain YAML only -- no tags (``!!python/...``), anchors or aliases
     (no "billion laughs"), no key twice in a mapping, nesting at most MAX_DEPTH levels."""
 
+    _depth = 0
+
     def compose_node(self, parent, index):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
@@ -342,7 +344,7 @@ class _Loader(yaml.SafeLoader):
         if getattr(event, "tag", None) is not None:
             raise yaml.composer.ComposerError(None, None, f"tag {event.tag} is not allowed in a relation file",
                                               event.start_mark)
-        self._depth = getattr(self, "_depth", 0) + 1
+        self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
                 raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep",
@@ -457,9 +459,7 @@ def parse_relation_text(text: str, source: str, reg: Registry) -> RelationFile:
                              f"expressions")
         target = rel.inputs if section == "inputs" else rel.expect
         for k, v in node.value:
-            name = _key(k, source)
-            if name in target:
-                raise InputError(f"{source}:{k.start_mark.line + 1}: '{name}' is mapped twice")
+            name = _key(k, source)  # (a name twice in one mapping: _Loader)
             target[name] = _exprs(v, source, reg)
             rel.positions[name] = (k.start_mark.line + 1, k.start_mark.column + 1)
     if "inputs" not in sections:

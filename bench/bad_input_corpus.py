@@ -47,6 +47,10 @@ def main() -> int:
     for k, (total, bad) in sorted(by_kind.items()):
         print(f"{k:28} {total:6d} {bad:7d}")
     print(f"{'total':28} {len(names):6d} {len(failures):7d}")
+    verdicts = collections.Counter(results[n]["rc"] for n in names if corpus.CASES[n].expect == "any")
+    if verdicts:
+        print("exit codes of the cases that may also give a verdict: " +
+              ", ".join(f"{k}: {v}" for k, v in sorted(verdicts.items(), key=str)))
     case_cpu = sum(r["cpu"] or 0 for r in results.values())
     print(f"wall {wall:.1f} s with {a.workers} workers; CPU {children.ru_utime + children.ru_stime:.1f} s "
           f"(cases {case_cpu:.1f} s, the rest worker start-up and building the inputs)")

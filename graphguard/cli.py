@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from .errors import GraphGuardError, UnsoundLemmaError
+from .inputfile import load_json, read_text
 
 
 class Greedy(click.Option):
@@ -201,11 +202,12 @@ def dump(ctx, path, frontend, role):
     from .ir.scalar import Constraints
     pl = _plugins(ctx)
     fe = pl.frontend(frontend)
-    if role is None:
+    if role is None:  # a gg.json file with "world_size" is a distributed graph; the frontend reports bad files
         try:
-            role = "impl" if "world_size" in json.loads(Path(path).read_text()) else "spec"
-        except (OSError, ValueError, TypeError):
-            role = "spec"
+            doc = load_json(read_text(path), path)
+        except GraphGuardError:
+            doc = None
+        role = "impl" if isinstance(doc, dict) and "world_size" in doc else "spec"
     click.echo(fe.load(LoadRequest([path], role, pl.registry, Constraints())).dump())
 
 

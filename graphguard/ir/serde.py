@@ -60,7 +60,7 @@ def graph_from_dict(doc: Any, source: str, reg: Registry, cx: Constraints) -> Gr
     version = doc.get("graphguard")
     if type(version) is not int or version != FORMAT_VERSION:  # true == 1 and 1.0 == 1 in Python
         raise InputError(f"{source}: not a graphguard graph (expected \"graphguard\": {FORMAT_VERSION})")
-    name = doc.get("name", Path(source).stem)
+    name = Path(source).stem if doc.get("name") is None else doc["name"]
     if not isinstance(name, str):
         raise InputError(f"{source}: 'name' must be a string")
     g = Graph(name, source)
@@ -105,7 +105,7 @@ def graph_from_dict(doc: Any, source: str, reg: Registry, cx: Constraints) -> Gr
         attrs = n.get("attrs", {})
         if not isinstance(attrs, dict):
             raise InputError(f"{where} ({n['op']}): 'attrs' must be an object")
-        g.add_node(n["op"], ins, names, attrs, str(n.get("name", f"n{i}")), n.get("loc"), declared)
+        g.add_node(n["op"], ins, names, attrs, n.get("name") or f"n{i}", n.get("loc"), declared)
     if not all(isinstance(o, str) for o in doc["outputs"]):
         raise InputError(f"{source}: 'outputs' must be a list of tensor names")
     if not doc["outputs"]:

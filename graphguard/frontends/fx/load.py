@@ -12,8 +12,8 @@ import zlib
 from pathlib import Path
 
 from graphguard.errors import InputError
-from graphguard.inputfile import load_json, malformed, regular_file
 from graphguard.frontends import LoadRequest
+from graphguard.inputfile import load_json, malformed, regular_file
 from graphguard.ir.graph import Graph
 from graphguard.ir.serde import graph_from_dict
 
@@ -23,8 +23,6 @@ from ..stitch import stitch
 # torch/_export/serde/schema.py ScalarType
 SCALAR_TYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16", 7: "float32",
                 8: "float64", 12: "bool", 13: "bfloat16"}
-
-
 # torch/_export/serde/schema.py: the kinds of InputSpec and OutputSpec
 INPUT_KINDS = {"user_input", "parameter", "buffer", "tensor_constant", "custom_obj", "token", "constant_input"}
 OUTPUT_KINDS = {"user_output", "loss_output", "buffer_mutation", "gradient_to_parameter", "gradient_to_user_input",
@@ -266,13 +264,13 @@ def load(req: LoadRequest) -> Graph:
     elif len(graphs) != world:
         raise InputError(f"got {len(graphs)} archives for world size {world} (one per rank, or one with "
                          f"--world-size)")
-    groups = _default_groups(graphs, world)
+    groups = _default_groups(graphs, world, paths[0])
     ranks = [to_rank_graph(g, req.registry, r, groups) for r, g in enumerate(graphs)]
     return graph_from_dict(stitch(ranks, paths[0].stem, str(paths[0])), str(paths[0]), req.registry,
                            req.constraints)
 
 
-def _default_groups(graphs: list[TGraph], world: int) -> dict:
+def _default_groups(graphs: list[TGraph], world: int, source: Path) -> dict:
     """Archives store only group names: with one name in use it is the whole world."""
     names = set()
     for g in graphs:
@@ -280,6 +278,6 @@ def _default_groups(graphs: list[TGraph], world: int) -> dict:
             if n.target.startswith("_c10d_functional.") and n.target.split(".")[1] != "wait_tensor":
                 names |= {a for a in n.args if isinstance(a, str) and a not in ("sum", "avg", "max")}
     if len(names) > 1:
-        raise InputError(f"archives use several process groups ({sorted(names)}); capture with "
+        raise InputError(f"{source}: archives use several process groups ({sorted(names)}); capture with "
                          f"graphguard.torch.capture to record their ranks")
     return {n: tuple(range(world)) for n in names}

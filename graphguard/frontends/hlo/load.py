@@ -19,8 +19,8 @@ from pathlib import Path
 
 from graphguard.errors import InputError
 from graphguard.frontends import LoadRequest, check_world_size
-from graphguard.ir.graph import Graph
 from graphguard.inputfile import read_bytes
+from graphguard.ir.graph import Graph
 from graphguard.ir.serde import graph_from_dict
 
 from ..stitch import RankGraph, stitch

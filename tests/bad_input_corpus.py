@@ -35,7 +35,7 @@ import time
 import zipfile
 import zlib
 from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -505,7 +505,8 @@ _rel("nested-list-expression", lines(*REL_LINES[:3], "  E: [[E@0]]"), "{rel}:4:"
 _rel("mapping-expression", lines(*REL_LINES[:3], "  E: {a: 1}"), "{rel}:4:")
 _rel("deep-expression", lines(*REL_LINES[:3], "  E: " + "concat(" * 20000 + "E@0" + ", dim=0)" * 20000), "{rel}:4:",
      "deep")
-_rel("deep-attr-expression", lines(*REL_LINES[:3], "  E: concat(E@0, E@1, dim=" + "(" * 20000 + "0" + ")" * 20000 + ")"),
+_rel("deep-attr-expression", lines(*REL_LINES[:3], "  E: concat(E@0, E@1, dim=" + "(" * 20000 + "0" + ")" * 20000 +
+                                   ")"),
      "{rel}:4:", "deep")
 _rel("long-expression", lines(*REL_LINES[:3], "  E: concat(" + "E@0, " * 300 + "dim=0)"), "{rel}:4:", "E")
 _rel("huge-attr", lines(*REL_LINES[:3], "  E: concat(E@0, E@1, dim=" + "9" * 3000 + ")"), "{rel}:4:")
@@ -581,9 +582,8 @@ def _hlo_generated():
         muts = {
             "removed": ls[:i] + ls[i + 1:] if "ROOT" not in ls[i] else ls,  # (no ROOT: the last one is)
             "duplicated": ls[:i + 1] + [ls[i].replace("ROOT ", "")] + ls[i + 1:],
-            "unknown-opcode": ls[:i] + [re.sub(r"\} (\w[\w-]*)\(", "} frobnicate(", ls[i], count=1)
-                                        if "} " in ls[i] else re.sub(r"\] (\w[\w-]*)\(", "] frobnicate(", ls[i], count=1)]
-                                        + ls[i + 1:],
+            "unknown-opcode": ls[:i] + [re.sub(r"([\]}]) (\w[\w-]*)\(", r"\1 frobnicate(", ls[i], count=1)]
+                              + ls[i + 1:],
             "huge-dim": ls[:i] + [re.sub(r"\[(\d+)", "[1000000000000", ls[i], count=1)] + ls[i + 1:],
             "huge-dim-2-62": ls[:i] + [re.sub(r"\[(\d+)", f"[{2 ** 62}", ls[i], count=1)] + ls[i + 1:],
             "huge-dim-digits": ls[:i] + [re.sub(r"\[(\d+)", "[" + "9" * 5000, ls[i], count=1)] + ls[i + 1:],
@@ -622,7 +622,8 @@ _hlo("replica-groups-huge", "impl", _H.replace("replica_groups={{0,1}}", "replic
      "y")
 _hlo("replica-groups-duplicate", "impl", _H.replace("replica_groups={{0,1}}", "replica_groups={{0,0}}"), "y")
 _hlo("replica-groups-negative", "impl", _H.replace("replica_groups={{0,1}}", "replica_groups={{0,-1}}"), "y")
-_hlo("replica-groups-iota-huge", "impl", _H.replace("replica_groups={{0,1}}", f"replica_groups=[1,{2 ** 40}]<=[{2 ** 40}]"),
+_hlo("replica-groups-iota-huge", "impl", _H.replace("replica_groups={{0,1}}",
+                                                    f"replica_groups=[1,{2 ** 40}]<=[{2 ** 40}]"),
      "y")
 _hlo("replica-groups-deep", "impl", _H.replace("replica_groups={{0,1}}", "replica_groups=" + "{" * 50000 + "}" * 50000))
 _hlo("deep-tuple-shape", "impl", _H.replace("%z = f32[4,6]{1,0} exponential", "%z = " + "(" * 50000 + "f32[4,6]" +
@@ -835,9 +836,9 @@ _pbm("constant-huge", lambda m, c, i: (setattr(i["e"], "opcode", "constant"), i[
                                        _dims(i["e"], [2 ** 20, 2 ** 20]), i["e"].literal.f32s.extend([1.0] * 4)), "e")
 _pbm("constant-huge-dims", lambda m, c, i: (setattr(i["e"], "opcode", "constant"), i["e"].ClearField("operand_ids"),
                                             _dims(i["e"], [2 ** 62, 2 ** 62]), i["e"].literal.f32s.extend([1.0])), "e")
-_pbm("constant-bf16-odd-bytes", lambda m, c, i: (setattr(i["e"], "opcode", "constant"), i["e"].ClearField("operand_ids"),
-                                                 setattr(i["e"].shape, "element_type", 16), _dims(i["e"], [1]),
-                                                 setattr(i["e"].literal, "bf16s", b"\x01\x02\x03")), "e")
+_pbm("constant-bf16-odd-bytes", lambda m, c, i: (
+    setattr(i["e"], "opcode", "constant"), i["e"].ClearField("operand_ids"), setattr(i["e"].shape, "element_type", 16),
+    _dims(i["e"], [1]), setattr(i["e"].literal, "bf16s", b"\x01\x02\x03")), "e")
 _pbm("constant-f16-odd-bytes", lambda m, c, i: (setattr(i["e"], "opcode", "constant"), i["e"].ClearField("operand_ids"),
                                                 setattr(i["e"].shape, "element_type", 10), _dims(i["e"], [2]),
                                                 setattr(i["e"].literal, "f16s", b"\x01\x02\x03")), "e")
@@ -996,22 +997,22 @@ _pt2_doc("arg-kind-unknown", lambda doc: json.loads(json.dumps(doc).replace('"as
 _pt2_doc("arg-empty", lambda doc: json.loads(json.dumps(doc).replace('{"as_ints": [1, 0]}', "{}")))
 _pt2_doc("arg-two-kinds", lambda doc: json.loads(json.dumps(doc).replace('{"as_ints": [1, 0]}',
                                                                          '{"as_ints": [1, 0], "as_int": 3}')))
-_pt2_doc("tensor-dangling", lambda doc: json.loads(json.dumps(doc).replace('"arg": {"as_tensor": {"name": "x"}}',
-                                                                           '"arg": {"as_tensor": {"name": "nope"}}', 1)),
-         "nope")
+_pt2_doc("tensor-dangling", lambda doc: json.loads(json.dumps(doc).replace(
+    '"arg": {"as_tensor": {"name": "x"}}', '"arg": {"as_tensor": {"name": "nope"}}', 1)), "nope")
 _pt2_doc("tensor-defined-twice", lambda doc: json.loads(json.dumps(doc).replace(
     '"outputs": [{"as_tensor": {"name": "mm"}}]', '"outputs": [{"as_tensor": {"name": "permute"}}]')))
 _pt2_doc("cycle", lambda doc: json.loads(json.dumps(doc).replace(
-    '{"name": "self", "arg": {"as_tensor": {"name": "p_w"}}', '{"name": "self", "arg": {"as_tensor": {"name": "relu"}}')))
+    '"arg": {"as_tensor": {"name": "p_w"}}', '"arg": {"as_tensor": {"name": "relu"}}', 1)), "relu")
 _pt2_doc("input-spec-unknown-kind", lambda doc: json.loads(json.dumps(doc).replace('"user_input"', '"frob_input"')))
-_pt2_doc("input-spec-two-kinds", lambda doc: _set(doc, lambda d: d["graph_module"]["signature"]["input_specs"][0].update(
-    user_input={"arg": {"as_tensor": {"name": "x"}}})))
+_pt2_doc("input-spec-two-kinds", lambda doc: _set(doc, lambda d: d["graph_module"]["signature"][
+    "input_specs"][0].update(user_input={"arg": {"as_tensor": {"name": "x"}}})))
 _pt2_doc("output-spec-not-tensor", lambda doc: json.loads(json.dumps(doc).replace(
     '"user_output": {"arg": {"as_tensor": {"name": "relu"}}}', '"user_output": {"arg": {"as_int": 3}}')))
 _pt2_doc("no-outputs", lambda doc: _set(doc, lambda d: d["graph_module"]["signature"].__setitem__("output_specs", [])))
 _pt2_doc("permute-dims-out-of-range", lambda doc: json.loads(json.dumps(doc).replace('{"as_ints": [1, 0]}',
                                                                                       '{"as_ints": [5, 0]}')))
-_pt2_doc("permute-dims-short", lambda doc: json.loads(json.dumps(doc).replace('{"as_ints": [1, 0]}', '{"as_ints": [1]}')))
+_pt2_doc("permute-dims-short", lambda doc: json.loads(json.dumps(doc).replace('{"as_ints": [1, 0]}',
+                                                                              '{"as_ints": [1]}')))
 _pt2_doc("reduce-op-unknown", lambda doc: json.loads(json.dumps(doc).replace('{"as_string": "sum"}',
                                                                              '{"as_string": "xor"}')))
 _pt2_doc("arg-missing", lambda doc: _set(doc, lambda d: d["graph_module"]["graph"]["nodes"][1]["inputs"].pop()), "mm")
@@ -1019,8 +1020,8 @@ _pt2_doc("arg-extra", lambda doc: _set(doc, lambda d: d["graph_module"]["graph"]
     {"name": "extra", "arg": {"as_int": 3}, "kind": 1})), "mm")
 _pt2_doc("kwarg-unknown", lambda doc: _set(doc, lambda d: d["graph_module"]["graph"]["nodes"][1]["inputs"].append(
     {"name": "frobnicate", "arg": {"as_int": 3}, "kind": 2})), "frobnicate")
-_pt2_doc("lifted-constant", lambda doc: json.loads(json.dumps(doc).replace('"parameter": {"arg": {"name": "p_b"}',
-                                                                           '"tensor_constant": {"arg": {"name": "p_b"}')),
+_pt2_doc("lifted-constant", lambda doc: json.loads(json.dumps(doc).replace(
+    '"parameter": {"arg": {"name": "p_b"}', '"tensor_constant": {"arg": {"name": "p_b"}')),
          "lifted constant")
 _pt2_doc("many-nodes", lambda doc: _set(doc, lambda d: d["graph_module"]["graph"]["nodes"].extend(
     [{"target": "torch.ops.aten.relu.default", "inputs": [{"name": "self", "arg": {"as_tensor": {"name": f"q{k}"}}}],
@@ -1320,8 +1321,8 @@ def problems(c: Case, r: dict) -> list[str]:
 
 
 def describe(c: Case, r: dict) -> str:
-    return (f"{c.name} [{c.kind}]: exit {r['rc']} in {r['cpu']} s of CPU ({r['seconds']} s)\n--- stdout ---\n{r['stdout']}"
-            f"--- stderr ---\n{r['stderr']}")
+    return (f"{c.name} [{c.kind}]: exit {r['rc']} in {r['cpu']} s of CPU ({r['seconds']} s)\n"
+            f"--- stdout ---\n{r['stdout']}--- stderr ---\n{r['stderr']}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from .ir import scalar as S
 from .ir.expr import leaves, to_text
 from .ir.graph import Graph
 from .ir.ops import fmt_shape
-from .ir.relation import RelationFile, load_relation, parse_relation_text
+from .ir.relation import RelationFile, load_relation, parse_relation_text, relation_yaml
 from .ir.semantics import term_shape
 from .plugins import Plugins, load_plugins
 
@@ -35,8 +35,7 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
     if isinstance(relation, RelationFile):
         rel = relation
     elif isinstance(relation, dict):
-        import yaml
-        rel = parse_relation_text(yaml.safe_dump(relation), "<relation>", reg)
+        rel = parse_relation_text(relation_yaml(relation), "<relation>", reg)
     else:
         rel = load_relation(relation, reg)
     cx = rel.constraints()

@@ -57,3 +57,13 @@ def test_a_real_process_prints_the_same_single_line(tmp_path):
         lines = p.stderr.splitlines()
         assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stdout + p.stderr, p.stderr
         assert lines[0].startswith("graphguard: error:") and all(n in lines[0] for n in needles), lines[0]
+
+
+def test_relations_written_by_graphguard_hold_no_aliases(plugins):
+    """The reader refuses YAML aliases, so the writers never produce them, even for a list used twice."""
+    from graphguard.ir.relation import parse_relation_text, relation_yaml
+    shared = ["E@0", "E@1"]
+    text = relation_yaml({"inputs": {"E": shared, "G": shared}})
+    assert "&" not in text and "*" not in text
+    rel = parse_relation_text(text, "<relation>", plugins.registry)
+    assert [t.name for t in rel.inputs["E"]] == [t.name for t in rel.inputs["G"]] == ["E@0", "E@1"]

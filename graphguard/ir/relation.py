@@ -363,6 +363,16 @@ class _Loader(yaml.SafeLoader):
         return node
 
 
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data):  # a list used twice is written twice: relation files hold no aliases
+        return True
+
+
+def relation_yaml(doc: dict) -> str:
+    """A relation file's text for ``doc`` ({"inputs": ..., "symbols": ..., "expect": ...}), as writers use it."""
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1000, default_flow_style=None)
+
+
 def _compose(text: str, source: str):
     loader = None
     try:

@@ -35,7 +35,7 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
     if isinstance(relation, RelationFile):
         rel = relation
     elif isinstance(relation, dict):
-        rel = parse_relation_text(relation_yaml(relation), "<relation>", reg)
+        rel = parse_relation_text(relation_yaml(relation, sort_keys=True), "<relation>", reg)
     else:
         rel = load_relation(relation, reg)
     cx = rel.constraints()

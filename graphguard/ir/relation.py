@@ -368,9 +368,9 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
-def relation_yaml(doc: dict) -> str:
-    """A relation file's text for ``doc`` ({"inputs": ..., "symbols": ..., "expect": ...}), as writers use it."""
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1000, default_flow_style=None)
+def relation_yaml(doc: dict, sort_keys: bool = False) -> str:
+    """A relation file's text for ``doc`` ({"inputs": ..., "symbols": ..., "expect": ...})."""
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=sort_keys, width=1000, default_flow_style=None)
 
 
 def _compose(text: str, source: str):

@@ -13,9 +13,9 @@ option values). They run in-process (``graphguard.cli.main``) in two worker proc
 
 Size and cost (``python3 bench/bad_input_corpus.py``, 2-core machine shared with other jobs): 1062 cases -- 1007
 that must exit 2 with one line, 51 that may also give a verdict (48 bit flips of an HloModuleProto, 3 valid
-but odd modules; none may exit 4), 4 unmodified bases that must verify. About 8 s of CPU for the cases and 15 s
-of CPU in all with worker start-up (torch, for the ``.pt2`` op schemas, in one worker only); 45-70 s wall on
-the loaded machine. Before the readers were hardened, 224 of the first 1054 cases failed (108 exit 4, 50 exit
+but odd modules; none may exit 4), 4 unmodified bases that must verify. About 7-8 s of CPU for the cases and
+14 s of CPU in all with worker start-up (torch, for the ``.pt2`` op schemas, in one worker only); 21 s wall when
+the machine is otherwise idle, 45-70 s when it is loaded. Before the readers were hardened, 224 of the first 1054 cases failed (108 exit 4, 50 exit
 0, 33 several lines, 32 a line naming neither file nor op, 1 timeout).
 """
 from __future__ import annotations

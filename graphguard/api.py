@@ -16,7 +16,7 @@ from .ir import scalar as S
 from .ir.expr import leaves, to_text
 from .ir.graph import Graph
 from .ir.ops import fmt_shape
-from .ir.relation import RelationFile, load_relation, parse_relation_text
+from .ir.relation import RelationFile, load_relation, parse_relation_text, relation_yaml
 from .ir.semantics import normalize_term, term_dtype, term_shape
 from .plugins import Plugins, load_plugins
 
@@ -50,13 +50,13 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
     if isinstance(relation, RelationFile):
         rel = relation
     elif isinstance(relation, dict):
-        import yaml
-        rel = parse_relation_text(yaml.safe_dump(relation), "<relation>", reg)
+        rel = parse_relation_text(relation_yaml(relation, sort_keys=True), "<relation>", reg)
     else:
         rel = load_relation(relation, reg)
     cx = rel.constraints()
     graphs = []
-    for role, g, fe in (("spec", spec, spec_frontend or frontend), ("impl", impl, impl_frontend or frontend)):
+    for role, g, fe in (("spec", spec, frontend if spec_frontend is None else spec_frontend),
+                        ("impl", impl, frontend if impl_frontend is None else impl_frontend)):
         if isinstance(g, Graph):
             graphs.append(g)
         else:

@@ -6,12 +6,14 @@ Exit codes of ``verify``: 0 refines, 1 does not refine, 2 bad input or usage, 3 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
 import click
 
 from .errors import GraphGuardError, UnsoundLemmaError
+from .inputfile import load_json, read_text
 
 
 class Greedy(click.Option):
@@ -34,6 +36,20 @@ class Greedy(click.Option):
                 orig(v, state)
 
         opt.process = process
+
+
+class Seconds(click.ParamType):
+    """A positive, finite number of seconds."""
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (math.isfinite(v) and v > 0):
+            self.fail(f"{value!r} is not a positive, finite number of seconds", param, ctx)
+        return v
 
 
 def _plugins(ctx, gate: bool = True):
@@ -65,13 +81,14 @@ def cli(ctx, plugin_opts, debug):
 @click.option("--expect", type=click.Path(), default=None, help="Relations expected in R_o (YAML, 'expect:').")
 @click.option("--allow-partial", is_flag=True, help="Let G_d leave any output as partial results on the ranks "
               "(a cross-rank sum), as if every output were listed under 'allow_partial:'.")
-@click.option("--world-size", type=int, default=None, help="Number of ranks (frontends that need it).")
+@click.option("--world-size", type=click.IntRange(min=1), default=None,
+              help="Number of ranks (frontends that need it).")
 @click.option("--json", "json_out", type=click.Path(), default=None, help="Also write the result as JSON here.")
 @click.option("--replay", is_flag=True, help="Check the verdict numerically with random inputs.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --replay.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed for --replay.")
 @click.option("--max-iterations", type=click.IntRange(min=1), default=40, show_default=True, help="Per-operator lemma iterations.")
 @click.option("--max-enodes", type=click.IntRange(min=1), default=20000, show_default=True, help="Per-operator e-graph size.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True, help="Per-operator seconds.")
+@click.option("--timeout", type=Seconds(), default=60.0, show_default=True, help="Per-operator seconds.")
 @click.pass_context
 def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, expect, allow_partial, world_size,
            json_out, replay, seed, max_iterations, max_enodes, timeout):
@@ -115,9 +132,9 @@ def lemmas_list(ctx):
 
 
 @lemmas.command("check")
-@click.option("--trials", type=int, default=25, show_default=True,
+@click.option("--trials", type=click.IntRange(min=1), default=25, show_default=True,
               help="Distinct instances to draw per rule (a rule needs at least 20 to pass).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--ref", "refs", type=int, multiple=True, help="Only these lemma references.")
 @click.pass_context
 def lemmas_check(ctx, trials, seed, refs):
@@ -129,6 +146,9 @@ def lemmas_check(ctx, trials, seed, refs):
     t0 = time.monotonic()
     bad = 0
     rules = [r for r in pl.lemmas if not refs or r.lemma.ref in refs]
+    unknown = sorted(set(refs) - {r.lemma.ref for r in rules})
+    if unknown:
+        raise GraphGuardError(f"no loaded lemma has the reference {', '.join(map(str, unknown))}")
     least = None
     for r in rules:
         rep = fuzz_rule(r, pl.registry, trials=trials, seed=seed)
@@ -192,12 +212,32 @@ def dump(ctx, path, frontend, role):
     from .ir.scalar import Constraints
     pl = _plugins(ctx)
     fe = pl.frontend(frontend)
-    if role is None:
+    if role is None:  # a gg.json file with "world_size" is a distributed graph; the frontend reports bad files
         try:
-            role = "impl" if "world_size" in json.loads(Path(path).read_text()) else "spec"
-        except (OSError, ValueError, TypeError):
-            role = "spec"
+            doc = load_json(read_text(path), path)
+        except GraphGuardError:
+            doc = None
+        role = "impl" if isinstance(doc, dict) and "world_size" in doc else "spec"
     click.echo(fe.load(LoadRequest([path], role, pl.registry, Constraints())).dump())
+
+
+MAX_LINE = 2000  # characters of an error line; a longer message loses its middle
+
+
+def one_line(message: str) -> str:
+    """``message`` as one printable line: control characters (newlines, escapes, NUL), unpaired surrogates and
+    other unprintable characters from user strings are escaped, and an overlong message loses its middle."""
+    if not message.isprintable():
+        message = "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                          for c in message)
+    if len(message) > MAX_LINE:
+        half = MAX_LINE // 2
+        message = f"{message[:half]} [... {len(message) - MAX_LINE} characters ...] {message[-half:]}"
+    return message
+
+
+def _error(kind: str, message: str) -> None:
+    click.echo(f"graphguard: {kind}: {one_line(message)}", err=True)
 
 
 def main(argv=None) -> None:
@@ -208,24 +248,20 @@ def main(argv=None) -> None:
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.ClickException as e:
-        click.echo(f"graphguard: error: {e.format_message()}", err=True)
+        _error("error", e.format_message())
         sys.exit(2)
     except click.exceptions.Abort:
         sys.exit(2)
     except GraphGuardError as e:
-        click.echo(f"graphguard: error: {e}", err=True)
+        _error("error", str(e))
         sys.exit(2)
     except UnsoundLemmaError as e:
-        click.echo(f"graphguard: internal error: {e}", err=True)
+        _error("internal error", str(e))
         sys.exit(4)
-    except RecursionError:
-        click.echo("graphguard: error: input nested too deeply", err=True)
-        sys.exit(2)
     except Exception as e:  # pragma: no cover - last resort: one line, not a traceback
         if debug:
             raise
-        click.echo(f"graphguard: internal error: {type(e).__name__}: {e} (rerun with --debug for details)",
-                   err=True)
+        _error("internal error", f"{type(e).__name__}: {e} (rerun with --debug for details)")
         sys.exit(4)
 
 

@@ -52,6 +52,10 @@ def _manager(disabled: frozenset[str], extra: tuple = ()) -> tuple[pluggy.Plugin
     pm = pluggy.PluginManager("graphguard")
     pm.add_hookspecs(hookspecs)
     loaded = []
+    names = {ep.name for group in GROUPS for ep in entry_points(group=group)}
+    if disabled - names:
+        raise GraphGuardError(f"-p no:{sorted(disabled - names)[0]}: no plugin has that name (plugins: "
+                              f"{', '.join(sorted(names))})")
     for group in GROUPS:
         for ep in entry_points(group=group):
             if ep.name in disabled or pm.get_plugin(ep.name) is not None:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import graphguard.jax  # noqa: F401  (host devices, before jax)
 import graphguard.torch
+from graphguard.ir.relation import relation_yaml
 
 import jax
 import numpy as np
 import torch
-import yaml
 from jax.sharding import AxisType, PartitionSpec as P
 
 HERE = Path(__file__).resolve().parent
@@ -51,8 +51,7 @@ def capture(world: int, out, skip_psum: bool = False, rope_bug: bool = False) ->
     (out / "impl.hlo.pb").write_bytes(cap.impl)
     # keys: the specification's (PyTorch) inputs; values: the implementation's (JAX) tensors, p.q_proj.weight@r
     rel = {(name[2:] if name.startswith("p.") else name): expr for name, expr in cap.relation["inputs"].items()}
-    (out / "relation.yaml").write_text(yaml.safe_dump({"inputs": rel, "expect": {"out0": "out0@0"}}, sort_keys=False,
-                                                      width=1000, default_flow_style=None))
+    (out / "relation.yaml").write_text(relation_yaml({"inputs": rel, "expect": {"out0": "out0@0"}}))
     if not (skip_psum or rope_bug):  # the two programs compute the same numbers on the same weights (the example's own check)
         want = layer(x, cos, sin, mask).detach().numpy()
         got = np.asarray(jax.jit(jax_model.impl(mesh))(jnp(x), jnp(cos), jnp(sin), jnp(mask), params))

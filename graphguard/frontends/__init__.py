@@ -14,9 +14,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ..errors import InputError
 from ..ir.graph import Graph
 from ..ir.ops import Registry
 from ..ir.scalar import Constraints
+
+
+# Frontends instantiate every rank's program: a world larger than this is a mistake in the input (a corrupt
+# num_partitions, a mistyped --world-size), not a program anyone can check rank by rank.
+MAX_WORLD_SIZE = 4096
+
+
+def check_world_size(n, where: str) -> int:
+    """``n`` as a world size, or one InputError naming ``where`` (a file, or the option)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InputError(f"{where}: the world size must be a positive integer, got {n!r}")
+    if n > MAX_WORLD_SIZE:
+        raise InputError(f"{where}: world size {n} is more ranks than graphguard instantiates "
+                         f"(at most {MAX_WORLD_SIZE})")
+    return n
 
 
 @dataclass
@@ -26,6 +42,10 @@ class LoadRequest:
     registry: Registry
     constraints: Constraints
     world_size: int | None = None
+
+    def __post_init__(self):
+        if self.world_size is not None:
+            check_world_size(self.world_size, "--world-size")
 
 
 @dataclass

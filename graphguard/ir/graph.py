@@ -145,7 +145,17 @@ class Graph:
             _check_dtype(f"{src}: graph input '{t}'", self.tensors[t].dtype)
         for n in order:
             self._infer(n, reg, cx)
+        if self.distributed:
+            self._check_world()
         return self
+
+    def _check_world(self) -> None:
+        """Every rank below world_size holds a tensor (the names checked that none is outside it)."""
+        present = {rank_of(t) for t in self.tensors}
+        if len(present) != self.world_size:
+            r = next(r for r in range(self.world_size) if r not in present)
+            raise InputError(f"{self.source}: world_size is {self.world_size} but no tensor is on rank {r} "
+                             f"(tensors name ranks {fmt_ranks(present)})")
 
     @staticmethod
     def _check_dims(where: str, shape: Shape, cx: Constraints) -> None:
@@ -291,3 +301,14 @@ def _check_dtype(where: str, dtype) -> None:
 def _fmt_attr(v) -> str:
     from .expr import attr_text
     return attr_text(v)
+
+
+def fmt_ranks(ranks) -> str:
+    """``0-3, 6`` for {0, 1, 2, 3, 6}."""
+    rs, out = sorted(ranks), []
+    for r in rs:
+        if out and out[-1][1] == r - 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)

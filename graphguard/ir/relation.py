@@ -37,6 +37,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedInput, VisitError
 
 from ..errors import InputError, ShapeError
+from ..inputfile import MAX_DEPTH, nesting, read_text
 from . import scalar as S
 from .expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, Leaf, PVar, Term, app
 from .ops import Registry, coerce_attr, parse_number
@@ -176,6 +177,8 @@ class ParseError(InputError):
 
 
 def _parse(text: str, start: str, where: str, line: int = 1, col: int = 1):
+    if nesting(text, "()[]") > MAX_DEPTH:
+        raise ParseError(f"{where}:{line}:{col}: expression nested more than {MAX_DEPTH} levels deep")
     try:
         tree = _PARSER.parse(text, start=start)
         return _ToRaw().transform(tree)
@@ -331,29 +334,72 @@ class RelationFile:
         return cx
 
 
-_PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")}
+class _Loader(yaml.SafeLoader):
+    """Composes a relation file's node tree: plain YAML only -- no tags (``!!python/...``), anchors or aliases
+    (no "billion laughs"), no key twice in a mapping, nesting at most MAX_DEPTH levels."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(None, None, "anchors and aliases are not allowed in a relation file",
+                                              event.start_mark)
+        if getattr(event, "tag", None) is not None:
+            raise yaml.composer.ComposerError(None, None, f"tag {event.tag} is not allowed in a relation file",
+                                              event.start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep",
+                                                  event.start_mark)
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for k, _ in node.value:
+                if isinstance(k, yaml.ScalarNode):
+                    if k.value in seen:
+                        raise yaml.composer.ComposerError(None, None, f"'{k.value}' appears twice in one mapping",
+                                                          k.start_mark)
+                    seen.add(k.value)
+        return node
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data):  # a list used twice is written twice: relation files hold no aliases
+        return True
+
+
+def relation_yaml(doc: dict, sort_keys: bool = False) -> str:
+    """A relation file's text for ``doc`` ({"inputs": ..., "symbols": ..., "expect": ...})."""
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=sort_keys, width=1000, default_flow_style=None)
 
 
 def _compose(text: str, source: str):
-    """The YAML node tree (composed, never constructed); a tag other than YAML's plain types is refused."""
+    loader = None
     try:
-        root = yaml.compose(text)
+        loader = _Loader(text)  # (checks that every character is one YAML allows)
+        return loader.get_single_node()
+    except yaml.reader.ReaderError as e:
+        before = text[:e.position]
+        pos = f":{before.count(chr(10)) + 1}:{e.position - before.rfind(chr(10))}"
+        ch = chr(e.character) if isinstance(e.character, int) else e.character
+        raise InputError(f"{source}{pos}: invalid YAML (character {ch!r} is not allowed)") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         pos = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         raise InputError(f"{source}{pos}: invalid YAML ({getattr(e, 'problem', None) or e})") from None
-    todo = [root] if root is not None else []
-    while todo:
-        node = todo.pop()
-        if node.tag not in _PLAIN_TAGS:
-            m = node.start_mark
-            raise InputError(f"{source}:{m.line + 1}:{m.column + 1}: YAML tag {node.tag[:60]!r} is not allowed "
-                             f"(a relation file holds strings, numbers, lists and mappings)")
-        if isinstance(node, yaml.SequenceNode):
-            todo.extend(node.value)
-        elif isinstance(node, yaml.MappingNode):
-            todo.extend(x for kv in node.value for x in kv)
-    return root
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _key(k, source: str) -> str:
+    if not isinstance(k, yaml.ScalarNode):
+        raise InputError(f"{source}:{k.start_mark.line + 1}:{k.start_mark.column + 1}: expected a name as the key")
+    return str(k.value)
 
 
 def _exprs(node, source: str, reg: Registry) -> list[Term]:
@@ -367,6 +413,9 @@ def _exprs(node, source: str, reg: Registry) -> list[Term]:
         if it.style in ('"', "'"):
             col += 1
         out.append(parse_expr(str(it.value), reg, source, line, col))
+    if not out:
+        raise InputError(f"{source}:{node.start_mark.line + 1}:{node.start_mark.column + 1}: an empty list of "
+                         f"expressions")
     return out
 
 
@@ -385,7 +434,7 @@ def parse_relation_text(text: str, source: str, reg: Registry, need_inputs: bool
                          f"'expect:', 'allow_partial:')")
     sections = {}
     for k, v in root.value:
-        key = str(k.value)
+        key = _key(k, source)
         if key not in SECTIONS:
             raise InputError(f"{source}:{k.start_mark.line + 1}:{k.start_mark.column + 1}: unknown section "
                              f"'{key}' (expected {', '.join(SECTIONS)})")
@@ -395,14 +444,14 @@ def parse_relation_text(text: str, source: str, reg: Registry, need_inputs: bool
         if not isinstance(node, yaml.MappingNode):
             raise InputError(f"{source}:{node.start_mark.line + 1}: 'symbols' must be a mapping")
         for k, v in node.value:
-            name = str(k.value)
+            name = _key(k, source)
             where = f"{source}:{k.start_mark.line + 1}:{k.start_mark.column + 1}"
-            if not isinstance(k, yaml.ScalarNode) or not S.valid_name(name):
+            if not S.valid_name(name):
                 raise InputError(f"{where}: a symbol is named by an identifier (letters, digits, _), got "
                                  f"{name[:60]!r}")
-            try:
+            try:  # the node holds no tags or aliases (_Loader): this constructs plain data
                 spec = yaml.safe_load(yaml.serialize(v)) if not isinstance(v, yaml.ScalarNode) or v.value else {}
-            except yaml.YAMLError:  # a tag such as !!python/object: never constructed
+            except (yaml.YAMLError, ValueError):  # e.g. an integer of more digits than Python converts
                 raise InputError(f"{where}: symbol '{name}' takes integer min/max/multiple_of") from None
             if spec is None:
                 spec = {}
@@ -431,9 +480,7 @@ def parse_relation_text(text: str, source: str, reg: Registry, need_inputs: bool
                              f"expressions")
         target = rel.inputs if section == "inputs" else rel.expect
         for k, v in node.value:
-            name = str(k.value)
-            if name in target:
-                raise InputError(f"{source}:{k.start_mark.line + 1}: '{name}' is mapped twice")
+            name = _key(k, source)  # (a name twice in one mapping: _Loader)
             target[name] = _exprs(v, source, reg)
             rel.positions[name] = (k.start_mark.line + 1, k.start_mark.column + 1)
     if "allow_partial" in sections:
@@ -450,11 +497,4 @@ def parse_relation_text(text: str, source: str, reg: Registry, need_inputs: bool
 
 
 def load_relation(path: str | Path, reg: Registry, need_inputs: bool = True) -> RelationFile:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a UTF-8 text file (wrong file or wrong --frontend?)") from None
-    return parse_relation_text(text, str(path), reg, need_inputs)
+    return parse_relation_text(read_text(path), str(path), reg, need_inputs)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..inputfile import load_json, read_text
 from . import scalar as S
 from .expr import attr_text
 from .graph import Graph
@@ -57,9 +58,13 @@ def _shape(v: Any, where: str) -> tuple:
 def graph_from_dict(doc: Any, source: str, reg: Registry, cx: Constraints) -> Graph:
     if not isinstance(doc, dict):
         raise InputError(f"{source}: a graph file must hold a JSON object")
-    if doc.get("graphguard") != FORMAT_VERSION:
+    version = doc.get("graphguard")
+    if type(version) is not int or version != FORMAT_VERSION:  # true == 1 and 1.0 == 1 in Python
         raise InputError(f"{source}: not a graphguard graph (expected \"graphguard\": {FORMAT_VERSION})")
-    g = Graph(str(doc.get("name", Path(source).stem)), source)
+    name = Path(source).stem if doc.get("name") is None else doc["name"]
+    if not isinstance(name, str):
+        raise InputError(f"{source}: 'name' must be a string")
+    g = Graph(name, source)
     ws = doc.get("world_size")
     if ws is not None:
         if isinstance(ws, bool) or not isinstance(ws, int) or ws < 1:
@@ -101,28 +106,17 @@ def graph_from_dict(doc: Any, source: str, reg: Registry, cx: Constraints) -> Gr
         attrs = n.get("attrs", {})
         if not isinstance(attrs, dict):
             raise InputError(f"{where} ({n['op']}): 'attrs' must be an object")
-        g.add_node(n["op"], ins, names, attrs, str(n.get("name", f"n{i}")), n.get("loc"), declared)
+        g.add_node(n["op"], ins, names, attrs, n.get("name") or f"n{i}", n.get("loc"), declared)
     if not all(isinstance(o, str) for o in doc["outputs"]):
         raise InputError(f"{source}: 'outputs' must be a list of tensor names")
+    if not doc["outputs"]:
+        raise InputError(f"{source}: the graph has no outputs (nothing to verify)")
     g.outputs = list(doc["outputs"])
     return g.validate(reg, cx)
 
 
 def load_graph(path: str | Path, reg: Registry, cx: Constraints) -> Graph:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a UTF-8 text file (wrong file or wrong --frontend?)") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
-    except ValueError as e:  # an integer of more digits than Python converts
-        raise InputError(f"{path}: not valid JSON ({str(e).split(':')[0]})") from None
-    return graph_from_dict(doc, str(path), reg, cx)
+    return graph_from_dict(load_json(read_text(path), str(path)), str(path), reg, cx)
 
 
 def _jsonable(v: Any) -> Any:

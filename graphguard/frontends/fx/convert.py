@@ -454,7 +454,7 @@ class _Converter:
                              f"(add one: see README 'Writing a lemma pack')")
         if bound is None:
             schema = _schema(n.target)
-            bound = _bind(schema, n.args, n.kwargs) if schema is not None else {}
+            bound = _bind(schema, n.args, n.kwargs, self.where(n)) if schema is not None else {}
         inputs: list[str] = []
         absent: list[int] = []
         attrs: dict[str, Any] = {}
@@ -588,10 +588,15 @@ def _schema(target: str):
         return None
 
 
-def _bind(schema, args, kwargs) -> dict:
-    out = {}
-    for a, v in zip(schema.arguments, args):
-        out[a.name] = v
+def _bind(schema, args, kwargs, where: str) -> dict:
+    """Arguments by name; more arguments than the schema has, or a name it lacks, is an error."""
+    names = [a.name for a in schema.arguments]
+    if len(args) > len(names):
+        raise InputError(f"{where}: {len(args)} arguments for {schema.name}, which takes {len(names)}")
+    unknown = sorted(set(kwargs) - set(names))
+    if unknown:
+        raise InputError(f"{where}: {schema.name} has no argument '{unknown[0]}'")
+    out = dict(zip(names, args))
     out.update(kwargs)
     return out
 

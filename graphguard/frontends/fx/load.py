@@ -7,12 +7,13 @@ Also reads gg.json documents written by ``graphguard capture``.
 """
 from __future__ import annotations
 
-import json
 import zipfile
+import zlib
 from pathlib import Path
 
 from graphguard.errors import InputError
 from graphguard.frontends import LoadRequest
+from graphguard.inputfile import load_json, malformed, regular_file
 from graphguard.ir import scalar as S
 from graphguard.ir.graph import Graph
 from graphguard.ir.serde import graph_from_dict
@@ -25,142 +26,224 @@ SCALAR_TYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "f
                 8: "float64", 9: "complex32", 10: "complex64", 11: "complex128", 12: "bool", 13: "bfloat16",
                 28: "uint16", 29: "float8_e4m3fn", 30: "float8_e5m2", 31: "float8_e4m3fnuz", 32: "float8_e5m2fnuz",
                 33: "float8_e8m0fnu", 34: "uint32", 35: "uint64"}
+# torch/_export/serde/schema.py: the kinds of InputSpec and OutputSpec
+INPUT_KINDS = {"user_input", "parameter", "buffer", "tensor_constant", "custom_obj", "token", "constant_input"}
+OUTPUT_KINDS = {"user_output", "loss_output", "buffer_mutation", "gradient_to_parameter", "gradient_to_user_input",
+                "user_input_mutation", "token", "parameter_mutation"}
 
 
-def _scalar_type(code, where: str) -> str:
-    name = SCALAR_TYPES.get(code) if isinstance(code, int) and not isinstance(code, bool) else None
-    if name is None:
-        raise InputError(f"{where}: unknown dtype code {str(code)[:20]}")
-    return name
+def _is(v, kind, what: str, where: str):
+    """``v`` if it is a ``kind`` (bool is not an int), else one InputError."""
+    ok = isinstance(v, kind) and not (isinstance(v, bool) and kind in (int, (int, float)))
+    if not ok:
+        raise InputError(f"{where}: {what} is {type(v).__name__} {str(v)[:40]!r}, not "
+                         f"{getattr(kind, '__name__', 'a number')}")
+    return v
+
+
+def _list(v, kind, what: str, where: str) -> list:
+    return [_is(x, kind, what, where) for x in _is(v, list, what, where)]
+
+
+def _one(d, what: str, where: str) -> tuple[str, object]:
+    """The single (kind, value) of a tagged union (an Argument, a size, an input or output spec)."""
+    if not isinstance(d, dict) or len(d) != 1:
+        raise InputError(f"{where}: {what} must be an object with one field, got {str(d)[:60]}")
+    return next(iter(d.items()))
+
+
+def _name(v, where: str) -> str:
+    return _is(_is(v, dict, "a tensor argument", where).get("name"), str, "a tensor name", where)
 
 
 def _size(v, where: str):
-    if "as_int" in v:
-        return v["as_int"]
-    if "as_expr" in v:  # read by the scalar grammar, as data
-        text = v["as_expr"]["expr_str"]
-        try:
-            return S.parse(text)
-        except ValueError as e:
-            raise InputError(f"{where}: unsupported symbolic size: {e}") from None
-    raise InputError(f"{where}: unsupported size {v}")
+    kind, x = _one(v, "a size", where)
+    if kind == "as_int":
+        if _is(x, int, "a size", where) < 0:
+            raise InputError(f"{where}: negative size {x}")
+        return x
+    if kind == "as_expr":  # sizes the archive leaves symbolic: which symbol is which rank's is not recorded
+        raise InputError(f"{where}: symbolic size {str(x)[:60]} in an archive; capture the model with "
+                         f"'graphguard capture' or graphguard.torch.capture to verify symbolic shapes")
+    raise InputError(f"{where}: unsupported size {str(v)[:60]}")
 
 
-def _sym_name(v: dict, where: str):
-    """A symbolic int argument: a constant, or the name of the node computing it (a size symbol)."""
-    if "as_int" in v:
-        return v["as_int"]
-    name = v.get("as_name")
-    if not S.valid_name(name):
-        raise InputError(f"{where}: bad symbolic int argument {str(name)[:60]!r}")
-    return name
+def _dtype(v, where: str) -> str:
+    if _is(v, int, "a dtype code", where) not in SCALAR_TYPES:
+        raise InputError(f"{where}: unknown dtype code {v}")
+    return SCALAR_TYPES[v]
 
 
 def _arg(a: dict, where: str):
-    (kind, v), = a.items() if len(a) == 1 else (next(iter(a.items())),)
+    kind, v = _one(a, "an argument", where)
     if kind == "as_tensor":
-        return Ref(v["name"])
+        return Ref(_name(v, where))
     if kind == "as_tensors":
-        return [Ref(x["name"]) for x in v]
+        return [Ref(_name(x, where)) for x in _is(v, list, kind, where)]
     if kind == "as_optional_tensors":
-        return [Ref(x["as_tensor"]["name"]) if "as_tensor" in x else None for x in v]
-    if kind in ("as_int", "as_float", "as_bool", "as_string", "as_ints", "as_floats", "as_bools", "as_strings"):
-        return v
+        return [Ref(_name(x["as_tensor"], where)) if "as_tensor" in _is(x, dict, kind, where) else None
+                for x in _is(v, list, kind, where)]
+    scalar = {"as_int": int, "as_float": (int, float), "as_bool": bool, "as_string": str}
+    if kind in scalar:
+        return _is(v, scalar[kind], kind, where)
+    if kind[:-1] in scalar and kind.endswith("s"):  # as_ints, as_floats, ...
+        return _list(v, scalar[kind[:-1]], kind, where)
     if kind == "as_none":
         return None
     if kind == "as_sym_int":
-        return _sym_name(v, where)
+        return _sym_int(v, where)
     if kind == "as_sym_ints":
-        return [_sym_name(x, where) for x in v]
+        return [_sym_int(x, where) for x in _is(v, list, kind, where)]
     if kind == "as_scalar_type":
-        return f"torch.{_scalar_type(v, where)}"
+        return f"torch.{_dtype(v, where)}"
     if kind in ("as_device", "as_layout", "as_memory_format"):
         return None
     raise InputError(f"{where}: unsupported argument kind {kind}")
 
 
+def _sym_int(v, where: str):
+    kind, x = _one(v, "a symbolic int", where)
+    if kind == "as_int":
+        return _is(x, int, kind, where)
+    if kind == "as_name":  # the node computing it (a size symbol): an identifier, read as data
+        if not S.valid_name(_is(x, str, kind, where)):
+            raise InputError(f"{where}: bad symbolic int argument {str(x)[:60]!r}")
+        return x
+    raise InputError(f"{where}: unsupported symbolic int {str(v)[:60]}")
+
+
+MAX_GRAPH_BYTES = 256 << 20  # the JSON graph of an archive; weights are never read
+
+
+def _model_json(path: Path) -> tuple[bytes, str]:
+    """The bytes of the archive's ``models/*.json`` member and its name; never more than MAX_GRAPH_BYTES."""
+    regular_file(path)
+    try:
+        with zipfile.ZipFile(path) as z:
+            models = [i for i in z.infolist() if "/models/" in i.filename and i.filename.endswith(".json")]
+            if not models:
+                raise InputError(f"{path}: no models/*.json graph inside (not a torch.export.save archive?)")
+            info = models[0]
+            if info.file_size > MAX_GRAPH_BYTES:
+                raise InputError(f"{path}: {info.filename} would inflate to {info.file_size} bytes (more than "
+                                 f"{MAX_GRAPH_BYTES >> 20} MiB: not an exported program's graph)")
+            try:
+                with z.open(info) as f:
+                    return f.read(MAX_GRAPH_BYTES + 1), info.filename
+            except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError,
+                    ValueError) as e:
+                raise InputError(f"{path}: cannot read {info.filename} ({e})") from None
+    except InputError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, RuntimeError,
+            NotImplementedError, ValueError) as e:  # RuntimeError: encrypted; NotImplementedError: compression
+        raise InputError(f"{path}: not a torch.export archive, or a damaged one ({e})") from None
+
+
 def read_pt2(path: Path) -> TGraph:
-    try:
-        z = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as e:
-        raise InputError(f"{path}: not a torch.export archive ({e})") from None
-    models = [n for n in z.namelist() if "/models/" in n and n.endswith(".json")]
-    if not models:
-        raise InputError(f"{path}: no models/*.json graph inside (not a torch.export.save archive?)")
-    try:
-        doc = json.loads(z.read(models[0]))
-        gm = doc["graph_module"]
-        g = gm["graph"]
-    except (KeyError, ValueError, zipfile.BadZipFile) as e:
-        raise InputError(f"{path}: malformed exported program ({e})") from None
-    where = str(path)
-    tv = g.get("tensor_values", {})
+    data, member = _model_json(path)
+    doc = load_json(data, f"{path}: {member}")
+    with malformed(str(path), f"exported program ({member})"):
+        return _tgraph(doc, str(path))
+
+
+def _tgraph(doc, where: str) -> TGraph:
+    gm = doc["graph_module"]
+    g = gm["graph"]
+    tv = _is(g.get("tensor_values", {}), dict, "tensor_values", where)
     nodes: list[TNode] = []
     names: dict[str, str] = {}
-    for spec in gm["signature"]["input_specs"]:
-        (kind, v), = spec.items()
+    for spec in _is(gm["signature"]["input_specs"], list, "input_specs", where):
+        kind, v = _one(spec, "an input spec", where)
+        if kind not in INPUT_KINDS:
+            raise InputError(f"{where}: unsupported input kind '{kind}'")
         arg = v["arg"]
-        tname = arg["name"] if "name" in arg else arg["as_tensor"]["name"]
+        tname = _is(arg["name"] if "name" in arg else arg["as_tensor"]["name"], str, "an input name", where)
         public = v.get("parameter_name") or v.get("buffer_name") or v.get("tensor_constant_name") or tname
         if kind in ("tensor_constant", "constant_input") or "lifted_tensor" in tname:
             raise InputError(f"{where}: lifted constant '{public}' of unknown value; graphguard needs constants "
                              f"as inputs or graph ops")
-        names[tname] = public
+        if kind not in ("user_input", "parameter", "buffer"):
+            raise InputError(f"{where}: input '{public}' of kind {kind} is not supported")
+        names[tname] = _is(public, str, "an input name", where)
 
     def meta(name):
         t = tv.get(name)
         if t is None:
-            return None, None
-        return tuple(_size(s, where) for s in t["sizes"]), _scalar_type(t["dtype"], f"{where}: tensor '{name}'")
+            raise InputError(f"{where}: no sizes recorded for tensor '{name}'")
+        w = f"{where}: tensor '{name}'"
+        return tuple(_size(x, w) for x in _is(t["sizes"], list, "sizes", w)), _dtype(t["dtype"], w)
+
+    defined = set(names)
+
+    def check_refs(x, node: str):
+        if isinstance(x, Ref):
+            if x.name not in defined:
+                raise InputError(f"{where}: node '{node}' uses tensor '{x.name}', which no earlier node or input "
+                                 f"defines (dangling, or a cycle)")
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                check_refs(y, node)
 
     for name in names:
         shp, dt = meta(name)
         nodes.append(TNode(name, "placeholder", "placeholder", (), {}, shp, dt))
-    for n in g["nodes"]:
-        target = n["target"].removeprefix("torch.ops.")
+    for n in _is(g["nodes"], list, "nodes", where):
+        target = _is(n["target"], str, "a node target", where).removeprefix("torch.ops.")
+        stack = n.get("metadata", {}).get("stack_trace")
+        loc = loc_from_stack(stack) if isinstance(stack, str) else None
         if target in DATA_DEPENDENT:  # before its data-dependent sizes and guards are read
-            raise data_dependent(target, where, loc_from_stack(n.get("metadata", {}).get("stack_trace")))
+            raise data_dependent(target, where, loc)
         if target in ARCHIVE_REFUSED:  # one archive serves every rank: its sizes cannot be told apart
-            loc = loc_from_stack(n.get("metadata", {}).get("stack_trace"))
             raise InputError(f"{where}: {target.removesuffix('.default')}{f' at {loc}' if loc else ''} has an "
                              f"output size the data decides, which a .pt2 archive does not name per rank; capture "
                              f"the model with 'graphguard capture' or graphguard.torch.capture instead")
         args, kwargs = [], {}
-        for inp in n["inputs"]:
+        for inp in _is(n["inputs"], list, "node inputs", where):
             val = _arg(inp["arg"], where)
             if inp.get("kind", 1) == 1:
                 args.append(val)
             else:
-                kwargs[inp["name"]] = val
-        outs = n["outputs"]
-        loc = loc_from_stack(n.get("metadata", {}).get("stack_trace"))
+                kwargs[_is(inp["name"], str, "an argument name", where)] = val
+        check_refs(args + list(kwargs.values()), target)
+        outs = _is(n["outputs"], list, "node outputs", where)
         if len(outs) == 1 and "as_tensor" in outs[0]:
-            oname = outs[0]["as_tensor"]["name"]
+            oname = _name(outs[0]["as_tensor"], where)
             shp, dt = meta(oname)
-            nodes.append(TNode(oname, "call_function", target, tuple(args), kwargs, shp, dt, loc))
+            new = [TNode(oname, "call_function", target, tuple(args), kwargs, shp, dt, loc)]
         else:
             flat = []
             for o in outs:
                 if "as_tensors" in o:
-                    flat += [x["name"] for x in o["as_tensors"]]
+                    flat += [_name(x, where) for x in _is(o["as_tensors"], list, "as_tensors", where)]
                 elif "as_tensor" in o:
-                    flat.append(o["as_tensor"]["name"])
+                    flat.append(_name(o["as_tensor"], where))
                 else:
                     flat.append(None)
             base = f"{flat[0]}.multi" if flat and flat[0] else f"node{len(nodes)}"
-            nodes.append(TNode(base, "call_function", target, tuple(args), kwargs, None, None, loc))
+            new = [TNode(base, "call_function", target, tuple(args), kwargs, None, None, loc)]
             for i, oname in enumerate(flat):
                 if oname is not None:
                     shp, dt = meta(oname)
-                    nodes.append(TNode(oname, "call_function", "getitem", (Ref(base), i), {}, shp, dt, loc))
+                    new.append(TNode(oname, "call_function", "getitem", (Ref(base), i), {}, shp, dt, loc))
+        for t in new:
+            if t.name in defined:
+                raise InputError(f"{where}: tensor '{t.name}' is defined twice")
+            defined.add(t.name)
+        nodes += new
     outs = []
     out_names = []
-    for i, spec in enumerate(gm["signature"]["output_specs"]):
-        (kind, v), = spec.items()
+    for spec in _is(gm["signature"]["output_specs"], list, "output_specs", where):
+        kind, v = _one(spec, "an output spec", where)
+        if kind not in OUTPUT_KINDS:
+            raise InputError(f"{where}: unsupported output kind '{kind}'")
         if kind != "user_output":
             continue
-        outs.append(Ref(v["arg"]["as_tensor"]["name"]))
+        outs.append(Ref(_name(v["arg"]["as_tensor"], where)))
         out_names.append(f"out{len(out_names)}")
+    check_refs(outs, "output")
+    if not outs:
+        raise InputError(f"{where}: the exported program has no user outputs")
     nodes.append(TNode("output", "output", "output", (tuple(outs),), {}))
     return TGraph(nodes, where, names, out_names)
 
@@ -186,13 +269,13 @@ def load(req: LoadRequest) -> Graph:
     elif len(graphs) != world:
         raise InputError(f"got {len(graphs)} archives for world size {world} (one per rank, or one with "
                          f"--world-size)")
-    groups = _default_groups(graphs, world)
+    groups = _default_groups(graphs, world, paths[0])
     ranks = [to_rank_graph(g, req.registry, r, groups) for r, g in enumerate(graphs)]
     return graph_from_dict(stitch(ranks, paths[0].stem, str(paths[0])), str(paths[0]), req.registry,
                            req.constraints)
 
 
-def _default_groups(graphs: list[TGraph], world: int) -> dict:
+def _default_groups(graphs: list[TGraph], world: int, source: Path) -> dict:
     """Archives store only group names: with one name in use it is the whole world."""
     names = set()
     for g in graphs:
@@ -200,6 +283,6 @@ def _default_groups(graphs: list[TGraph], world: int) -> dict:
             if n.target.startswith("_c10d_functional.") and n.target.split(".")[1] != "wait_tensor":
                 names |= {a for a in n.args if isinstance(a, str) and a not in ("sum", "avg", "max")}
     if len(names) > 1:
-        raise InputError(f"archives use several process groups ({sorted(names)}); capture with "
+        raise InputError(f"{source}: archives use several process groups ({sorted(names)}); capture with "
                          f"graphguard.torch.capture to record their ranks")
     return {n: tuple(range(world)) for n in names}

@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from graphguard.errors import InputError
+from graphguard.ir.relation import relation_yaml
 
 from .capture import capture
 from .relations import input_relation
@@ -87,5 +88,5 @@ def capture_model_file(path, out_dir, world_size: int, backward: bool = False, p
     rel = input_relation(s, d, _user_relation(mod, path, world_size, backward), plugins, str(path))
     (out / "spec.gg.json").write_text(json.dumps(s.doc, indent=1) + "\n")
     (out / "impl.gg.json").write_text(json.dumps(d.doc, indent=1) + "\n")
-    (out / "relation.yaml").write_text(yaml.safe_dump(rel, sort_keys=False, width=1000, default_flow_style=None))
+    (out / "relation.yaml").write_text(relation_yaml(rel))
     return {"spec": out / "spec.gg.json", "impl": out / "impl.gg.json", "relation": out / "relation.yaml"}

@@ -718,7 +718,7 @@ def _result_shapes(ins: Instruction, n: int) -> list[Shape]:
     if n == 1 and not s.is_tuple:
         return [s]
     if not s.is_tuple or len(s.elements) != n:
-        raise InputError(f"instruction '{ins.name}' ({ins.opcode}): {n} operands but result shape {ins.shape}")
+        raise ShapeError(f"{n} operands but result shape {ins.shape}")  # instruction() names the instruction
     return list(s.elements)
 
 

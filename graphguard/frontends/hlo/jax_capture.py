@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from graphguard.errors import InputError
+from graphguard.ir.relation import relation_yaml
 
 # the implementation is the module right after XLA's SPMD partitioner: what partitioning made of the
 # specification, before the optimisation passes rewrite both alike (reassociated constants, reshapes moved
@@ -60,14 +61,12 @@ class Captured:
 
     def save(self, out_dir) -> dict:
         """Write ``spec.hlo.pb``, ``impl.hlo.pb`` and ``relation.yaml`` into ``out_dir``; return their paths."""
-        import yaml
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         files = {"spec": out / "spec.hlo.pb", "impl": out / "impl.hlo.pb", "relation": out / "relation.yaml"}
         files["spec"].write_bytes(self.spec)
         files["impl"].write_bytes(self.impl)
-        files["relation"].write_text(yaml.safe_dump(self.relation, sort_keys=False, width=1000,
-                                                    default_flow_style=None))
+        files["relation"].write_text(relation_yaml(self.relation))
         (out / "outputs.json").write_text(json.dumps(self.outputs, indent=1) + "\n")
         return files
 

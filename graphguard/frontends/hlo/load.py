@@ -18,7 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphguard.errors import InputError
-from graphguard.frontends import LoadRequest
+from graphguard.frontends import LoadRequest, check_world_size
+from graphguard.inputfile import read_bytes
 from graphguard.ir.graph import Graph
 from graphguard.ir.serde import graph_from_dict
 
@@ -33,10 +34,7 @@ TEXT_SUFFIXES = (".hlo", ".txt")
 
 def read_module(path: str | Path) -> Module:
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    data = read_bytes(path)
     if looks_like_text(data) or path.suffix in TEXT_SUFFIXES:
         try:
             text = data.decode("utf-8")
@@ -99,6 +97,7 @@ def load(req: LoadRequest) -> Graph:
             raise InputError(f"{source}: the module declares no num_partitions or replica_count: pass --world-size")
         if declared is not None and declared != world:
             raise InputError(f"{source}: the module is partitioned for {declared} ranks, not --world-size {world}")
+        check_world_size(world, source)
         modules = modules * world
     ranks: list[RankGraph] = [to_rank_graph(m, req.registry, r, world, _ids(m, r, world))
                               for r, m in enumerate(modules)]

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphguard.errors import InputError
+from graphguard.frontends import MAX_WORLD_SIZE, check_world_size
 
 # HLO element types -> IR dtype names (numpy-style, as the other frontends write them)
 DTYPES = {"pred": "bool", "s8": "int8", "s16": "int16", "s32": "int32", "s64": "int64", "u8": "uint8",
@@ -99,10 +100,21 @@ class Module:
     replica_count: int | None = None
 
     def check(self) -> Module:
-        """Every operand and called computation exists; the entry and roots exist."""
+        """Every operand and called computation exists; the entry and roots exist; parameter numbers are
+        0..n-1 in each computation; the declared device counts are world sizes."""
+        for key in ("num_partitions", "replica_count"):
+            if getattr(self, key) is not None:
+                check_world_size(getattr(self, key), f"{self.source}: {key}")
         if self.entry not in self.computations:
             raise InputError(f"{self.source}: HLO module '{self.name}' has no entry computation '{self.entry}'")
         for c in self.computations.values():
+            if len(c.by_name) != len(c.instructions):
+                seen: set[str] = set()
+                for i in c.instructions:
+                    if i.name in seen:
+                        raise InputError(f"{self.source}: instruction '{i.name}' is defined twice in computation "
+                                         f"'{c.name}'")
+                    seen.add(i.name)
             if c.root not in c.by_name:
                 raise InputError(f"{self.source}: computation '{c.name}' has no root instruction '{c.root}'")
             for ins in c.instructions:
@@ -114,12 +126,24 @@ class Module:
                     if k not in self.computations:
                         raise InputError(f"{self.source}: instruction '{ins.name}' ({ins.opcode}) calls computation "
                                          f"'{k}', which the module does not define")
+            params = [i for i in c.instructions if i.opcode == "parameter"]
+            seen_numbers: set[int] = set()
+            for i in params:
+                k = i.attrs.get("parameter_number")
+                if not isinstance(k, int) or not 0 <= k < len(params) or k in seen_numbers:
+                    raise InputError(f"{self.source}: parameter '{i.name}' of computation '{c.name}' is number {k}; "
+                                     f"its {len(params)} parameters are numbered 0..{len(params) - 1} once each")
+                seen_numbers.add(k)
         return self
 
 
 def iota_groups(num_groups: int, group_size: int, reshape_dims: list[int], perm: list[int] | None,
                 where: str) -> list[list[int]]:
     """``[G,S]<=[dims]T(perm)``: iota(prod(dims)) reshaped to dims, transposed by perm, read as G groups of S."""
+    if any(d < 1 for d in list(reshape_dims) + [num_groups, group_size]) or \
+            num_groups * group_size > MAX_WORLD_SIZE:
+        raise InputError(f"{where}: iota replica groups [{num_groups},{group_size}]<={list(reshape_dims)} do not "
+                         f"describe at most {MAX_WORLD_SIZE} devices")
     total = int(np.prod(reshape_dims)) if reshape_dims else num_groups * group_size
     if not reshape_dims:
         reshape_dims = [total]
@@ -142,6 +166,8 @@ def mesh_groups(axis_sizes: list[int], device_ids: list[int] | None, iota: tuple
     or ``iota`` = (reshape_dims, transpose_perm), or 0..n-1) shaped like the mesh, each grouped axis reshaped to
     [pre_size, size, rest] for a sub-axis, transposed so the grouped dims come last (in mesh-axis order, the
     sub-axes of one axis in the order given), read as rows of the group size."""
+    if any(d < 1 for d in axis_sizes) or int(np.prod(axis_sizes, dtype=object) if axis_sizes else 1) > MAX_WORLD_SIZE:
+        raise InputError(f"{where}: a mesh of axes {list(axis_sizes)} is not one of at most {MAX_WORLD_SIZE} devices")
     n = int(np.prod(axis_sizes)) if axis_sizes else 1
     if device_ids:
         if len(device_ids) != n:

@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 from lark import Lark
 
 from graphguard.errors import InputError
+from graphguard.inputfile import malformed
 
 from .module import DTYPES, ELIDED, Computation, Instruction, Module, Shape, iota_groups, loc_of, mesh_groups
 
@@ -291,7 +292,12 @@ def _module(m, source: str) -> Module:
     out = {}
     for c in m.computations:
         names = {int(i.id): i.name for i in c.instructions}
-        ins = [_instruction(i, names, comps, source, frames) for i in c.instructions]
+        if len(names) != len(c.instructions):
+            raise InputError(f"{source}: computation '{c.name}' gives two instructions the same id")
+        ins = []
+        for i in c.instructions:
+            with malformed(f"{source}: instruction '{i.name}' ({i.opcode})", "instruction"):
+                ins.append(_instruction(i, names, comps, source, frames))
         root = names.get(int(c.root_id), ins[-1].name)
         out[c.name] = Computation(c.name, ins, root)
     entry = m.entry_computation_name or comps.get(int(m.entry_computation_id)) or m.computations[-1].name

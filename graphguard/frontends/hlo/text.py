@@ -15,6 +15,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from graphguard.errors import InputError
+from graphguard.inputfile import MAX_DEPTH, malformed, nesting
 
 from .module import DTYPES, ELIDED, Computation, Instruction, Module, Shape, iota_groups, loc_of, mesh_groups, numpy_dtype
 
@@ -124,6 +125,13 @@ def _stack_frames(text: str) -> tuple[str, dict]:
 
 
 def read_text(text: str, source: str) -> Module:
+    if nesting(text, "()[]{}") > MAX_DEPTH:
+        raise InputError(f"{source}: malformed HLO text (brackets nested more than {MAX_DEPTH} levels deep)")
+    with malformed(source, "HLO text"):
+        return _read_text(text, source)
+
+
+def _read_text(text: str, source: str) -> Module:
     text, frames = _stack_frames(text)
     try:
         doc = _PARSER.parse(text)
@@ -144,10 +152,14 @@ def read_text(text: str, source: str) -> Module:
                 raise InputError(f"{source}: instruction '{i.name}' is defined twice in computation '{c['name']}'")
             seen.add(i.name)
         roots = [i["name"] for i in c["instructions"] if i["root"]]
+        if len(roots) > 1:
+            raise InputError(f"{source}: computation '{c['name']}' has {len(roots)} ROOT instructions")
         comps[c["name"]] = Computation(c["name"], ins, roots[-1] if roots else ins[-1].name)
     if not comps:
         raise InputError(f"{source}: the HLO module has no computations")
     entries = [c["name"] for c in doc["computations"] if c["entry"]]
+    if len(entries) > 1:
+        raise InputError(f"{source}: the HLO module has {len(entries)} ENTRY computations")
     header = doc["attrs"]
     return Module(doc["name"], comps, entries[-1] if entries else list(comps)[-1], source,
                   num_partitions=_opt_int(header.get("num_partitions"), source),
@@ -217,7 +229,7 @@ def _shape(pieces, where: str) -> Shape:
         d = _atom(it, where)
         if not (d.isascii() and d.isdigit()) or len(d) > 18:
             raise InputError(f"{where}: dimension {d!r} in {_show(pieces)} is not supported (dynamic shapes)")
-        dims.append(int(d))
+        dims.append(_int([d], where))
     return Shape(DTYPES[t], tuple(dims))
 
 
@@ -374,7 +386,9 @@ def _instruction(d: dict, source: str, frames: dict | None = None) -> Instructio
     operands: list[str] = []
     literal = None
     if opcode == "parameter":
-        attrs["parameter_number"] = _int(args[0] if args else [], where)
+        if len(args) != 1:
+            raise InputError(f"{where}: a parameter takes one number, got ({_show([pieces[-1]])[1:-1]})")
+        attrs["parameter_number"] = _int(args[0], where)
     elif opcode == "constant":
         literal = _literal(args[0] if len(args) == 1 else [Group("{", args)], shape, where)
     else:

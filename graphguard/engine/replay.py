@@ -494,10 +494,12 @@ def _execute(g_s: Graph, g_d: Graph, reg: Registry, sv: dict, dtype: str, d_env:
         if ("d", t) not in last:
             del d_env[t]  # read by nothing
     peak_n = peak_b = 0
+    stored = {a.dtype.name for a in d_env.values() if a.dtype.kind == "f"}
     for i, st in enumerate(steps):
         if st.kind in ("s", "d"):
             done = frozenset(t for side, t in st.reads if last[side, t] == i)
             run_node(g_s if st.kind == "s" else g_d, st.item, env[st.kind], reg, sv, dtype, done)
+            stored.update(env[st.kind][o].dtype.name for o in st.item.outputs if env[st.kind][o].dtype.kind == "f")
         elif st.kind == "in":
             env["s"][st.item] = _store(term_eval(first[st.item], d_env.__getitem__, reg), g_s.tensors[st.item].dtype,
                                        dtype)
@@ -510,7 +512,7 @@ def _execute(g_s: Graph, g_d: Graph, reg: Registry, sv: dict, dtype: str, d_env:
         for side, t in st.reads + st.writes:
             if last.get((side, t)) == i:
                 env[side].pop(t, None)
-    return {"steps": len(steps), "peak_tensors": peak_n, "peak_bytes": peak_b}
+    return {"steps": len(steps), "peak_tensors": peak_n, "peak_bytes": peak_b, "stored_dtypes": sorted(stored)}
 
 
 def _relation_checks(pairs, g_s: Graph, g_d: Graph, reg: Registry, sv: dict, dtype: str, data: set,
@@ -531,7 +533,8 @@ def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg:
     """Check ``result`` numerically; fills ``result.replay`` (and ``result.failure.replay``). ``dtype``: one of
     DTYPES; a relation beyond a narrower dtype's tolerance is computed again in float64 from the same inputs
     (the tensors it needs only) and is a mismatch only if it misses there too (``rechecked``: those that held).
-    The report counts the tensors held at once (``peak_tensors``, ``peak_bytes``)."""
+    The report counts the tensors held at once (``peak_tensors``, ``peak_bytes``) and names the float dtypes
+    tensors were stored in (``stored_dtypes``)."""
     if dtype not in DTYPES:
         raise ReplayError(f"unknown replay dtype '{dtype}' (choose one of {', '.join(DTYPES)})")
     data = data_symbols(g_s, reg) | data_symbols(g_d, reg)

@@ -108,7 +108,8 @@ class VerifyResult:
             if r.get("rechecked"):
                 frac = f"; {len(r['rechecked'])} beyond the {r['dtype']} tolerance hold in float64"
             lines.append(f"replay: {status}: {r['checked']} relation(s) checked numerically in "
-                         f"{r.get('dtype', 'graph')} dtypes (max |diff| {r['max_abs_diff']:.3g}{frac}, seed {r['seed']})")
+                         f"{r.get('dtype', 'graph')} dtypes (max |diff| {r['max_abs_diff']:.3g}{frac}, "
+                         f"seed {r['seed']})")
             for m in r.get("mismatches", []):
                 lines.append(f"  mismatch: {m}")
         if self.expect is not None:

@@ -457,14 +457,12 @@ def _symbol_needs(e: Term, g: Graph, reg: Registry, data: set[str]) -> list[str]
     return out
 
 
-def _inputs(g_s: Graph, g_d: Graph, rel: RelationFile, reg: Registry, sv: dict, seed: int, dtype: str,
-            draw: str) -> tuple[dict, dict]:
-    """Random G_d inputs (drawn as for dtype ``draw``, stored as for ``dtype``) made consistent with R_i, and
-    each G_s input's expression over them (built when first read)."""
+def _inputs(g_s: Graph, g_d: Graph, rel: RelationFile, reg: Registry, sv: dict, seed: int,
+            dtype: str) -> tuple[dict, dict]:
+    """Random G_d inputs, stored as for ``dtype``, made consistent with R_i, and each G_s input's expression
+    over them (built when first read)."""
     rng = np.random.default_rng(seed)
-    d_env = {}
-    for t in g_d.inputs:
-        d_env[t] = _store(_random(_shape(g_d, t, sv), g_d.tensors[t].dtype, rng, draw), g_d.tensors[t].dtype, dtype)
+    d_env = {t: _random(_shape(g_d, t, sv), g_d.tensors[t].dtype, rng, dtype) for t in g_d.inputs}
     fixed: dict = {}  # G_d input -> which of its elements a relation has set
     first = {}
     for name in g_s.inputs:
@@ -480,13 +478,16 @@ def _inputs(g_s: Graph, g_d: Graph, rel: RelationFile, reg: Registry, sv: dict, 
 
 def _execute(g_s: Graph, g_d: Graph, reg: Registry, sv: dict, dtype: str, d_env: dict, first: dict,
              checks: list[Check], whole: bool = True) -> dict:
-    """Run the schedule, freeing each tensor after its last reader; returns what it held at most."""
+    """Run the schedule in ``dtype`` (the G_d inputs it reads converted to it), freeing each tensor after
+    its last reader; returns what it held at most."""
     steps = schedule(g_s, g_d, first, checks, whole)
     last = last_reads(steps)
     env = {"s": {}, "d": d_env}
     for t in list(d_env):
         if ("d", t) not in last:
             del d_env[t]  # read by nothing
+        else:
+            d_env[t] = _store(d_env[t], g_d.tensors[t].dtype, dtype)
     peak_n = peak_b = 0
     stored = {a.dtype.name for a in d_env.values() if a.dtype.kind == "f"}
     for i, st in enumerate(steps):
@@ -526,14 +527,14 @@ def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg:
            dtype: str = "graph") -> dict:
     """Check ``result`` numerically; fills ``result.replay`` (and ``result.failure.replay``). ``dtype``: one of
     DTYPES; a relation beyond a narrower dtype's tolerance is computed again in float64 from the same inputs
-    (the tensors it needs only) and is a mismatch only if it misses there too (``rechecked``: those that held).
+    (only the operators it needs) and is a mismatch only if it misses there too (``rechecked``: those that held).
     The report counts the tensors held at once (``peak_tensors``, ``peak_bytes``) and names the float dtypes
     tensors were stored in (``stored_dtypes``)."""
     if dtype not in DTYPES:
         raise ReplayError(f"unknown replay dtype '{dtype}' (choose one of {', '.join(DTYPES)})")
     data = data_symbols(g_s, reg) | data_symbols(g_d, reg)
     sv = symbol_values(g_s, g_d, rel, data)
-    d_env, first = _inputs(g_s, g_d, rel, reg, sv, seed, dtype, dtype)
+    d_env, first = _inputs(g_s, g_d, rel, reg, sv, seed, dtype)
     rels = result.relations if result.relations else {}
     pairs = [(t, e) for t, exprs in rels.items() for e in exprs]
     pairs += [(t, e) for t, exprs in result.r_o.items() for e in exprs if (t, e) not in pairs]
@@ -565,7 +566,7 @@ def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg:
     if beyond and dtype != "float64":  # rounding, or a relation that does not hold?
         sv64 = symbol_values(g_s, g_d, rel, data)
         exact: dict = {}
-        d64, first64 = _inputs(g_s, g_d, rel, reg, sv64, seed, "float64", dtype)
+        d64, first64 = _inputs(g_s, g_d, rel, reg, sv64, seed, dtype)  # the same values, in float64 below
         _execute(g_s, g_d, reg, sv64, "float64", d64, first64,
                  _relation_checks(beyond, g_s, g_d, reg, sv64, "float64", data, exact), whole=False)
         rechecked = [f"{t} = {to_text(e)}" for t, e in beyond if exact[t, e][1] <= 1]

@@ -10,7 +10,8 @@ which verifies, replays and prints its peak RSS (``ru_maxrss``) after verificati
 wall and CPU time of both phases, and the replay's own count of the tensors it held at once. ``--cap-gb``
 runs each process under ``prlimit --as`` (address space), so that a replay that does not fit stops with a
 MemoryError (reported as such) instead of filling the machine. Target (issue 11): the default replay of the
-production layer in <= 4 GB peak RSS.
+production layer in <= 4 GB peak RSS. (A replay that keeps every tensor of both graphs in float64 needs about
+20 GB here; under a 6 GB cap it stops with a MemoryError at 5.6 GB RSS.)
 """
 from __future__ import annotations
 

@@ -123,14 +123,16 @@ def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, 
 def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | None = None,
            impl_frontend: str | None = None, world_size: int | None = None, budget: Budget | None = None,
            replay: bool = False, seed: int = 0, expect=None, allow_partial=False,
-           plugins: Plugins | None = None) -> VerifyResult:
+           plugins: Plugins | None = None, replay_dtype: str = "graph") -> VerifyResult:
     """Check that ``impl`` (G_d) refines ``spec`` (G_s) under the input relation ``relation``.
 
     ``spec``/``impl`` are paths (or lists of paths) read by the named frontends, or IR graphs;
     ``relation`` is a relation file path, a :class:`RelationFile` or a dict in the file's shape; ``expect``
     a file (or :class:`RelationFile`) of relations expected in R_o. Every output of G_s must be held by G_d
     (not left as the ranks' partial results) unless ``allow_partial`` is True or names it (as does the
-    relation's ``allow_partial:`` or an expected sum).
+    relation's ``allow_partial:`` or an expected sum). ``replay`` checks the verdict numerically
+    (``replay_dtype``: "graph" computes in each tensor's dtype, "float32" / "float64" in that dtype; see
+    :mod:`graphguard.engine.replay`).
     Returns a :class:`VerifyResult` with the verdict, R_o, the failure localisation and timings."""
     t0 = time.monotonic()
     g_s, g_d, rel, plugins = load_inputs(spec, impl, relation, frontend=frontend, spec_frontend=spec_frontend,
@@ -186,7 +188,9 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
                                      input_relations={}, explored=[])
     if replay:
         from .engine.replay import replay as do_replay
-        do_replay(result, g_s, g_d, rel, plugins.registry, seed=seed)
+        t_replay = time.monotonic()
+        do_replay(result, g_s, g_d, rel, plugins.registry, seed=seed, dtype=replay_dtype)
+        result.timings["replay"] = time.monotonic() - t_replay
     return result
 
 

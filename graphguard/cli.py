@@ -86,19 +86,22 @@ def cli(ctx, plugin_opts, debug):
 @click.option("--json", "json_out", type=click.Path(), default=None, help="Also write the result as JSON here.")
 @click.option("--replay", is_flag=True, help="Check the verdict numerically with random inputs.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed for --replay.")
+@click.option("--replay-dtype", type=click.Choice(["graph", "float32", "float64"]), default="graph",
+              show_default=True, help="--replay computes in each tensor's dtype (graph) or in this one.")
 @click.option("--max-iterations", type=click.IntRange(min=1), default=40, show_default=True, help="Per-operator lemma iterations.")
 @click.option("--max-enodes", type=click.IntRange(min=1), default=20000, show_default=True, help="Per-operator e-graph size.")
 @click.option("--timeout", type=Seconds(), default=60.0, show_default=True, help="Per-operator seconds.")
 @click.pass_context
 def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, expect, allow_partial, world_size,
-           json_out, replay, seed, max_iterations, max_enodes, timeout):
+           json_out, replay, seed, replay_dtype, max_iterations, max_enodes, timeout):
     """Verify that IMPL refines SPEC under RELATION; print R_o or the operator where it fails."""
     from .api import verify as run_verify
     from .engine.egraph import Budget
     result = run_verify(list(spec), list(impl), relation, frontend=frontend, spec_frontend=spec_frontend,
                         impl_frontend=impl_frontend, world_size=world_size,
                         budget=Budget(max_iterations, max_enodes, timeout), replay=replay, seed=seed,
-                        expect=expect, allow_partial=allow_partial, plugins=_plugins(ctx))
+                        expect=expect, allow_partial=allow_partial, plugins=_plugins(ctx),
+                        replay_dtype=replay_dtype)
     click.echo(result.render())
     if json_out:
         try:

@@ -478,6 +478,20 @@ def relation(tp: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Llama-3.2-1B's dimensions (--size llama-3.2-1b; set_dims changes the tiny ones above, which the shipped files use)
+LLAMA_3_2_1B = dict(hidden=2048, heads=32, kv_heads=8, mlp=8192, vocab=128256)
+
+
+def set_dims(hidden: int = H, heads: int = NH, kv_heads: int = NKV, mlp: int = F, vocab: int = V, batch: int = B,
+             new_tokens: int = S, cached: int = P) -> None:
+    """Set the model dimensions every function below reads (the defaults keep the current ones)."""
+    global B, S, P, T, NH, NKV, D, H, F, V
+    if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
+        raise SystemExit(f"make.py: hidden={hidden} over heads={heads} (KV heads {kv_heads}) is not an even head dim")
+    B, S, P, T = batch, new_tokens, cached, cached + new_tokens
+    NH, NKV, D, H, F, V = heads, kv_heads, hidden // heads, hidden, mlp, vocab
+
+
 def write(out: Path, tp: int, variant: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.hlo").write_text(build(1).text())
@@ -491,7 +505,15 @@ def main(argv=None) -> None:
     ap.add_argument("--variant", choices=["ok", "k-slice"], default="ok")
     ap.add_argument("--out", type=Path, help="write spec.hlo, impl.hlo.pb and relation.yaml here")
     ap.add_argument("--print", action="store_true", help="print the implementation as HLO text")
+    ap.add_argument("--size", choices=["tiny", "llama-3.2-1b"], default="tiny",
+                    help="model dimensions: this example's tiny ones, or Llama-3.2-1B's (hidden 2048, 32 heads, "
+                         "8 KV heads, MLP 8192, vocabulary 128256)")
+    ap.add_argument("--batch", type=int, default=B, help="batch size")
+    ap.add_argument("--new-tokens", type=int, default=S, help="tokens computed by the layer")
+    ap.add_argument("--cached", type=int, default=P, help="positions already in the KV cache")
     a = ap.parse_args(argv)
+    set_dims(**(LLAMA_3_2_1B if a.size == "llama-3.2-1b" else {}),
+             batch=a.batch, new_tokens=a.new_tokens, cached=a.cached)
     if a.print:
         sys.stdout.write(build(a.tp, a.variant).text())
     if a.out is not None:

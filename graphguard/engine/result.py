@@ -99,12 +99,18 @@ class VerifyResult:
                 r = f.replay
                 what = (f"the expected {r['candidate'][:-len(' (expected)')]}" if r["candidate"].endswith("(expected)")
                         else f"closest G_d reconstruction {r['candidate']}")
-                lines.append(f"  replay: {what} differs from {r['output']} by max |diff| = {r['max_abs_diff']:.3g}")
+                times = f" ({r['tol_ratio']:.3g} times the tolerance)" if "tol_ratio" in r else ""
+                lines.append(f"  replay: {what} differs from {r['output']} by max |diff| = {r['max_abs_diff']:.3g}"
+                             f"{times}")
         if self.replay is not None:
             r = self.replay
             status = "ok" if r["ok"] else "MISMATCH"
-            lines.append(f"replay: {status}: {r['checked']} relation(s) checked numerically "
-                         f"(max |diff| {r['max_abs_diff']:.3g}, seed {r['seed']})")
+            frac = f", at most {r['tol_ratio']:.2g} of the tolerance" if "tol_ratio" in r else ""
+            if r.get("rechecked"):
+                frac = f"; {len(r['rechecked'])} beyond the {r['dtype']} tolerance hold in float64"
+            lines.append(f"replay: {status}: {r['checked']} relation(s) checked numerically in "
+                         f"{r.get('dtype', 'graph')} dtypes (max |diff| {r['max_abs_diff']:.3g}{frac}, "
+                         f"seed {r['seed']})")
             for m in r.get("mismatches", []):
                 lines.append(f"  mismatch: {m}")
         if self.expect is not None:

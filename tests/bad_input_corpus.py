@@ -288,6 +288,29 @@ _gg("world-size-3", "impl", lambda doc: _set(doc, lambda d: d.__setitem__("world
 _gg("world-size-1", "impl", lambda doc: _set(doc, lambda d: d.__setitem__("world_size", 1)), "rank 1")
 _gg("world-size-true", "impl", lambda doc: _set(doc, lambda d: d.__setitem__("world_size", True)), "world_size")
 _gg("world-size-cli", "impl", lambda doc: doc, "--world-size", extra=["--world-size", "4"])
+# shape expressions are read by graphguard's own scalar grammar (never evaluated): hostile, huge and deep text
+for _i, _dim in enumerate(["9**9**9**9", "2**100000", "(" * 5000 + "K" + ")" * 5000, "K" + "+K" * 20000,
+                           "(K+1)**64*(K+2)**64", "__import__('os').system('true')", "K.__class__", "lambda: 1",
+                           "K if K else 1", "[K]", "f'{K}'", "1e400", "K**-1", "K**K", "floor", "Mod(K)", "K//0",
+                           "\u0661\u0662", "K\n+1", "", "  ", "K;K"]):
+    _gg(f"shape-expr-{_i}", "spec" if _i % 2 else "impl",
+        lambda doc, v=_dim, i=_i: _set(doc, lambda d: inp(d, "A" if i % 2 else "A@0")["shape"].__setitem__(0, v)))
+# dtypes: a closed set of names, one dtype on both sides of each relation
+for _i, _dt in enumerate(["float33", "torch.float32", "Float32", "float32\n", "", "f32", "int", "object",
+                          "float32; rm -rf /", "bfloat16 "]):
+    _gg(f"dtype-name-{_i}", "spec" if _i % 2 else "impl",
+        lambda doc, v=_dt, i=_i: _set(doc, lambda d: inp(d, "B" if i % 2 else "B@1").__setitem__("dtype", v)),
+        "dtype")
+_gg("dtype-mixed-at-a-matmul-and-collective", "impl", lambda doc: _set(doc, lambda d: inp(d, "A@1").__setitem__("dtype", "float16")),
+    "dtype")
+
+
+def _mixed_relation(d):  # the relation's concat joins a float64 and a float32 shard: named at the relation's line
+    argv, f = fig1(d, impl=_set(copy.deepcopy(IMPL), lambda doc: inp(doc, "E@0").__setitem__("dtype", "float64")))
+    return argv, [f"{f['rel']}:4:3", "float64 and float32"]
+
+
+add("gg-dtype-mixed-across-a-relation", "gg.json-hostile", _mixed_relation)
 _gg("group-outside-world", "impl", lambda doc: _set(doc, lambda d: node(d, "reduce_scatter")["attrs"].__setitem__(
     "group", [0, 1, 2])), "reduce_scatter")
 _gg("group-duplicate-rank", "impl", lambda doc: _set(doc, lambda d: node(d, "reduce_scatter")["attrs"].__setitem__(

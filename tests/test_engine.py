@@ -208,12 +208,12 @@ def test_budget_exhaustion_is_inconclusive(tmp_path):
 def test_self_provable_expressions_are_pruned(plugins):
     from graphguard.engine.egraph import EGraph
     from graphguard.engine.infer import Context, prune_self_provable
-    from graphguard.ir.relation import parse_expr
+    from graphguard.ir.relation import parse_term
     from graphguard.ir.scalar import Constraints
     shapes = {"X@0": (4, 3), "Y@1": (4, 3)}
     eg = EGraph(plugins.registry, plugins.lemmas, Constraints(), shapes.__getitem__)
     ctx = Context(None, None, eg, Budget())
-    exprs = [parse_expr(t, plugins.registry) for t in
+    exprs = [parse_term(t, plugins.registry) for t in
              ("concat(slice(X@0, dim=0, start=0, end=2), slice(X@0, dim=0, start=2, end=4), dim=0)", "X@0", "Y@1")]
     assert [to_text(e) for e in prune_self_provable(ctx, exprs)] == ["X@0", "Y@1"]
 

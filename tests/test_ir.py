@@ -8,7 +8,7 @@ import pytest
 
 from graphguard.ir import scalar as S
 from graphguard.ir.expr import Leaf, app, to_text
-from graphguard.ir.relation import parse_cond, parse_expr, parse_relation_text
+from graphguard.ir.relation import parse_cond, parse_term, parse_relation_text
 from graphguard.ir.serde import graph_to_dict, load_graph
 
 from conftest import EXAMPLES
@@ -33,13 +33,13 @@ def test_dump_command():
 
 
 def test_expressions_print_flat_and_nest_left(plugins):
-    e = parse_expr("concat(A@0, A@1, A@2, dim=1)", plugins.registry)
+    e = parse_term("concat(A@0, A@1, A@2, dim=1)", plugins.registry)
     assert e == app("core.concat", Leaf("A@0"), Leaf("A@1"), Leaf("A@2"), dim=1)
     assert e.args[0].op == "core.concat"  # left-nested
     assert to_text(e) == "concat(A@0, A@1, A@2, dim=1)"
-    s = parse_expr("slice(X@1, dim=0, start=K/2, end=K)", plugins.registry)
+    s = parse_term("slice(X@1, dim=0, start=K/2, end=K)", plugins.registry)
     assert to_text(s) == "slice(X@1, dim=0, start=K/2, end=K)"
-    assert to_text(parse_expr("transpose(X, dims=[1, 0])", plugins.registry)) == "permute(X, dims=[1, 0])"
+    assert to_text(parse_term("transpose(X, dims=[1, 0])", plugins.registry)) == "permute(X, dims=[1, 0])"
 
 
 def test_relation_file_positions(plugins):

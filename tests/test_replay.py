@@ -10,7 +10,7 @@ from graphguard.api import load_inputs
 from graphguard.engine import replay as R
 from graphguard.ir.builder import GraphBuilder
 from graphguard.ir.expr import leaves
-from graphguard.ir.relation import parse_expr, parse_relation_text
+from graphguard.ir.relation import parse_term, parse_relation_text
 
 from conftest import EXAMPLES, files, run_cli
 
@@ -67,7 +67,7 @@ def test_the_schedule_frees_each_tensor_after_its_last_reader(plugins):
     g_s, g_d, rel = _chain(plugins, 6)
     r = graphguard.verify(g_s, g_d, rel, plugins=plugins)
     checks = [R.Check((t,), tuple(sorted(leaves(e))), lambda s, d: None) for t, es in r.relations.items() for e in es]
-    steps = R.schedule(g_s, g_d, {"X": parse_expr("concat(X@0, X@1, dim=0)", plugins.registry)}, checks)
+    steps = R.schedule(g_s, g_d, {"X": parse_term("concat(X@0, X@1, dim=0)", plugins.registry)}, checks)
     last = R.last_reads(steps)
     for (side, t), i in last.items():  # nothing is read after the step that frees it
         assert all((side, t) not in st.reads for st in steps[i + 1:])
@@ -135,8 +135,8 @@ def test_a_wrong_relation_is_a_mismatch_in_every_dtype(plugins, neuronx_graphs, 
     g_s, g_d, rel, _ = neuronx_graphs
     r = graphguard.verify(g_s, g_d, rel, plugins=plugins)
     r.relations = {}
-    r.r_o = {"out0": [parse_expr("concat(out0@1, out0@0, dim=0)", plugins.registry)],
-             "out1": [parse_expr("concat(out1@1, out1@0, dim=2)", plugins.registry)]}
+    r.r_o = {"out0": [parse_term("concat(out0@1, out0@0, dim=0)", plugins.registry)],
+             "out1": [parse_term("concat(out1@1, out1@0, dim=2)", plugins.registry)]}
     rep = R.replay(r, g_s, g_d, rel, plugins.registry, dtype=mode)
     assert not rep["ok"] and len(rep["mismatches"]) == 2 and not rep["rechecked"]
     assert rep["tol_ratio"] > 10
@@ -148,8 +148,8 @@ def test_a_miss_in_a_narrow_dtype_is_rechecked_in_float64(plugins, neuronx_graph
     g_s, g_d, rel, _ = neuronx_graphs
     r = graphguard.verify(g_s, g_d, rel, plugins=plugins)
     r.relations = {}
-    r.r_o = {"out0": [parse_expr("concat(out0@0, out0@1, dim=0)", plugins.registry)],
-             "out1": [parse_expr("concat(out1@1, out1@0, dim=2)", plugins.registry)]}  # wrong
+    r.r_o = {"out0": [parse_term("concat(out0@0, out0@1, dim=0)", plugins.registry)],
+             "out1": [parse_term("concat(out1@1, out1@0, dim=2)", plugins.registry)]}  # wrong
     real = R.tolerance
 
     def strict(got, want, eps=0.0):

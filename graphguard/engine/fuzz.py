@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import scalar as S
-from ..ir.expr import App, Leaf
+from ..ir.expr import Leaf
 from ..ir.ops import Registry
 from ..ir.semantics import term_dtype, term_eval, term_shape
 from .lemma import EvalContext, Rule, check_condition, evaluate, instantiate, match

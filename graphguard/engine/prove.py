@@ -11,7 +11,7 @@ import time
 from ..ir import scalar as S
 from ..errors import InputError, ShapeError
 from ..ir.expr import to_text
-from ..ir.relation import parse_expr
+from ..ir.relation import parse_term
 from ..ir.semantics import normalize_term, term_shape
 from ..plugins import load_plugins
 from .egraph import Budget, EGraph
@@ -27,7 +27,7 @@ def proves(lhs: str, rhs: str, shapes: dict[str, list], symbols: dict[str, dict]
         cx.declare(S.SymbolInfo(name, spec.get("min", 1), spec.get("max"), spec.get("multiple_of")))
     shp = {k: tuple(S.parse(d) if isinstance(d, str) else d for d in v) for k, v in shapes.items()}
     terms = []
-    for t in (parse_expr(lhs, pl.registry), parse_expr(rhs, pl.registry)):
+    for t in (parse_term(lhs, pl.registry), parse_term(rhs, pl.registry)):
         try:
             t = normalize_term(t, shp.__getitem__, pl.registry, cx)  # dims as a loaded graph has them
             term_shape(t, shp.__getitem__, pl.registry, cx)

@@ -292,7 +292,7 @@ def lower(raw, reg: Registry, where: str) -> Term:
     return app(op.name, *args, **attrs)
 
 
-def parse_expr(text: str, reg: Registry, where: str = "<expr>", line: int = 1, col: int = 1) -> Term:
+def parse_term(text: str, reg: Registry, where: str = "<expr>", line: int = 1, col: int = 1) -> Term:
     """Parse a relation expression (no pattern variables)."""
     raw = _parse(text, "expr", where, line, col)
     _no_pattern_vars(raw, f"{where}:{line}:{col}")
@@ -412,7 +412,7 @@ def _exprs(node, source: str, reg: Registry) -> list[Term]:
         line, col = it.start_mark.line + 1, it.start_mark.column + 1
         if it.style in ('"', "'"):
             col += 1
-        out.append(parse_expr(str(it.value), reg, source, line, col))
+        out.append(parse_term(str(it.value), reg, source, line, col))
     if not out:
         raise InputError(f"{source}:{node.start_mark.line + 1}:{node.start_mark.column + 1}: an empty list of "
                          f"expressions")

@@ -62,7 +62,7 @@ def gradient_expectations(inputs: dict, s_outputs: list[str], d_outputs: list[st
     """``grad.p`` laid out like input ``p``: each ``p@r`` of p's relation becomes ``grad.p@r``, and a sum of
     partial values (the gradient of each is the whole gradient) one relation per operand. Only gradients
     that G_s computes and whose every piece G_d does."""
-    from graphguard.ir.relation import parse_expr
+    from graphguard.ir.relation import parse_term
     from graphguard.plugins import load_plugins
     reg = (plugins or load_plugins()).registry
     have = set(d_outputs)
@@ -73,7 +73,7 @@ def gradient_expectations(inputs: dict, s_outputs: list[str], d_outputs: list[st
             continue
         exprs = []
         for text in rel if isinstance(rel, list) else [rel]:
-            exprs += _laid_out_like(parse_expr(text, reg, "<relation>"))
+            exprs += _laid_out_like(parse_term(text, reg, "<relation>"))
         texts = list(dict.fromkeys(to_text(e) for e in exprs))
         if texts and all(leaf in have for e in exprs for leaf in leaves(e)):
             out[g] = texts if len(texts) > 1 else texts[0]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from .errors import GraphGuardError, UnsoundLemmaError
+from .errors import GraphGuardError, UnsoundLemmaError, printable
 from .inputfile import load_json, read_text
 
 
@@ -86,8 +86,8 @@ def cli(ctx, plugin_opts, debug):
 @click.option("--json", "json_out", type=click.Path(), default=None, help="Also write the result as JSON here.")
 @click.option("--replay", is_flag=True, help="Check the verdict numerically with random inputs.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed for --replay.")
-@click.option("--replay-dtype", type=click.Choice(["graph", "float32", "float64"]), default="graph",
-              show_default=True, help="--replay computes in each tensor's dtype (graph) or in this one.")
+@click.option("--replay-dtype", type=click.Choice(["graph", "float32", "float64"]), default=None,
+              help="--replay computes in each tensor's dtype (graph, the default) or in this one.")
 @click.option("--max-iterations", type=click.IntRange(min=1), default=40, show_default=True, help="Per-operator lemma iterations.")
 @click.option("--max-enodes", type=click.IntRange(min=1), default=20000, show_default=True, help="Per-operator e-graph size.")
 @click.option("--timeout", type=Seconds(), default=60.0, show_default=True, help="Per-operator seconds.")
@@ -97,11 +97,13 @@ def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, ex
     """Verify that IMPL refines SPEC under RELATION; print R_o or the operator where it fails."""
     from .api import verify as run_verify
     from .engine.egraph import Budget
+    if replay_dtype is not None and not replay:
+        raise GraphGuardError("--replay-dtype chooses the arithmetic of --replay: give --replay too")
     result = run_verify(list(spec), list(impl), relation, frontend=frontend, spec_frontend=spec_frontend,
                         impl_frontend=impl_frontend, world_size=world_size,
                         budget=Budget(max_iterations, max_enodes, timeout), replay=replay, seed=seed,
                         expect=expect, allow_partial=allow_partial, plugins=_plugins(ctx),
-                        replay_dtype=replay_dtype)
+                        replay_dtype=replay_dtype or "graph")
     click.echo(result.render())
     if json_out:
         try:
@@ -230,9 +232,7 @@ MAX_LINE = 2000  # characters of an error line; a longer message loses its middl
 def one_line(message: str) -> str:
     """``message`` as one printable line: control characters (newlines, escapes, NUL), unpaired surrogates and
     other unprintable characters from user strings are escaped, and an overlong message loses its middle."""
-    if not message.isprintable():
-        message = "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
-                          for c in message)
+    message = printable(message)
     if len(message) > MAX_LINE:
         half = MAX_LINE // 2
         message = f"{message[:half]} [... {len(message) - MAX_LINE} characters ...] {message[-half:]}"

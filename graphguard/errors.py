@@ -15,3 +15,12 @@ class ShapeError(InputError):
 
 class UnsoundLemmaError(Exception):
     """A lemma produced a union whose two sides disagree (shape or value): a bug in a lemma pack."""
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (newlines, escapes, NUL), unpaired surrogates and other unprintable
+    characters escaped: user strings (tensor names, source locations) never break a report's lines."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for c in text)

@@ -1139,6 +1139,7 @@ def _cli(name: str, argv: "list[str] | Callable[[Path], list[str]]", *needles: s
 
 V = ["verify", "--spec", "{spec}", "--impl", "{impl}", "--relation", "{rel}"]
 _cli("no-arguments-verify", ["verify"], "--spec")
+_cli("replay-dtype-without-replay", [*V, "--replay-dtype", "float64"], "--replay")
 _cli("unknown-command", ["verfy"], "verfy")
 _cli("unknown-option", [*V, "--specs", "x"], "--specs")
 _cli("missing-relation", V[:5], "--relation")

@@ -67,3 +67,21 @@ def test_relations_written_by_graphguard_hold_no_aliases(plugins):
     assert "&" not in text and "*" not in text
     rel = parse_relation_text(text, "<relation>", plugins.registry)
     assert [t.name for t in rel.inputs["E"]] == [t.name for t in rel.inputs["G"]] == ["E@0", "E@1"]
+
+
+def test_a_verdict_report_keeps_one_line_per_line(tmp_path):
+    """A source location or name holding a newline or an escape sequence is escaped in the verdict report too
+    (not only in error lines): the report's lines are the report's."""
+    import json
+
+    from conftest import files, run_cli, write_example
+    d = write_example(tmp_path, variant="missing-reduction")
+    spec = json.loads((d / "spec.gg.json").read_text())
+    for n in spec["nodes"]:
+        n["loc"] = "model.py:3\nreason: forged\x1b[2J"
+    (d / "spec.gg.json").write_text(json.dumps(spec))
+    s, i, r = files(d)
+    p = run_cli("verify", "--spec", s, "--impl", i, "--relation", r)
+    assert p.returncode == 1, p.stderr
+    assert "\x1b" not in p.stdout and "\nreason: forged" not in p.stdout
+    assert "model.py:3\\nreason: forged\\x1b[2J" in p.stdout

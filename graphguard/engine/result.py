@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..errors import printable
 from ..ir.expr import Term, to_text
 
 EXIT_CODES = {"refines": 0, "does-not-refine": 1, "inconclusive": 3}
@@ -123,4 +124,4 @@ class VerifyResult:
                     lines.append(f"  {t}: expected {exp}; R_o has {', '.join(got) or 'nothing'}")
             else:
                 lines.append(f"expected relations: all {e['checked']} found in R_o")
-        return "\n".join(lines)
+        return "\n".join(printable(x) for x in lines)  # one report line per line, whatever the names hold

@@ -11,7 +11,7 @@ binaries, zip bombs and damaged archives, recursion bombs, tags and aliases in Y
 NaN, duplicate names, cycles, dangling names, control characters in names, folders and devices for files, bad
 option values). They run in-process (``graphguard.cli.main``) in two worker processes; see that module.
 
-Size and cost (``python3 bench/bad_input_corpus.py``, 2-core machine shared with other jobs): 1062 cases -- 1007
+Size and cost (``python3 bench/bad_input_corpus.py``, 2-core machine shared with other jobs): 1097 cases -- 1042
 that must exit 2 with one line, 51 that may also give a verdict (48 bit flips of an HloModuleProto, 3 valid
 but odd modules; none may exit 4), 4 unmodified bases that must verify. About 7-8 s of CPU for the cases and
 14 s of CPU in all with worker start-up (torch, for the ``.pt2`` op schemas, in one worker only); 21 s wall when

@@ -202,13 +202,15 @@ _PADS = [{"a": a, "b": b, "u": a, "s": b, "d": d, "t": "float64"}
 # Scalar constants: every multiplication or division by a constant becomes ``mul.Scalar`` (where the 0-dim tensor
 # holds the constant exactly: a float one, or an integral constant in a wide integer dtype) and constants
 # are folded, so (x * 1/2) * (t / 2) and (x * 1/4) * t meet. Needed for means and loss scaling.
+# the 0-dim tensor scalar_tensor(s=?c, dtype=?t) holds ?c exactly (dtype None is torch's default, float32)
+HOLDS_C = '(?t == None or floating(?t) or ((?t == "int64" or ?t == "int32") and ?c // 1 == ?c))'
 CONSTANTS = [
     L(400, "div-by-constant", "aten.div.Tensor(?x, aten.scalar_tensor(s=?c, dtype=?t)) => aten.mul.Scalar(?x, other=1 / ?c)",
-      "?c != 0 and floating(dtype(?x)) and (?t == None or floating(?t) or ((?t == \"int64\" or ?t == \"int32\") and ?c // 1 == ?c))"),
+      "?c != 0 and floating(dtype(?x)) and " + HOLDS_C),
     L(401, "mul-by-constant", "aten.mul.Tensor(?x, aten.scalar_tensor(s=?c, dtype=?t)) => aten.mul.Scalar(?x, other=?c)",
-      "floating(dtype(?x)) and (?t == None or floating(?t) or ((?t == \"int64\" or ?t == \"int32\") and ?c // 1 == ?c))"),
+      "floating(dtype(?x)) and " + HOLDS_C),
     L(402, "constant-times", "aten.mul.Tensor(aten.scalar_tensor(s=?c, dtype=?t), ?x) => aten.mul.Scalar(?x, other=?c)",
-      "floating(dtype(?x)) and (?t == None or floating(?t) or ((?t == \"int64\" or ?t == \"int32\") and ?c // 1 == ?c))"),
+      "floating(dtype(?x)) and " + HOLDS_C),
     L(403, "fold-scalar-factors", "aten.mul.Scalar(aten.mul.Scalar(?x, other=?a), other=?b) => aten.mul.Scalar(?x, other=?a * ?b)",
       "finite(?a) and finite(?b) and floating(dtype(?x))"),
     L(404, "scalar-factor-out-left", "aten.mul.Tensor(aten.mul.Scalar(?x, other=?a), ?y) => aten.mul.Scalar(aten.mul.Tensor(?x, ?y), other=?a)"),

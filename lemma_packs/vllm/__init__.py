@@ -6,22 +6,25 @@ frontend gives vLLM's in-place kernels (captured under ``auto_functionalized``: 
 arguments except a written-only ``result``/``output``, outputs the new values of the mutated arguments);
 ``lemmas.py`` how they distribute over sharded tensors -- including vLLM's merged gate_up layout and
 attention heads split across ranks (grouped-query attention). ``vllm.all_reduce(tensor, group_name)`` is
-declared a collective (a sum over the named group) through ``graphguard_collective_ops``.
+declared a collective (a sum over the named group) through ``graphguard_collective_ops``. ``ir.py`` and
+``ir_lemmas.py``: what vLLM 0.3x's captured graphs add (vLLM IR norms, the KV-cache write's token).
 """
 from graphguard.hookspecs import hookimpl
 
+from .ir import OPS as IR_OPS
+from .ir_lemmas import LEMMAS as IR_LEMMAS
 from .lemmas import LEMMAS
 from .ops import OPS
 
 
 @hookimpl
 def graphguard_ops():
-    return OPS
+    return OPS + IR_OPS
 
 
 @hookimpl
 def graphguard_lemmas():
-    return LEMMAS
+    return LEMMAS + IR_LEMMAS
 
 
 @hookimpl

@@ -141,6 +141,9 @@ def _rope_ref_one(positions, x, cache, head_size, neox):
 def _rotary_shapes(shapes, attrs, cx):
     p, q, k, c = shapes
     h = attrs["head_size"]
+    if attrs["rope_dim_offset"] != 0 or attrs["inverse"]:
+        fail(f"{ROTARY}: rope_dim_offset={attrs['rope_dim_offset']}, inverse={attrs['inverse']} (a rotation of "
+             f"dims other than each head's first rot_dim, or its inverse) is not supported")
     _rope_check(ROTARY, p, c, h, cx)
     _tokens_heads(ROTARY, "query", q, p, h, cx)
     _tokens_heads(ROTARY, "key", k, p, h, cx)
@@ -161,20 +164,31 @@ def _rope_shape(shapes, attrs, cx):
 
 
 ROPE_ATTRS = (AttrSpec("head_size", "int"), AttrSpec("is_neox", "bool"))
+# vLLM >= 0.2x: the kernel also takes where the rotated dims start and whether to rotate backwards
+ROTARY_ATTRS = ROPE_ATTRS + (AttrSpec("rope_dim_offset", "int", 0), AttrSpec("inverse", "bool", False))
 _ATTN_ABSENT = AttrSpec("absent", "ints", default=())
 
 
 def _attn_parts(xs, absent):
-    """(query, key, value) of the captured inputs: [q, k, v, (output), (output_scale), (output_block_scale)]
-    with the optional ones listed in ``absent`` (positions in that flattened list)."""
+    """(query, key, value) of the captured inputs. The schema's tensors, flattened: query, key, value, [output],
+    output_scale, output_block_scale, [kv_cache_dummy_dep] -- ``output`` only where it is read (not a fresh
+    buffer), ``kv_cache_dummy_dep`` from vLLM 0.3x on (the token ``vllm.unified_kv_cache_update`` returns to
+    order the cache write before the read; it holds no data). ``absent`` lists the positions of the missing
+    optional ones. Quantised outputs (``output_scale``, ``output_block_scale`` present) are refused."""
     absent = set(absent or ())
     n = len(xs) + len(absent)
-    if n not in (5, 6) or any(not 0 <= a < n for a in absent):
+    if any(not 0 <= a < n for a in absent):
+        fail(f"{ATTN}: absent positions {sorted(absent)} outside the {n} tensor arguments")
+    # the layouts: (output given, dep slot) -> positions of output_scale and output_block_scale
+    layouts = {5: [(False, False)], 6: [(True, False), (False, True)], 7: [(True, True)]}.get(n)
+    if layouts is None:
         fail(f"{ATTN}: {len(xs)} input(s) with absent {sorted(absent)} do not match (query, key, value, [output,] "
-             f"output_scale, output_block_scale)")
-    if set(range(n - 2, n)) != absent:
-        fail(f"{ATTN}: quantised outputs (output_scale / output_block_scale) are not supported")
-    return xs[:3]
+             f"output_scale, output_block_scale[, kv_cache_dummy_dep])")
+    for out, dep in layouts:
+        scales = {3 + out, 4 + out}
+        if scales <= absent and absent - scales <= ({5 + out} if dep else set()):
+            return xs[:3]
+    fail(f"{ATTN}: quantised outputs (output_scale / output_block_scale) are not supported")
 
 
 def _attn_shape(shapes, attrs, cx):
@@ -190,8 +204,11 @@ def _attn_shape(shapes, attrs, cx):
     if not (cx.prove(">=", k[1], 1) and cx.integral(S.norm(S.sym(q[1]) / S.sym(k[1])))):
         fail(f"{ATTN}: query heads {S.text(q[1])} are not a multiple of KV heads {S.text(k[1])}")
     out = (q[0], q[1], v[2])
-    if len(shapes) == 4 and not all(cx.prove("==", a, b) for a, b in zip(shapes[3], out)):
-        fail(f"{ATTN}: output buffer {fmt_shape(shapes[3])} is not {fmt_shape(out)}")
+    for extra in shapes[3:]:  # an output buffer read (zero-filled) or the KV-cache write's token
+        if len(extra) == 3 and not all(cx.prove("==", a, b) for a, b in zip(extra, out)):
+            fail(f"{ATTN}: output buffer {fmt_shape(extra)} is not {fmt_shape(out)}")
+        if len(extra) not in (1, 3):
+            fail(f"{ATTN}: extra input {fmt_shape(extra)} is neither an output buffer nor a KV-cache token")
     return out
 
 
@@ -214,7 +231,7 @@ OPS = [
           doc="vLLM SiluAndMul: silu(x[..., :d]) * x[..., d:] with d = x.shape[-1] // 2."),
 ] + multi_output(FUSED, 3, _fused_shapes, _fused_ref, EPS, names=("input", "residual"),
                  doc="vLLM fused residual add + RMSNorm: (rms_norm(input + residual), input + residual).") \
-  + multi_output(ROTARY, 4, _rotary_shapes, _rotary_ref, ROPE_ATTRS, names=("query", "key"),
+  + multi_output(ROTARY, 4, _rotary_shapes, _rotary_ref, ROTARY_ATTRS, names=("query", "key"),
                  dtypes=lambda ds, a: [ds[1], ds[2]],
                  doc="vLLM rotary embedding of query and key (in place in vLLM): each head's first rot_dim "
                      "entries rotated by the cos/sin of the token's position (neox or GPT-J pairs).") \

@@ -169,7 +169,7 @@ def _named_args(module, args) -> dict:
 
 
 def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, groups: dict, reg=None,
-                  dynamic=None) -> dict:
+                  dynamic=None, group_ranks=None) -> dict:
     import torch
     import torch.distributed as dist
     from functorch.compile import make_boxed_func
@@ -247,7 +247,9 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
                         try:
                             groups[a] = tuple(dist.get_process_group_ranks(_resolve_process_group(a)))
                         except Exception:
-                            pass
+                            ranks = group_ranks(a) if group_ranks is not None else None
+                            if ranks is not None:
+                                groups[a] = tuple(int(r) for r in ranks)
     return seen
 
 
@@ -337,14 +339,18 @@ def _relation(per_rank: list[dict], what: str, source: str, convert) -> dict:
 
 
 def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool = False,
-            name: str = "model", plugins=None, distributed: bool | None = None, dynamic=None) -> Captured:
+            name: str = "model", plugins=None, distributed: bool | None = None, dynamic=None,
+            group_ranks: Callable[[str], Any] | None = None) -> Captured:
     """Capture ``build(rank)`` on every rank: a distributed G_d, or with ``world_size=1`` a sequential G_s
     (``distributed=True`` makes a one-rank G_d, e.g. gradient accumulation on one device).
 
     ``example_inputs`` is a tuple of tensors, or a callable ``rank -> tuple`` when ranks get different
     inputs (e.g. sequence-sharded activations). ``dynamic`` (a dict, or a callable ``rank -> dict``; rank is
     None for the sequential program) names dynamic input dims: ``{"x": {0: "S"}}``; on a rank holding a
-    sequence shard of x that is ``{"x": {0: "S/2"}}``. The result's ``relation`` holds the input relations
+    sequence shard of x that is ``{"x": {0: "S/2"}}``. ``group_ranks`` (``name -> ranks or None``) resolves the
+    process-group names a collective custom op passes that torch.distributed does not know (vLLM's
+    ``vllm.all_reduce(x, "tp:0")`` names its own group coordinator); it is called while the rank's groups are
+    alive. The result's ``relation`` holds the input relations
     DTensor placements state (and, for DTensor outputs, their tangents) and the symbols' constraints."""
     if distributed is None:
         distributed = world_size > 1
@@ -371,7 +377,7 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
                 dist.destroy_process_group()
             dist.init_process_group("fake", rank=r, world_size=world_size, store=FakeStore())
             _clear_sharding_prop_cache()  # DTensor caches output specs holding the previous rank's mesh
-            seens.append(_capture_rank(build, example_inputs, r, backward, groups, reg, dynamic))
+            seens.append(_capture_rank(build, example_inputs, r, backward, groups, reg, dynamic, group_ranks))
             ranks.append(to_rank_graph(_join(seens[-1], backward, source), reg, r, groups))
     finally:
         if dist.is_initialized():

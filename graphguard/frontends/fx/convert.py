@@ -62,6 +62,8 @@ FILLS = {"aten.new_zeros.default": 0, "aten.zeros_like.default": 0, "aten.new_on
 EMPTY = {"aten.empty_like.default", "aten.new_empty.default", "aten.empty.memory_format",
          "aten.empty_strided.default", "aten.new_empty_strided.default"}  # fresh buffers: contents never read
 AUTO_FUNCTIONALIZED = {"auto_functionalized", "auto_functionalized_v2"}  # in-place custom ops, functionalised
+# how auto_functionalized_v2 describes the view a mutated argument "a" is of its base: "_a_" + these
+_VIEW_KEYS = ("slice_dim", "slice_start", "slice_end", "size", "stride", "storage_offset")
 RESHAPE = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"}
 
 # ops whose output shape depends on tensor values (a MoE router's token selection): refused with advice
@@ -218,7 +220,7 @@ class _Converter:
                 self.shape.setdefault(parts[idx], tuple(n.shape))
                 self.dtype.setdefault(parts[idx], n.dtype)
             return
-        if tgt in IDENTITY or (tgt == "aten._to_copy.default" and _same_dtype(n, self)):
+        if tgt in IDENTITY or (tgt in ("aten._to_copy.default", "aten.view.dtype") and _same_dtype(n, self)):
             self.alias[n.name] = self.ref(n.args[0], n)
             return
         if tgt in ("aten.copy_.default", "aten.copy.default"):
@@ -364,7 +366,8 @@ class _Converter:
         """How mutated argument ``arg`` of an ``auto_functionalized_v2`` node views its base:
         ("whole",), ("slice", dim, start, end) or ("reshape", size)."""
         p = f"_{arg}_"
-        if kw.get(f"{p}alias") or not any(k.startswith(p) and k != f"{p}base_index" for k in kw):
+        view_keys = [p + k for k in _VIEW_KEYS]  # exact keys: argument "x" must not read "_x_residual_..."
+        if kw.get(f"{p}alias") or not any(k in kw for k in view_keys):
             return ("whole",)
         shape = self.shape.get(self.ref(base, n)) if isinstance(base, Ref) else None
         if f"{p}slice_dim" in kw and shape is not None:
@@ -383,7 +386,7 @@ class _Converter:
                     and all(S.norm(d) == 1 or S.norm(a) == S.norm(b) for d, a, b in zip(size, stride, contiguous))
                     and numel(size) == numel(shape)):
                 return ("reshape", tuple(S.norm(d) for d in size))
-        views = ", ".join(f"{k}={kw[k]}" for k in kw if k.startswith(p) and k != f"{p}base_index")
+        views = ", ".join(f"{k}={kw[k]}" for k in view_keys if k in kw)
         raise InputError(f"{self.where(n)}: mutated argument '{arg}' of {op} is a view of another tensor ({views}); "
                          f"only whole tensors, slices and reshapes of a fresh empty buffer are supported")
 
@@ -518,8 +521,9 @@ class _Converter:
 
 
 def _same_dtype(n: TNode, conv: "_Converter") -> bool:
+    """A dtype conversion (``_to_copy``) or reinterpretation (``view.dtype``) to the dtype the tensor has."""
     src = n.args[0]
-    want = n.kwargs.get("dtype")
+    want = n.args[1] if n.target == "aten.view.dtype" else n.kwargs.get("dtype")
     return want is None or (isinstance(src, Ref) and conv.dtype.get(conv.t(src.name)) == dtype_name(want))
 
 

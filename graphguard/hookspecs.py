@@ -48,4 +48,6 @@ def graphguard_collective_ops() -> dict:
     """Framework custom ops that *are* collectives, by captured target (``vllm.all_reduce.default``):
     ``{"kind": "all_reduce", "attrs": {"op": "sum"}, "group": 1}`` -- the collective kind and attributes the
     fx frontend records (as for ``_c10d_functional.all_reduce``), and the index of the argument holding the
-    process-group name. Tensor argument 0 is the input; the result is the collective's output."""
+    process-group name; optionally ``"arg_attrs": {"dim": 1}``, attributes read from arguments (by index; a
+    negative ``dim`` counts from the end of the input's rank). Tensor argument 0 is the input; the result is
+    the collective's output."""

@@ -59,12 +59,13 @@ _STACK = contextlib.ExitStack()
 
 
 class Model(torch.nn.Module):
-    def __init__(self, model):
+    """vLLM's Qwen2ForCausalLM as its model runner calls it: hidden states, then the logits."""
+    def __init__(self, lm):
         super().__init__()
-        self.model = model
+        self.lm = lm
 
     def forward(self, input_ids, positions):
-        return self.model(input_ids, positions)
+        return self.lm.compute_logits(self.lm(input_ids, positions))
 
 
 def build(world: int, rank: int, layer_only: bool):
@@ -86,12 +87,12 @@ def build(world: int, rank: int, layer_only: bool):
     _STACK.enter_context(set_current_vllm_config(vc))
     ps.init_distributed_environment(dist.get_world_size(), dist.get_rank(), local_rank=0, backend="fake")
     ps.initialize_model_parallel(world)
-    from vllm.model_executor.models.qwen2 import Qwen2DecoderLayer, Qwen2Model
+    from vllm.model_executor.models.qwen2 import Qwen2DecoderLayer, Qwen2ForCausalLM
     torch.manual_seed(0)
     if layer_only:
         model = Qwen2DecoderLayer(mc.hf_config, prefix="model.layers.0")
     else:
-        model = Qwen2Model(vllm_config=vc, prefix="model")
+        model = Qwen2ForCausalLM(vllm_config=vc, prefix="")
     for p in model.parameters():
         p.data.normal_()
     for m in model.modules():
@@ -135,33 +136,31 @@ def _rows(name, r, start, end):
     return f"slice({name}@{r}, dim=0, start={start}, end={end})"
 
 
-def relation(world: int, prefix: str, cfg: dict) -> dict:
+def relation(world: int, names: list[str], cfg: dict) -> dict:
+    """The input relation vLLM's weight loaders imply for the spec's inputs ``names`` (checked against the
+    loaders by :func:`check_relation`): QKVParallelLinear rank r holds [q_r; k_r; v_r] (a KV head on several
+    ranks when there are fewer KV heads than ranks: one alternative per replica), MergedColumnParallelLinear
+    [gate_r; up_r], row-parallel weights their columns, the vocabulary-parallel embedding and LM head their
+    rows; everything else is replicated."""
     heads, kv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["hidden_size"] // cfg["num_attention_heads"]
     q, k = heads // world * hd, max(kv // world, 1) * hd
-    per_kv = max(world // kv, 1)
+    per_kv = max(world // kv, 1)  # ranks holding one KV head
     ffn = cfg["intermediate_size"] // world
-    rep = lambda n: [f"{n}@{r}" for r in range(world)]  # noqa: E731
     cat = lambda n, d: f"concat({', '.join(f'{n}@{r}' for r in range(world))}, dim={d})"  # noqa: E731
     rel = {}
-    for i in range(cfg["num_hidden_layers"]):
-        p = f"{prefix}layers.{i}." if prefix is not None else ""
-        for w in ("input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.rotary_emb.cos_sin_cache"):
-            rel[p + w] = rep(p + w)
-        for w in ("self_attn.qkv_proj.weight", "self_attn.qkv_proj.bias"):
-            n = p + w
-            owners = [range(j, world, per_kv) for j in range(per_kv)]
-            alts = [f"concat({', '.join([_rows(n, r, 0, q) for r in range(world)] + [_rows(n, r, q, q + k) for r in o] + [_rows(n, r, q + k, q + 2 * k) for r in o])}, dim=0)" for o in owners]
+    for n in names:
+        if n.endswith(("qkv_proj.weight", "qkv_proj.bias")):
+            alts = [f"concat({', '.join([_rows(n, r, 0, q) for r in range(world)] + [_rows(n, r, q, q + k) for r in o] + [_rows(n, r, q + k, q + 2 * k) for r in o])}, dim=0)"
+                    for o in (range(j, world, per_kv) for j in range(per_kv))]
             rel[n] = alts if len(alts) > 1 else alts[0]
-        n = p + "mlp.gate_up_proj.weight"
-        rel[n] = f"concat({', '.join([_rows(n, r, 0, ffn) for r in range(world)] + [_rows(n, r, ffn, 2 * ffn) for r in range(world)])}, dim=0)"
-        rel[p + "self_attn.o_proj.weight"] = cat(p + "self_attn.o_proj.weight", 1)
-        rel[p + "mlp.down_proj.weight"] = cat(p + "mlp.down_proj.weight", 1)
-    if prefix is None:
-        rel["positions"], rel["hidden_states"] = rep("positions"), rep("hidden_states")
-    else:
-        rel["input_ids"], rel["positions"] = rep("input_ids"), rep("positions")
-        rel[prefix + "embed_tokens.weight"] = cat(prefix + "embed_tokens.weight", 0)
-        rel[prefix + "norm.weight"] = rep(prefix + "norm.weight")
+        elif n.endswith("gate_up_proj.weight"):
+            rel[n] = f"concat({', '.join([_rows(n, r, 0, ffn) for r in range(world)] + [_rows(n, r, ffn, 2 * ffn) for r in range(world)])}, dim=0)"
+        elif n.endswith(("o_proj.weight", "down_proj.weight")):
+            rel[n] = cat(n, 1)
+        elif n.endswith(("embed_tokens.weight", "lm_head.weight")):
+            rel[n] = cat(n, 0)
+        else:
+            rel[n] = [f"{n}@{r}" for r in range(world)]
     return {"inputs": rel}
 
 
@@ -189,7 +188,7 @@ def main(argv=None):
                 name="vllm-qwen2-impl", group_ranks=group_ranks)
     d.save(out / "impl.gg.json")
     cfg = json.loads((HERE / "config.json").read_text())
-    (out / "relation.yaml").write_text(relation_yaml(relation(a.world_size, None if a.layer else "model.", cfg)))
+    (out / "relation.yaml").write_text(relation_yaml(relation(a.world_size, [t["name"] for t in s.doc["inputs"]], cfg)))
     print(f"impl {time.time() - t1:.1f}s", flush=True)
 
 

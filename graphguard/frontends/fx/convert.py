@@ -269,8 +269,13 @@ class _Converter:
         custom = self.reg.collective_ops.get(n.target)  # a pack's custom op that is a collective (vllm.all_reduce)
         if custom is not None:
             schema, gi = _schema(n.target), custom["group"]
-            g = a[gi] if gi < len(a) else n.kwargs.get(schema.arguments[gi].name) if schema is not None else None
+            arg = lambda i: a[i] if i < len(a) else n.kwargs.get(schema.arguments[i].name) if schema else None  # noqa: E731
+            g = arg(gi)
             kind, attrs = custom["kind"], dict(custom.get("attrs", {}))
+            for name, i in custom.get("arg_attrs", {}).items():
+                attrs[name] = arg(i)
+            if isinstance(attrs.get("dim"), int) and attrs["dim"] < 0:
+                attrs["dim"] += len(self.shape.get(x, ()))
         elif tgt == "all_reduce":
             kind, attrs, g = "all_reduce", {"op": _reduce_op(a[1])}, a[2]
         elif tgt == "all_gather_into_tensor":

@@ -24,7 +24,7 @@ import vllm_ops  # noqa: E402
 
 RMS, FUSED, SILU = "_C.rms_norm", "_C.fused_add_rms_norm", "_C.silu_and_mul"
 ROTARY, ROPE, ATTN = "_C.rotary_embedding", "vllm.rope", "vllm.unified_attention_with_output"
-REFS = set(range(701, 708)) | set(range(720, 726))
+REFS = set(range(701, 708)) | set(range(720, 726)) | set(range(1600, 1607))  # 16xx: vLLM 0.3x (test_vllm_real)
 MODEL = EXAMPLES / "vllm-qwen2-tp" / "model.py"
 
 
@@ -34,6 +34,7 @@ def test_pack_loads_through_its_entry_point(plugins):
                                                      f"{ROTARY}#1", ROPE, ATTN)} == {"vllm"}
     assert {r.ref for r in plugins.lemmas if r.lemma.pack == "vllm"} == REFS
     assert plugins.registry.collective_ops["vllm.all_reduce.default"]["kind"] == "all_reduce"
+    assert plugins.registry.collective_ops["vllm.all_gather.default"]["kind"] == "all_gather"
 
 
 @pytest.mark.parametrize("shape", [(5, 8), (2, 3, 6)])

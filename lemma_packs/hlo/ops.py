@@ -174,7 +174,7 @@ ELEMENTWISE = [
     _bin("add", np.add, "a + b (same shapes).", linear=((0, 1),), **COMM),
     _bin("subtract", np.subtract, "a - b (same shapes).", linear=((0, 1),)),
     _bin("multiply", np.multiply, "a * b (same shapes).", scaling=True, linear=(0, 1), **COMM),
-    _bin("divide", _divide, "a / b (same shapes; integers truncate toward zero).", scaling=True, linear=(0,)),
+    _bin("divide", _divide, "a / b (same shapes; integers truncate toward zero).", scaling=True),
     _bin("remainder", lambda x, y: np.fmod(x, y), "Remainder with the sign of a (C fmod; same shapes)."),
     _bin("maximum", np.maximum, "Elementwise max (same shapes).", **COMM),
     _bin("minimum", np.minimum, "Elementwise min (same shapes).", **COMM),

@@ -371,3 +371,46 @@ def test_a_third_party_op_gets_the_families_by_declaring_properties(third_party,
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert re.search(r"lemma pack 'extra' is refused: lemma 120[34] (linear-over-sum|scalar-factor-out)\[extra.square",
                      p.stderr), p.stderr
+
+
+# -- the new ATen ops: captured by the fx frontend, references agree with torch -----------------------------
+
+def test_new_aten_ops_are_captured_and_match_torch(plugins):
+    torch = pytest.importorskip("torch")
+    import numpy as np
+    import graphguard.torch as ggt
+
+    class M(torch.nn.Module):
+        def forward(self, x, ids):
+            a = torch.flip(x, [1]) + torch.roll(x, 1, 1) + x.abs()
+            b = (torch.amin(a, 1, keepdim=True) + torch.var(a, 1, keepdim=True, correction=0)
+                 + torch.linalg.vector_norm(a, dim=1, keepdim=True))
+            m = torch.logical_and(torch.bitwise_and(ids >= 0, ids < 5), torch.gt(ids, 2)) ^ torch.ne(ids, 3)
+            return a * b + m.to(x.dtype) + torch.ge(x, a).float()
+
+    c = ggt.capture(lambda r: M(), lambda r: (torch.randn(4, 3), torch.randint(-2, 7, (4, 3))), world_size=1)
+    ops = {n["op"] for n in c.doc["nodes"]}
+    assert {"aten.flip", "aten.roll", "aten.abs", "aten.amin", "aten.var.correction", "aten.linalg_vector_norm",
+            "aten.gt.Scalar", "aten.ne.Scalar", "aten.logical_and", "aten.bitwise_xor.Tensor", "aten.ge.Tensor"} <= ops
+    assert len(c.graph(plugins).nodes) == len(c.doc["nodes"])
+    x = torch.randn(3, 4, dtype=torch.float64)
+    y = torch.randint(-3, 4, (3, 4))
+    reg = plugins.registry
+    cases = [("aten.flip", [x], {"dims": (0, 1)}, torch.flip(x, [0, 1])),
+             ("aten.roll", [x], {"shifts": (2,), "dims": ()}, torch.roll(x, 2)),
+             ("aten.roll", [x], {"shifts": (1, -1), "dims": (0, 1)}, torch.roll(x, (1, -1), (0, 1))),
+             ("aten.abs", [y], {}, y.abs()),
+             ("aten.amin", [x], {"dim": (1,), "keepdim": False}, torch.amin(x, 1)),
+             ("aten.var.correction", [x], {"dim": (0,), "correction": None, "keepdim": True}, torch.var(x, 0, keepdim=True)),
+             ("aten.var.dim", [x], {"dim": None, "unbiased": False, "keepdim": False}, torch.var(x, unbiased=False)),
+             ("aten.linalg_vector_norm", [x], {"ord": 3, "dim": (1,), "keepdim": False, "dtype": None},
+              torch.linalg.vector_norm(x, 3, 1)),
+             ("aten.linalg_vector_norm", [x], {"ord": float("inf"), "dim": None, "keepdim": False, "dtype": None},
+              torch.linalg.vector_norm(x, float("inf"))),
+             ("aten.gt.Tensor", [x, x.T[:1, :].T], {}, x > x.T[:1, :].T),
+             ("aten.logical_xor", [y, x], {}, torch.logical_xor(y, x)),
+             ("aten.bitwise_xor.Tensor", [y, y.flip(0)], {}, y ^ y.flip(0))]
+    for name, args, attrs, want in cases:
+        op = reg.get(name)
+        got = op.ref([a.numpy() for a in args], {s.name: attrs.get(s.name, s.default) for s in op.attrs})
+        assert np.allclose(np.asarray(got, dtype=np.float64), want.numpy().astype(np.float64)), name

@@ -129,11 +129,13 @@ def lemmas_list(ctx):
     pl = _plugins(ctx.find_root())
     seen = set()
     for r in pl.lemmas:
-        if r.lemma.ref in seen:
+        if id(r.lemma) in seen:
             continue
-        seen.add(r.lemma.ref)
+        seen.add(id(r.lemma))
         click.echo(f"{r.lemma.pack:>8} {r.lemma}")
-    click.echo(f"{len(seen)} lemmas ({len(pl.lemmas)} rules)")
+    derived = {id(r.lemma) for r in pl.lemmas if r.lemma.variant}
+    click.echo(f"{len(seen)} lemmas ({len(pl.lemmas)} rules; {len(derived)} lemmas derived from operator properties by "
+               f"{len({r.lemma.ref for r in pl.lemmas if r.lemma.variant})} families)")
 
 
 @lemmas.command("check")
@@ -163,7 +165,7 @@ def lemmas_check(ctx, trials, seed, refs):
         else:
             bad += 1
             click.echo(f"FAIL  {r.id:>6} {r.lemma.name} [{r.lemma.where}]: {rep.why()}")
-    lemmas_n = len({r.lemma.ref for r in rules})
+    lemmas_n = len({id(r.lemma) for r in rules})
     click.echo(f"{len(rules) - bad} passed, {bad} failed ({lemmas_n} lemmas, {len(rules)} rules"
                + (f"; fewest instances: {least.instances} ({least.rule.id})" if least else "")
                + f"; {time.monotonic() - t0:.1f} s)")
@@ -184,7 +186,7 @@ def plugins(ctx):
     click.echo("operators: " + ", ".join(f"{k}: {v}" for k, v in sorted(by_src.items())))
     by_pack: dict[str, set] = {}
     for r in pl.lemmas:
-        by_pack.setdefault(r.lemma.pack, set()).add(r.lemma.ref)
+        by_pack.setdefault(r.lemma.pack, set()).add(id(r.lemma))
     click.echo("lemmas: " + ", ".join(f"{k}: {len(v)}" for k, v in sorted(by_pack.items())))
 
 

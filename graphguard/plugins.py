@@ -84,10 +84,11 @@ def cache_dir() -> Path:
 
 def pack_hash(mod) -> str:
     """Hash of a pack's source files (every .py file of its package, or its module file), and of the fuzzer's
-    version: the cache key of its verdict."""
-    from .engine import fuzz
+    version and the lemma families its ops' properties derive: the cache key of its verdict."""
+    from .engine import families, fuzz
     h = hashlib.sha256(f"graphguard-fuzz-{fuzz.MIN_INSTANCES}".encode())
     h.update(Path(fuzz.__file__).read_bytes())
+    h.update(Path(families.__file__).read_bytes())
     paths = getattr(mod, "__path__", None)
     files = sorted(p for d in paths for p in Path(d).rglob("*.py")) if paths else [Path(mod.__file__)]
     for p in files:
@@ -156,7 +157,9 @@ def load_plugins(disabled: frozenset[str] = frozenset(), extra: tuple = (), gate
                 raise GraphGuardError(f"lemma reference {lem.ref} is used twice ({seen[lem.ref]} and {lem.where})")
             seen[lem.ref] = lem.where
             lemmas.append(lem)
+    from .engine.families import derive
     from .engine.lemma import compile_lemmas
+    lemmas += derive(reg)  # the families of the ops' declared properties (engine/families.py)
     compiled = compile_lemmas(lemmas, reg)
     if gate:
         for name, mod in getattr(pm, "_third_party", {}).items():

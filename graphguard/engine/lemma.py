@@ -46,10 +46,12 @@ class Lemma:
     examples: tuple = ()  # seeds for the fuzzer: ({"a": [2, 3], "d": 0, ...}, ...) -- tensor shapes, attrs
     when: str = ""  # a pattern that must also exist as an e-node (a constrained lemma, §4.3)
     index: tuple = ()  # ((var, bound), ...): tensor variables holding indices, fuzzed as integers in [0, bound)
+    variant: str = ""  # a lemma of a family (engine/families.py): the op it is stated for (its rules' ids name it)
 
     def __str__(self) -> str:
         c = f"  if {self.cond}" if self.cond else ""
-        return f"[{self.ref}] {self.name}: {self.rule}{c}"
+        w = f"  when {self.when} exists" if self.when else ""
+        return f"[{self.ref}] {self.name}: {self.rule}{c}{w}"
 
 
 def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root", examples: tuple = (),
@@ -325,7 +327,8 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
         rcalls: set[str] = set()
         for e in (rhs, cond):
             _expr_calls(e, rcalls)
-        rules.append(Rule(lem, f"L{lem.ref}{suffix}", lhs, rhs, cond, lem.exists, tv, avars, native, when=when,
+        rid = f"L{lem.ref}{'.' + lem.variant if lem.variant else ''}{suffix}"
+        rules.append(Rule(lem, rid, lhs, rhs, cond, lem.exists, tv, avars, native, when=when,
                           index=index, cond_vars=(tuple(v for v in tv if v in cv), tuple(v for v in avars if v in cv)),
                           reads_dtype="dtype" in rcalls))
     return rules
@@ -412,7 +415,11 @@ FUNCTIONS: dict[str, Callable] = {
     + tuple(len(ctx.shape_of(x)) - 3 + int(v) for v in tuple(p)[1:]),
     "contains": lambda ctx, p, v: int(v) in tuple(int(x) for x in p),
     # where output dim d of a reduction over dims p (keepdim k) lands
-    "reduced_dim": lambda ctx, d, p, k: int(d) if k else int(d) - sum(1 for x in p if int(x) < int(d)),
+    "reduced_dim": lambda ctx, d, p, k: int(d) if k else int(d) - sum(1 for x in _dimset(p) if x < int(d)),
+    # does a reduction over dims p (an int, ints; None or none: every dim) reduce dim d?
+    "reduces": lambda ctx, p, d: not _dimset(p) or int(d) in _dimset(p),
+    # the rank of the broadcast of tensors
+    "brank": lambda ctx, *ts: max(len(ctx.shape_of(t)) for t in ts),
     # broadcasting: does tensor c (broadcast against an output of rank r) stay constant along output dim d?
     "const_along": lambda ctx, c, r, d: _const_along(ctx.shape_of(c), int(r), int(d)),
     # the dim of broadcast operand c that lines up with output dim d of rank r (-1: none)
@@ -429,6 +436,15 @@ FUNCTIONS: dict[str, Callable] = {
     # a finite number attribute (factors may be inf/nan: distributing those is not exact)
     "finite": lambda ctx, v: isinstance(v, (int, Fraction)),
 }
+
+def _dimset(p) -> tuple[int, ...]:
+    """Dims named by an attribute: an int, ints, or None (none named)."""
+    if p is None:
+        return ()
+    if isinstance(p, int) and not isinstance(p, bool):
+        return (p,)
+    return tuple(int(x) for x in p)
+
 
 def _prod(xs) -> S.Scalar:
     return S.norm(sp.Mul(*[S.sym(x) for x in xs])) if xs else 1

@@ -91,6 +91,28 @@ class AttrSpec:
         return self.default is None and not self.optional
 
 
+@dataclass(frozen=True)
+class Reduction:
+    """The op reduces its input over the dims named by attribute ``dims`` (None: over every dim; an absent or
+    empty value also means every dim), keeping them as size 1 where attribute ``keepdim`` (None: never) is
+    true. ``combine``: the op that combines the reductions of two parts along a reduced dim (``sum`` for a
+    sum, ``max`` for a max), None where there is none (a mean, a variance)."""
+    dims: str | None
+    keepdim: str | None = None
+    combine: str | None = None
+
+
+@dataclass(frozen=True)
+class RowWise:
+    """Each output row depends on the input row through it only: rows span the dims named by attribute
+    ``dims`` (an int or ints: those dims; a shape, such as layer norm's ``normalized_shape``: that many
+    trailing dims). ``args``: tensor inputs cut into rows with the output (same shape); the others are used
+    whole. ``inputs``: for an op with optional tensor inputs, how many it takes at most."""
+    dims: str
+    args: tuple[int, ...] = (0,)
+    inputs: int | None = None
+
+
 @dataclass
 class OpDef:
     """An operator.
@@ -107,6 +129,18 @@ class OpDef:
     ``data_sizes``: ``((attr, dim), ...)`` -- scalar attributes naming an output dim whose size the data
     decides (``nonzero``'s row count). The frontend fills each with the captured size symbol; the engine
     equates the symbols of two e-nodes with equal operands and other attributes (equal data, equal size).
+
+    Algebraic properties (declarations only: :mod:`graphguard.engine.families` derives the standard lemma
+    families from them, each fuzzed like a hand-written lemma):
+
+    ``elementwise``: tensor inputs combined entry by entry, ``out[i] = f(x[i], y[i], ...)`` (the others are used
+    whole by every entry); ``broadcasting``: those inputs broadcast against each other (NumPy rules), else they
+    have equal shapes. ``commutative`` / ``associative`` (binary ops): True, or the attribute values under which
+    it holds (``{"alpha": 1}``). ``linear``: inputs in which f is linear, ``f(x + y) = f(x) + f(y)`` and
+    ``f(c x) = c f(x)`` -- an int for one input alone (the others fixed), a tuple for inputs jointly
+    (``add``: ``((0, 1),)``). ``scalar_factor``: the op is ``x * c`` for its number attribute of that name
+    (``scale``'s ``factor``). ``reduction``: a :class:`Reduction`. ``rowwise``: a :class:`RowWise`.
+    ``data_movement``: every output entry is a copy of an entry of input 0 (the other inputs are indices).
     """
     name: str
     arity: int | None
@@ -124,6 +158,19 @@ class OpDef:
     scaling: bool = False
     broadcast: bool = False
     data_sizes: tuple[tuple[str, int], ...] = ()
+    elementwise: tuple[int, ...] = ()
+    broadcasting: bool = False
+    commutative: bool | dict = False
+    associative: bool | dict = False
+    linear: tuple = ()
+    scalar_factor: str = ""
+    reduction: "Reduction | None" = None
+    rowwise: "RowWise | None" = None
+    data_movement: bool = False
+
+    def linear_groups(self) -> tuple[tuple[int, ...], ...]:
+        """``linear`` with every entry a tuple of inputs."""
+        return tuple((g,) if isinstance(g, int) else tuple(g) for g in self.linear)
 
     def attr_spec(self, name: str) -> AttrSpec | None:
         for a in self.attrs:
@@ -384,16 +431,19 @@ CLEAN_OPS = [
           (AttrSpec("dim", "int", dim_of=0),), clean=True, doc="Concatenate along dim."),
     OpDef("core.slice", 1, _slice_shape, _slice_ref,
           (AttrSpec("dim", "int", dim_of=0), AttrSpec("start", "scalar"), AttrSpec("end", "scalar")), clean=True,
-          doc="x[start:end] along dim (step 1)."),
+          doc="x[start:end] along dim (step 1).", data_movement=True),
     OpDef("core.permute", 1, _permute_shape, lambda xs, a: np.transpose(xs[0], a["dims"]),
-          (AttrSpec("dims", "ints", dim_of=0),), clean=True, doc="Permute dimensions (transpose)."),
+          (AttrSpec("dims", "ints", dim_of=0),), clean=True, doc="Permute dimensions (transpose).",
+          data_movement=True),
     OpDef("core.reshape", 1, _reshape_shape, lambda xs, a: np.reshape(xs[0], [int(d) for d in a["shape"]]),
-          (AttrSpec("shape", "scalars"),), clean=True, doc="Row-major reshape."),
+          (AttrSpec("shape", "scalars"),), clean=True, doc="Row-major reshape.", data_movement=True),
     OpDef("core.identity", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: xs[0], clean=True, doc="Identity."),
     OpDef("core.sum", None, _elementwise_shape("sum"), _reduce_ref(np.add), clean=True, dtype=_promoted,
-          doc="Elementwise sum of same-shape tensors; clean when its operands come from disjoint ranks."),
+          doc="Elementwise sum of same-shape tensors; clean when its operands come from disjoint ranks.",
+          elementwise=(0, 1), commutative=True, associative=True),
     OpDef("core.max", None, _elementwise_shape("max"), _reduce_ref(np.maximum), clean=True, dtype=_promoted,
-          doc="Elementwise max of same-shape tensors; clean when its operands come from disjoint ranks."),
+          doc="Elementwise max of same-shape tensors; clean when its operands come from disjoint ranks.",
+          elementwise=(0, 1), commutative=True, associative=True),
 ]
 
 
@@ -473,7 +523,8 @@ GROUP = AttrSpec("group", "ints")
 # Not clean: ``avg`` reductions need it, so it lives beside the collectives.
 SCALE = OpDef("core.scale", 1, lambda s, a, cx: tuple(s[0]),
               lambda xs, a: xs[0] * (a["factor"].numerator / a["factor"].denominator),
-              (AttrSpec("factor", "number"),), doc="x * factor (a rational constant).", dtype=_float_only("core.scale"))
+              (AttrSpec("factor", "number"),), doc="x * factor (a rational constant).", dtype=_float_only("core.scale"),
+              elementwise=(0,), linear=(0,), scalar_factor="factor")
 
 COLLECTIVES = [
     OpDef("core.all_reduce", None, attrs=(AttrSpec("op", "str", "sum", ("sum", "max", "avg")), GROUP),
@@ -510,17 +561,17 @@ def expand(op: OpDef, ins: list[Term], attrs: dict, shapes: list[Shape] | None) 
 
 def multi_output(name: str, arity: int | None, shapes: Callable, ref: Callable, attrs: tuple = (),
                  n: int | None = None, doc: str = "", names: Sequence[str] = (),
-                 dtypes: Callable | None = None) -> list[OpDef]:
+                 dtypes: Callable | None = None, **props) -> list[OpDef]:
     """An op with several outputs: ``name`` (used in graphs) is defined by one term op per output,
     ``name#0``, ``name#1``, ... ``shapes(in_shapes, attrs, cx)`` returns every output shape and
     ``ref(arrays, attrs)`` every output array; each ``name#k`` picks its own. ``dtypes(in_dtypes, attrs)``
-    (optional) returns every output dtype."""
+    (optional) returns every output dtype. ``props``: algebraic properties of every output op (OpDef fields)."""
     count = n or len(names)
     outs = [OpDef(f"{name}#{k}", arity,
                   (lambda k: lambda s, a, cx: tuple(shapes(s, a, cx)[k]))(k),
                   (lambda k: lambda xs, a: ref(xs, a)[k])(k), attrs,
                   doc=f"output {k}{' (' + names[k] + ')' if names else ''} of {name}",
-                  dtype=(lambda k: (lambda d, a: dtypes(d, a)[k]) if dtypes else None)(k))
+                  dtype=(lambda k: (lambda d, a: dtypes(d, a)[k]) if dtypes else None)(k), **props)
             for k in range(count)]
 
     def meaning(ins, a):

@@ -2,12 +2,13 @@
 from graphguard.hookspecs import hookimpl
 
 from .lemmas import LEMMAS
+from .more_ops import OPS as MORE_OPS
 from .ops import OPS
 
 
 @hookimpl
 def graphguard_ops():
-    return OPS
+    return OPS + MORE_OPS
 
 
 @hookimpl

@@ -1,12 +1,14 @@
 """Lemmas of the ATen pack. References: 3xx.
 
 Bridges to the core dialect (``aten.mm`` is ``matmul``; ``addmm`` is ``mm`` plus a broadcast bias), then
-ATen compute ops distributed over clean ops: elementwise ops (with broadcasting) over concats, batched
-matmuls over batch/row/column/contraction splits, and row-wise ops (softmax, layer norm) along an
-unsharded dimension.
+what the ops' declared properties (ops.py) do not state: batched matmuls over batch/row/column/contraction
+splits, layer-norm backward over row splits, scalar constants, views. Elementwise ops over concats (with
+broadcasting), row-wise ops (softmax, layer norm) along an unsharded dim, reductions of concats, partial sums
+and scalar factors through linear ops are the engine's lemma families (engine/families.py, 12xx).
 """
 from graphguard.engine.lemma import L
 
+from .lemmas_more import LEMMAS as MORE
 from .moe import LEMMAS as MOE
 from .scaled import LEMMAS as SCALED
 from .vllm_vocab import LEMMAS as VLLM_VOCAB
@@ -23,67 +25,6 @@ BRIDGES = [
     L(305, "expand-to-own-shape", "aten.expand(?x, size=?s, implicit=?i) => ?x", "?s == shape(?x)"),
 ]
 
-ELEMENTWISE = [
-    L(310, "add-of-concats",
-      "aten.add.Tensor(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k), alpha=?al) => concat(aten.add.Tensor(?a, ?c, alpha=?al), aten.add.Tensor(?b, ?e, alpha=?al), dim=?d)",
-      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"
-      " and size(?b, ?d) == size(?e, ?k)"),
-    L(311, "add-of-concat-and-broadcast",
-      "aten.add.Tensor(concat(?a, ?b, dim=?d), ?c, alpha=?al) => concat(aten.add.Tensor(?a, ?c, alpha=?al), aten.add.Tensor(?b, ?c, alpha=?al), dim=?d)",
-      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
-    L(312, "add-of-broadcast-and-concat",
-      "aten.add.Tensor(?c, concat(?a, ?b, dim=?d), alpha=?al) => concat(aten.add.Tensor(?c, ?a, alpha=?al), aten.add.Tensor(?c, ?b, alpha=?al), dim=?d)",
-      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
-    L(313, "sub-of-concats",
-      "aten.sub.Tensor(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k), alpha=?al) => concat(aten.sub.Tensor(?a, ?c, alpha=?al), aten.sub.Tensor(?b, ?e, alpha=?al), dim=?d)",
-      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"
-      " and size(?b, ?d) == size(?e, ?k)"),
-    L(314, "sub-of-concat-and-broadcast",
-      "aten.sub.Tensor(concat(?a, ?b, dim=?d), ?c, alpha=?al) => concat(aten.sub.Tensor(?a, ?c, alpha=?al), aten.sub.Tensor(?b, ?c, alpha=?al), dim=?d)",
-      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
-    L(315, "sub-of-broadcast-and-concat",
-      "aten.sub.Tensor(?c, concat(?a, ?b, dim=?d), alpha=?al) => concat(aten.sub.Tensor(?c, ?a, alpha=?al), aten.sub.Tensor(?c, ?b, alpha=?al), dim=?d)",
-      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
-    L(316, "mul-of-concats",
-      "aten.mul.Tensor(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k)) => concat(aten.mul.Tensor(?a, ?c), aten.mul.Tensor(?b, ?e), dim=?d)",
-      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"
-      " and size(?b, ?d) == size(?e, ?k)"),
-    L(317, "mul-of-concat-and-broadcast",
-      "aten.mul.Tensor(concat(?a, ?b, dim=?d), ?c) => concat(aten.mul.Tensor(?a, ?c), aten.mul.Tensor(?b, ?c), dim=?d)",
-      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
-    L(318, "mul-of-broadcast-and-concat",
-      "aten.mul.Tensor(?c, concat(?a, ?b, dim=?d)) => concat(aten.mul.Tensor(?c, ?a), aten.mul.Tensor(?c, ?b), dim=?d)",
-      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
-    L(319, "div-of-concats",
-      "aten.div.Tensor(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k)) => concat(aten.div.Tensor(?a, ?c), aten.div.Tensor(?b, ?e), dim=?d)",
-      "rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"
-      " and size(?b, ?d) == size(?e, ?k)"),
-    L(320, "div-of-concat-and-broadcast",
-      "aten.div.Tensor(concat(?a, ?b, dim=?d), ?c) => concat(aten.div.Tensor(?a, ?c), aten.div.Tensor(?b, ?c), dim=?d)",
-      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
-    L(321, "div-of-broadcast-and-concat",
-      "aten.div.Tensor(?c, concat(?a, ?b, dim=?d)) => concat(aten.div.Tensor(?c, ?a), aten.div.Tensor(?c, ?b), dim=?d)",
-      "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"),
-    L(330, "gelu-of-concat", "aten.gelu(concat(?a, ?b, dim=?d), approximate=?s) => concat(aten.gelu(?a, approximate=?s), aten.gelu(?b, approximate=?s), dim=?d)"),
-    L(331, "relu-of-concat", "aten.relu(concat(?a, ?b, dim=?d)) => concat(aten.relu(?a), aten.relu(?b), dim=?d)"),
-    L(332, "silu-of-concat", "aten.silu(concat(?a, ?b, dim=?d)) => concat(aten.silu(?a), aten.silu(?b), dim=?d)"),
-    L(333, "sigmoid-of-concat", "aten.sigmoid(concat(?a, ?b, dim=?d)) => concat(aten.sigmoid(?a), aten.sigmoid(?b), dim=?d)"),
-    L(334, "tanh-of-concat", "aten.tanh(concat(?a, ?b, dim=?d)) => concat(aten.tanh(?a), aten.tanh(?b), dim=?d)"),
-    L(335, "exp-of-concat", "aten.exp(concat(?a, ?b, dim=?d)) => concat(aten.exp(?a), aten.exp(?b), dim=?d)"),
-    L(336, "log-of-concat", "aten.log(concat(?a, ?b, dim=?d)) => concat(aten.log(?a), aten.log(?b), dim=?d)"),
-    L(337, "neg-of-concat", "aten.neg(concat(?a, ?b, dim=?d)) => concat(aten.neg(?a), aten.neg(?b), dim=?d)"),
-    L(338, "rsqrt-of-concat", "aten.rsqrt(concat(?a, ?b, dim=?d)) => concat(aten.rsqrt(?a), aten.rsqrt(?b), dim=?d)"),
-    L(339, "sqrt-of-concat", "aten.sqrt(concat(?a, ?b, dim=?d)) => concat(aten.sqrt(?a), aten.sqrt(?b), dim=?d)"),
-    L(340, "cos-of-concat", "aten.cos(concat(?a, ?b, dim=?d)) => concat(aten.cos(?a), aten.cos(?b), dim=?d)"),
-    L(341, "sin-of-concat", "aten.sin(concat(?a, ?b, dim=?d)) => concat(aten.sin(?a), aten.sin(?b), dim=?d)"),
-    L(342, "pow-TensorScalar-of-concat", "aten.pow.Tensor_Scalar(concat(?a, ?b, dim=?d), exponent=?p) => concat(aten.pow.Tensor_Scalar(?a, exponent=?p), aten.pow.Tensor_Scalar(?b, exponent=?p), dim=?d)"),
-    L(343, "mul-Scalar-of-concat", "aten.mul.Scalar(concat(?a, ?b, dim=?d), other=?o) => concat(aten.mul.Scalar(?a, other=?o), aten.mul.Scalar(?b, other=?o), dim=?d)"),
-    L(344, "div-Scalar-of-concat", "aten.div.Scalar(concat(?a, ?b, dim=?d), other=?o) => concat(aten.div.Scalar(?a, other=?o), aten.div.Scalar(?b, other=?o), dim=?d)"),
-    L(345, "add-Scalar-of-concat", "aten.add.Scalar(concat(?a, ?b, dim=?d), other=?o, alpha=?al) => concat(aten.add.Scalar(?a, other=?o, alpha=?al), aten.add.Scalar(?b, other=?o, alpha=?al), dim=?d)"),
-    L(346, "sub-Scalar-of-concat", "aten.sub.Scalar(concat(?a, ?b, dim=?d), other=?o, alpha=?al) => concat(aten.sub.Scalar(?a, other=?o, alpha=?al), aten.sub.Scalar(?b, other=?o, alpha=?al), dim=?d)"),
-    L(347, "rsub-Scalar-of-concat", "aten.rsub.Scalar(concat(?a, ?b, dim=?d), other=?o, alpha=?al) => concat(aten.rsub.Scalar(?a, other=?o, alpha=?al), aten.rsub.Scalar(?b, other=?o, alpha=?al), dim=?d)"),
-    L(348, "tocopy-of-concat", "aten._to_copy(concat(?a, ?b, dim=?d), dtype=?t) => concat(aten._to_copy(?a, dtype=?t), aten._to_copy(?b, dtype=?t), dim=?d)"),
-]
 
 MATMUL = [
     L(364, "bmm-of-batch-merging-views",
@@ -106,52 +47,12 @@ MATMUL = [
                 {"a": [1, 2, 3], "b": [1, 2, 3], "c": [1, 3, 2], "e": [1, 3, 2]}]),
 ]
 
-_LN_EXAMPLES = [{"a": a, "b": b, "w": n, "c": n, "n": n, "d": d}
-                for a, b, n, d in (([2, 3, 4], [1, 3, 4], [4], 0), ([2, 3, 4], [2, 2, 4], [4], 1), ([3, 4], [1, 4], [4], 0),
-                                   ([2, 2, 6], [2, 3, 6], [6], 1), ([1, 2, 3], [2, 2, 3], [2, 3], 0))]
-
-ROWWISE = [
-    L(370, "softmax-of-concat", "aten._softmax(concat(?a, ?b, dim=?d), dim=?k, half_to_float=?h)"
-      " => concat(aten._softmax(?a, dim=?k, half_to_float=?h), aten._softmax(?b, dim=?k, half_to_float=?h), dim=?d)", "?k != ?d"),
-    L(371, "log-softmax-of-concat", "aten._log_softmax(concat(?a, ?b, dim=?d), dim=?k, half_to_float=?h)"
-      " => concat(aten._log_softmax(?a, dim=?k, half_to_float=?h), aten._log_softmax(?b, dim=?k, half_to_float=?h), dim=?d)", "?k != ?d"),
-    L(372, "layer-norm-of-concat",
-      "aten.native_layer_norm#0(concat(?a, ?b, dim=?d), ?w, ?c, normalized_shape=?n, eps=?e)"
-      " => concat(aten.native_layer_norm#0(?a, ?w, ?c, normalized_shape=?n, eps=?e), aten.native_layer_norm#0(?b, ?w, ?c, normalized_shape=?n, eps=?e), dim=?d)",
-      "?d < rank(?a) - len(?n)", examples=_LN_EXAMPLES),
-]
 
 REDUCTIONS = [
-    L(390, "sum-of-concat-other-dims",
-      "aten.sum.dim_IntList(concat(?a, ?b, dim=?d), dim=?k, keepdim=?kd, dtype=?t)"
-      " => concat(aten.sum.dim_IntList(?a, dim=?k, keepdim=?kd, dtype=?t), aten.sum.dim_IntList(?b, dim=?k, keepdim=?kd, dtype=?t), dim=reduced_dim(?d, ?k, ?kd))",
-      "not contains(?k, ?d)"),
-    L(391, "sum-of-concat-along-it",
-      "aten.sum.dim_IntList(concat(?a, ?b, dim=?d), dim=?k, keepdim=?kd, dtype=?t)"
-      " => sum(aten.sum.dim_IntList(?a, dim=?k, keepdim=?kd, dtype=?t), aten.sum.dim_IntList(?b, dim=?k, keepdim=?kd, dtype=?t))",
-      "contains(?k, ?d)"),
     L(393, "sum-over-a-unit-dim", "aten.sum.dim_IntList(?x, dim=?k, keepdim=true, dtype=None) => ?x",
       "len(?k) == 1 and size(?x, at(?k, 0)) == 1 and floating(dtype(?x))"),
-    L(392, "sum-all-of-concat", "aten.sum(concat(?a, ?b, dim=?d), dtype=?t) => sum(aten.sum(?a, dtype=?t), aten.sum(?b, dtype=?t))"),
 ]
 
-BACKWARD = [
-    L(380, "gelu-backward-of-concats",
-      "aten.gelu_backward(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), approximate=?s) => concat(aten.gelu_backward(?a, ?c, approximate=?s), aten.gelu_backward(?b, ?e, approximate=?s), dim=?d)",
-      "shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
-    L(381, "sigmoid-backward-of-concats",
-      "aten.sigmoid_backward(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(aten.sigmoid_backward(?a, ?c), aten.sigmoid_backward(?b, ?e), dim=?d)",
-      "shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
-    L(382, "silu-backward-of-concats",
-      "aten.silu_backward(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(aten.silu_backward(?a, ?c), aten.silu_backward(?b, ?e), dim=?d)",
-      "shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
-    L(383, "tanh-backward-of-concats",
-      "aten.tanh_backward(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(aten.tanh_backward(?a, ?c), aten.tanh_backward(?b, ?e), dim=?d)",
-      "shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
-    L(384, "threshold-backward-of-concats",
-      "aten.threshold_backward(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), threshold=?t) => concat(aten.threshold_backward(?a, ?c, threshold=?t), aten.threshold_backward(?b, ?e, threshold=?t), dim=?d)",
-      "shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
-]
 
 # layer-norm backward over rows split along a non-normalised dim: grad_input concatenates, the weight and
 # bias gradients are partial sums (one per shard) -- the reason SP needs an all-reduce of them
@@ -166,14 +67,6 @@ _LNB_EXAMPLE = [{"g1": [2, 3, 4], "x1": [2, 3, 4], "m1": [2, 3, 1], "r1": [2, 3,
                  "o": [1, 1, 1]}]
 
 LAYER_NORM = [
-    L(375, "layer-norm-mean-of-concat",
-      "aten.native_layer_norm#1(concat(?a, ?b, dim=?d), ?w, ?c, normalized_shape=?n, eps=?e)"
-      " => concat(aten.native_layer_norm#1(?a, ?w, ?c, normalized_shape=?n, eps=?e), aten.native_layer_norm#1(?b, ?w, ?c, normalized_shape=?n, eps=?e), dim=?d)",
-      "?d < rank(?a) - len(?n)", examples=_LN_EXAMPLES),
-    L(376, "layer-norm-rstd-of-concat",
-      "aten.native_layer_norm#2(concat(?a, ?b, dim=?d), ?w, ?c, normalized_shape=?n, eps=?e)"
-      " => concat(aten.native_layer_norm#2(?a, ?w, ?c, normalized_shape=?n, eps=?e), aten.native_layer_norm#2(?b, ?w, ?c, normalized_shape=?n, eps=?e), dim=?d)",
-      "?d < rank(?a) - len(?n)", examples=_LN_EXAMPLES),
     L(377, "layer-norm-backward-input-of-concats",
       f"aten.native_layer_norm_backward#0({_LNB_SHARDED}) => concat(aten.native_layer_norm_backward#0({_LNB_1}),"
       f" aten.native_layer_norm_backward#0({_LNB_2}), dim=?d)", _LNB_COND, examples=_LNB_EXAMPLE),
@@ -185,16 +78,6 @@ LAYER_NORM = [
       f" aten.native_layer_norm_backward#2({_LNB_2}))", _LNB_COND, examples=_LNB_EXAMPLE),
 ]
 
-ROWWISE_BACKWARD = [
-    L(373, "softmax-backward-of-concats",
-      "aten._softmax_backward_data(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), dim=?k, input_dtype=?t)"
-      " => concat(aten._softmax_backward_data(?a, ?c, dim=?k, input_dtype=?t), aten._softmax_backward_data(?b, ?e, dim=?k, input_dtype=?t), dim=?d)",
-      "?k != ?d and shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
-    L(374, "log-softmax-backward-of-concats",
-      "aten._log_softmax_backward_data(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), dim=?k, input_dtype=?t)"
-      " => concat(aten._log_softmax_backward_data(?a, ?c, dim=?k, input_dtype=?t), aten._log_softmax_backward_data(?b, ?e, dim=?k, input_dtype=?t), dim=?d)",
-      "?k != ?d and shape(?a) == shape(?c) and shape(?b) == shape(?e)"),
-]
 
 _PADS = [{"a": a, "b": b, "u": a, "s": b, "d": d, "t": "float64"}
          for a, b, d in (([2, 3], [2, 3], 0), ([1, 4], [3, 4], 0), ([2, 1], [2, 3], 1), ([3], [2], 0), ([0, 2], [2, 2], 0),
@@ -286,4 +169,4 @@ VIEWS = [
       examples=[{"x": [2, 1, 3], "s": [2, 4, 3], "t": [2, 1, 3], "i": False}]),
 ]
 
-LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + ROWWISE_BACKWARD + BRIDGES + ELEMENTWISE + MATMUL + ROWWISE + REDUCTIONS + BACKWARD + MOE + VOCAB + VLLM_VOCAB + SCALED
+LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MORE

@@ -23,7 +23,8 @@ from fractions import Fraction
 import numpy as np
 
 from graphguard.ir import scalar as S
-from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, multi_output, numel, promote, same_shapes
+from graphguard.ir.ops import (AttrSpec, OpDef, Reduction, RowWise, fail, fmt_shape, multi_output, numel, promote,
+                               same_shapes)
 from graphguard.ir.ops import dtype_category as _cat
 
 # =================================================================================================
@@ -241,9 +242,10 @@ def _addmm_ref(xs, a):
 BETA_ALPHA = (AttrSpec("beta", "number", 1), AttrSpec("alpha", "number", 1))
 
 MATMUL_OPS = [
-    OpDef("aten.mm", 2, _mm_shape, lambda xs, a: xs[0] @ xs[1], doc="Matrix product of rank-2 tensors."),
+    OpDef("aten.mm", 2, _mm_shape, lambda xs, a: xs[0] @ xs[1], doc="Matrix product of rank-2 tensors.",
+          linear=(0, 1)),
     OpDef("aten.bmm", 2, _bmm_shape, lambda xs, a: np.matmul(xs[0], xs[1]),
-          doc="Batched matrix product of rank-3 tensors (same batch size)."),
+          doc="Batched matrix product of rank-3 tensors (same batch size).", linear=(0, 1)),
     OpDef("aten.addmm", 3, _addmm_shape("aten.addmm", _mm_shape), _addmm_ref, BETA_ALPHA,
           doc="beta * self + alpha * (mat1 @ mat2); self broadcasts to the product."),
     OpDef("aten.baddbmm", 3, _addmm_shape("aten.baddbmm", _bmm_shape), _addmm_ref, BETA_ALPHA,
@@ -264,13 +266,20 @@ def _id_shape(shapes, attrs, cx):
     return tuple(shapes[0])
 
 
-def _bin(name, fn, doc, dtype=_promoted, attrs=(), scaling=False):
+def _bin(name, fn, doc, dtype=_promoted, attrs=(), scaling=False, **props):
+    """A binary elementwise op (broadcasting); ``props``: its other algebraic properties."""
     return OpDef(f"aten.{name}", 2, _bcast_shape(f"aten.{name}"), lambda xs, a: fn(xs[0], xs[1], a), attrs,
-                 doc=doc, dtype=dtype, scaling=scaling)
+                 doc=doc, dtype=dtype, scaling=scaling, elementwise=(0, 1), broadcasting=True, **props)
 
 
-def _un(name, fn, doc, dtype=None, attrs=()):
-    return OpDef(f"aten.{name}", 1, _id_shape, lambda xs, a: fn(xs[0], a), attrs, doc=doc, dtype=dtype)
+def _un(name, fn, doc, dtype=None, attrs=(), **props):
+    """A unary elementwise op."""
+    return OpDef(f"aten.{name}", 1, _id_shape, lambda xs, a: fn(xs[0], a), attrs, doc=doc, dtype=dtype,
+                 elementwise=(0,), **props)
+
+
+COMM = {"commutative": True, "associative": True}
+COMM1 = {"commutative": {"alpha": 1}, "associative": {"alpha": 1}}  # x + 1 * y
 
 
 def _scaled(v, alpha):
@@ -343,30 +352,36 @@ APPROX = AttrSpec("approximate", "str", "none", ("none", "tanh"))
 
 ELEMENTWISE_OPS = [
     _bin("add.Tensor", lambda x, y, a: x + _scaled(y, a["alpha"]), "self + alpha * other (broadcasting).",
-         attrs=(ALPHA,)),
+         attrs=(ALPHA,), linear=((0, 1),), **COMM1),
     _bin("sub.Tensor", lambda x, y, a: x - _scaled(y, a["alpha"]), "self - alpha * other (broadcasting).",
-         attrs=(ALPHA,)),
-    _bin("mul.Tensor", lambda x, y, a: x * y, "self * other (broadcasting).", scaling=True),
+         attrs=(ALPHA,), linear=((0, 1),)),
+    _bin("mul.Tensor", lambda x, y, a: x * y, "self * other (broadcasting).", scaling=True, linear=(0, 1), **COMM),
     _bin("div.Tensor", lambda x, y, a: np.true_divide(x, y), "self / other, true division (broadcasting).",
-         dtype=_floating, scaling=True),
-    _bin("maximum", lambda x, y, a: np.maximum(x, y), "Elementwise max (broadcasting)."),
-    _bin("minimum", lambda x, y, a: np.minimum(x, y), "Elementwise min (broadcasting)."),
+         dtype=_floating, scaling=True, linear=(0,)),
+    _bin("maximum", lambda x, y, a: np.maximum(x, y), "Elementwise max (broadcasting).", **COMM),
+    _bin("minimum", lambda x, y, a: np.minimum(x, y), "Elementwise min (broadcasting).", **COMM),
     _bin("lt.Tensor", lambda x, y, a: np.less(x, y), "self < other (broadcasting), bool.", dtype=_bool),
-    _bin("eq.Tensor", lambda x, y, a: np.equal(x, y), "self == other (broadcasting), bool.", dtype=_bool),
-    _bin("bitwise_or.Tensor", lambda x, y, a: np.bitwise_or(x, y), "self | other (bool or integer, broadcasting)."),
-    _bin("bitwise_and.Tensor", lambda x, y, a: np.bitwise_and(x, y), "self & other (bool or integer, broadcasting)."),
+    _bin("eq.Tensor", lambda x, y, a: np.equal(x, y), "self == other (broadcasting), bool.", dtype=_bool,
+         commutative=True),
+    _bin("bitwise_or.Tensor", lambda x, y, a: np.bitwise_or(x, y), "self | other (bool or integer, broadcasting).",
+         **COMM),
+    _bin("bitwise_and.Tensor", lambda x, y, a: np.bitwise_and(x, y), "self & other (bool or integer, broadcasting).",
+         **COMM),
     _un("add.Scalar", lambda x, a: x + _scaled(_n(a["other"]), a["alpha"]), "self + alpha * other (a number).",
         _with_scalar("other", "alpha"), (OTHER, ALPHA)),
     _un("sub.Scalar", lambda x, a: x - _scaled(_n(a["other"]), a["alpha"]), "self - alpha * other (a number).",
         _with_scalar("other", "alpha"), (OTHER, ALPHA)),
     _un("rsub.Scalar", lambda x, a: _n(a["other"]) - _scaled(x, a["alpha"]), "other - alpha * self (other a number).",
         _with_scalar("other", "alpha"), (OTHER, ALPHA)),
-    _un("mul.Scalar", lambda x, a: x * _n(a["other"]), "self * other (a number).", _with_scalar("other"), (OTHER,)),
+    # (not declared a scalar_factor: moving it out of every linear op, with 403 folding factors, grows
+    # factor chains without bound on DTensor's scaled biases -- examples/gpt-tp-dtensor)
+    _un("mul.Scalar", lambda x, a: x * _n(a["other"]), "self * other (a number).", _with_scalar("other"), (OTHER,),
+        linear=(0,)),
     _un("div.Scalar", lambda x, a: np.true_divide(x, _n(a["other"])), "self / other (a number), true division.",
-        lambda ds, a: ds[0] if _cat(ds[0]) == 2 else "float32", (OTHER,)),
+        lambda ds, a: ds[0] if _cat(ds[0]) == 2 else "float32", (OTHER,), linear=(0,)),
     _un("pow.Tensor_Scalar", lambda x, a: np.power(x, _n(a["exponent"])), "self ** exponent (a number).",
         _with_scalar("exponent"), (AttrSpec("exponent", "number"),)),
-    _un("neg", lambda x, a: np.negative(x), "-self."),
+    _un("neg", lambda x, a: np.negative(x), "-self.", linear=(0,)),
     _un("sqrt", _float_ref(np.sqrt), "Elementwise square root.", _floating),
     _un("rsqrt", _float_ref(lambda x: 1.0 / np.sqrt(x)), "Elementwise 1 / sqrt(self).", _floating),
     _un("exp", _float_ref(np.exp), "Elementwise exp.", _floating),
@@ -389,26 +404,30 @@ ELEMENTWISE_OPS = [
     _un("eq.Scalar", lambda x, a: x == _n(a["other"]), "self == other (a number), bool.", _bool, (OTHER,)),
     _un("ne.Scalar", lambda x, a: x != _n(a["other"]), "self != other (a number), bool.", _bool, (OTHER,)),
     # backward of activations (grad first, same shapes after broadcasting)
-    _bin("gelu_backward", _gelu_backward, "Gradient of gelu: grad_output * gelu'(self).", attrs=(APPROX,)),
+    _bin("gelu_backward", _gelu_backward, "Gradient of gelu: grad_output * gelu'(self).", attrs=(APPROX,),
+         linear=(0,)),
     _bin("sigmoid_backward", lambda g, y, a: g * y * (1.0 - y),
-         "Gradient of sigmoid from its output: grad_output * output * (1 - output)."),
+         "Gradient of sigmoid from its output: grad_output * output * (1 - output).", linear=(0,)),
     _bin("tanh_backward", lambda g, y, a: g * (1.0 - y * y),
-         "Gradient of tanh from its output: grad_output * (1 - output^2)."),
-    _bin("silu_backward", _silu_backward, "Gradient of silu: grad_output * silu'(self)."),
+         "Gradient of tanh from its output: grad_output * (1 - output^2).", linear=(0,)),
+    _bin("silu_backward", _silu_backward, "Gradient of silu: grad_output * silu'(self).", linear=(0,)),
     _bin("threshold_backward", lambda g, x, a: np.where(x <= _n(a["threshold"]), np.zeros((), g.dtype), g),
          "grad_output where self > threshold, else 0 (relu's backward with threshold 0).",
-         attrs=(AttrSpec("threshold", "number"),)),
+         attrs=(AttrSpec("threshold", "number"),), linear=(0,)),
     OpDef("aten.where.self", 3, _bcast_shape("aten.where.self"), lambda xs, a: np.where(*xs), doc=
-          "condition ? self : other (broadcasting).", dtype=lambda ds, a: promote(*ds[1:])),
+          "condition ? self : other (broadcasting).", dtype=lambda ds, a: promote(*ds[1:]),
+          elementwise=(0, 1, 2), broadcasting=True, linear=((1, 2),)),
     OpDef("aten.masked_fill.Scalar", 2, _bcast_shape("aten.masked_fill.Scalar"),
           lambda xs, a: _fill_where(xs[0], xs[1], _n(a["value"])), (AttrSpec("value", "number"),),
-          doc="self with value where mask is true (broadcasting self and mask)."),
+          doc="self with value where mask is true (broadcasting self and mask).", elementwise=(0, 1),
+          broadcasting=True),
     OpDef("aten.masked_fill.Tensor", 3, _masked_fill_tensor_shape,
           lambda xs, a: _fill_where(xs[0], xs[1], xs[2]),
-          doc="self with the 0-dim tensor value where mask is true (broadcasting self and mask)."),
+          doc="self with the 0-dim tensor value where mask is true (broadcasting self and mask).",
+          elementwise=(0, 1), broadcasting=True),
     OpDef("aten._to_copy", 1, _id_shape, lambda xs, a: _cast(xs[0], a), (DTYPE,),
           doc="A copy, converted to dtype when given (device/layout/memory format ignored).",
-          dtype=_attr_dtype(_first)),
+          dtype=_attr_dtype(_first), elementwise=(0,)),
 ]
 
 
@@ -448,21 +467,21 @@ def _half_to_float(ds, a):
 SOFTMAX_OPS = [
     OpDef("aten._softmax", 1, _softmax_shape("aten._softmax"), lambda xs, a: _softmax(xs[0], _sm_dim(xs[0], a)),
           (AttrSpec("dim", "int", dim_of=0), AttrSpec("half_to_float", "bool")), doc="Softmax along dim.",
-          dtype=_half_to_float),
+          dtype=_half_to_float, rowwise=RowWise("dim")),
     OpDef("aten._log_softmax", 1, _softmax_shape("aten._log_softmax"),
           lambda xs, a: _log_softmax(xs[0], _sm_dim(xs[0], a)),
           (AttrSpec("dim", "int", dim_of=0), AttrSpec("half_to_float", "bool")), doc="Log-softmax along dim.",
-          dtype=_half_to_float),
+          dtype=_half_to_float, rowwise=RowWise("dim")),
     OpDef("aten._softmax_backward_data", 2, _softmax_shape("aten._softmax_backward_data"),
           lambda xs, a: xs[1] * (xs[0] - np.sum(xs[0] * xs[1], axis=_sm_dim(xs[0], a), keepdims=True)),
           (AttrSpec("dim", "int", dim_of=0), AttrSpec("input_dtype", "str")),
           doc="Gradient of softmax from its output: output * (grad - sum(grad * output, dim)).",
-          dtype=lambda ds, a: a["input_dtype"]),
+          dtype=lambda ds, a: a["input_dtype"], rowwise=RowWise("dim", (0, 1)), linear=(0,)),
     OpDef("aten._log_softmax_backward_data", 2, _softmax_shape("aten._log_softmax_backward_data"),
           lambda xs, a: xs[0] - np.exp(xs[1]) * np.sum(xs[0], axis=_sm_dim(xs[0], a), keepdims=True),
           (AttrSpec("dim", "int", dim_of=0), AttrSpec("input_dtype", "str")),
           doc="Gradient of log-softmax from its output: grad - exp(output) * sum(grad, dim).",
-          dtype=lambda ds, a: a["input_dtype"]),
+          dtype=lambda ds, a: a["input_dtype"], rowwise=RowWise("dim", (0, 1)), linear=(0,)),
 ]
 
 ABSENT = AttrSpec("absent", "ints", default=())
@@ -559,7 +578,7 @@ def _dropout_ref(xs, attrs):
 NORM_OPS = (
     multi_output("aten.native_layer_norm", None, _ln_shapes, _ln_ref,
                  (AttrSpec("normalized_shape", "scalars"), AttrSpec("eps", "number"), ABSENT),
-                 names=("output", "mean", "rstd"),
+                 names=("output", "mean", "rstd"), rowwise=RowWise("normalized_shape", inputs=3),
                  doc="Layer norm over the trailing normalized_shape dims; also returns mean and 1/std "
                      "(shaped like the input with those dims kept as 1). Optional weight/bias via absent.")
     + multi_output("aten.native_layer_norm_backward", None, _lnb_shapes, _lnb_ref,
@@ -577,7 +596,7 @@ NORM_OPS = (
 DROPOUT_BACKWARD = OpDef(
     "aten.native_dropout_backward", 2, _bcast_shape("aten.native_dropout_backward"),
     lambda xs, a: xs[0] * xs[1] * float(a["scale"]), (AttrSpec("scale", "number"),),
-    doc="grad_output * mask * scale.")
+    doc="grad_output * mask * scale.", elementwise=(0, 1), broadcasting=True, linear=(0,))
 
 
 # =================================================================================================
@@ -592,7 +611,7 @@ def _reduced(name, x, dims, keepdim):
     return tuple(d for i, d in enumerate(x) if i not in ds)
 
 
-def _reduce_op(name, fn, attrs, doc, dtype=None, all_dims=False):
+def _reduce_op(name, fn, attrs, doc, dtype=None, all_dims=False, **props):
     full = f"aten.{name}"
 
     def shape(shapes, a, cx):
@@ -603,7 +622,7 @@ def _reduce_op(name, fn, attrs, doc, dtype=None, all_dims=False):
         axes = None if all_dims else _dims(full, a["dim"], x.ndim)
         keep = False if all_dims else a["keepdim"]
         return np.asarray(fn(x, axes, keep, a))
-    return OpDef(full, 1, shape, ref, attrs, doc=doc, dtype=dtype)
+    return OpDef(full, 1, shape, ref, attrs, doc=doc, dtype=dtype, **props)
 
 
 def _sum(x, axes, keep, a):
@@ -688,29 +707,33 @@ KEEPDIM = AttrSpec("keepdim", "bool", False)
 
 REDUCTION_OPS = [
     _reduce_op("sum", _sum, (DTYPE,), "Sum of every element (a 0-dim tensor).", _attr_dtype(_acc_dtype),
-               all_dims=True),
+               all_dims=True, reduction=Reduction(None, combine="sum"), linear=(0,)),
     _reduce_op("sum.dim_IntList", _sum, (DIMS_OPT, KEEPDIM, DTYPE),
-               "Sum over dims (None or [] = all), keepdim optional.", _attr_dtype(_acc_dtype)),
+               "Sum over dims (None or [] = all), keepdim optional.", _attr_dtype(_acc_dtype),
+               reduction=Reduction("dim", "keepdim", "sum"), linear=(0,)),
     _reduce_op("mean", _mean, (DTYPE,), "Mean of every element (a 0-dim tensor).", _float_only("mean"),
-               all_dims=True),
+               all_dims=True, reduction=Reduction(None), linear=(0,)),
     _reduce_op("mean.dim", _mean, (DIMS_OPT, KEEPDIM, DTYPE), "Mean over dims (None or [] = all).",
-               _float_only("mean.dim")),
+               _float_only("mean.dim"), reduction=Reduction("dim", "keepdim"), linear=(0,)),
     _reduce_op("amax", lambda x, axes, keep, a: np.max(x, axis=axes, keepdims=keep),
-               (AttrSpec("dim", "ints", (), dim_of=0), KEEPDIM), "Maximum over dims ([] = all)."),
+               (AttrSpec("dim", "ints", (), dim_of=0), KEEPDIM), "Maximum over dims ([] = all).",
+               reduction=Reduction("dim", "keepdim", "max")),
     OpDef("aten.argmax", 1, _argmax_shape, _argmax_ref, (AttrSpec("dim", "int", optional=True, dim_of=0), KEEPDIM),
           doc="Index of the (first) maximum along dim, or in the flattened tensor when dim is None.",
-          dtype=_int64),
+          dtype=_int64, reduction=Reduction("dim", "keepdim")),
     OpDef("aten.cumsum", 1, _cumsum_shape, _cumsum_ref, (AttrSpec("dim", "int", dim_of=0), DTYPE),
-          doc="Inclusive cumulative sum along dim.", dtype=_attr_dtype(_acc_dtype)),
+          doc="Inclusive cumulative sum along dim.", dtype=_attr_dtype(_acc_dtype), rowwise=RowWise("dim"),
+          linear=(0,)),
 ] + multi_output("aten.max.dim", 1, _max_dim_shapes, _max_dim_ref, (AttrSpec("dim", "int", dim_of=0), KEEPDIM),
                  names=("values", "indices"), dtypes=lambda ds, a: [ds[0], "int64"],
-                 doc="Maximum along dim and the index of its first occurrence.") \
+                 doc="Maximum along dim and the index of its first occurrence.",
+                 reduction=Reduction("dim", "keepdim")) \
   + multi_output("aten.topk", 1, _topk_shapes, _topk_ref,
                  (AttrSpec("k", "scalar"), AttrSpec("dim", "int", -1, dim_of=0), AttrSpec("largest", "bool", True),
                   AttrSpec("sorted", "bool", True)),
                  names=("values", "indices"), dtypes=lambda ds, a: [ds[0], "int64"],
                  doc="The k largest (or smallest) entries along dim, sorted (stable for ties), and their "
-                     "indices.")
+                     "indices.", rowwise=RowWise("dim"))
 
 
 # =================================================================================================
@@ -928,7 +951,8 @@ INDEX_OPS = [
     OpDef("aten.embedding", 2, _embedding_shape, lambda xs, a: xs[0][xs[1].astype(np.int64)],
           (AttrSpec("padding_idx", "scalar", -1), AttrSpec("scale_grad_by_freq", "bool", False),
            AttrSpec("sparse", "bool", False)),
-          doc="Rows of weight picked by indices: weight[indices] (padding_idx etc. only affect the gradient)."),
+          doc="Rows of weight picked by indices: weight[indices] (padding_idx etc. only affect the gradient).",
+          data_movement=True),
     OpDef("aten.embedding_dense_backward", 2, _embedding_backward_shape, _embedding_backward_ref,
           (AttrSpec("num_weights", "scalar"), AttrSpec("padding_idx", "scalar"),
            AttrSpec("scale_grad_by_freq", "bool")),
@@ -941,7 +965,7 @@ INDEX_OPS = [
           (AttrSpec("accumulate", "bool", False), ABSENT),
           doc="Copy of self with self[indices] = values (+= with accumulate; absent = full slices)."),
     OpDef("aten.index_select", 2, _index_select_shape, _index_select_ref, (AttrSpec("dim", "int", dim_of=0),),
-          doc="Entries of self along dim at a rank-0/1 index."),
+          doc="Entries of self along dim at a rank-0/1 index.", data_movement=True),
     OpDef("aten.gather", 2, _gather_shape, _gather_ref,
           (AttrSpec("dim", "int", dim_of=0), AttrSpec("sparse_grad", "bool", False)),
           doc="out[i][j] = self[index[i][j]][j] (for dim 0; index-shaped)."),
@@ -1072,9 +1096,10 @@ FACTORY_OPS = [
           doc="Zeros of the given size (self's dtype unless dtype).", dtype=_attr_dtype(_first)),
     OpDef("aten.expand", 1, _expand_shape, _expand_ref,
           (AttrSpec("size", "scalars"), AttrSpec("implicit", "bool", False)),
-          doc="Broadcast self to size (-1 keeps a dim; new dims lead).", broadcast=True),
+          doc="Broadcast self to size (-1 keeps a dim; new dims lead).", broadcast=True, data_movement=True),
     OpDef("aten.repeat", 1, _repeat_shape, lambda xs, a: np.tile(xs[0], _conc(a["repeats"])),
-          (AttrSpec("repeats", "scalars"),), doc="Tile self repeats[i] times along each dim (new dims lead)."),
+          (AttrSpec("repeats", "scalars"),), doc="Tile self repeats[i] times along each dim (new dims lead).",
+          data_movement=True),
 ]
 
 
@@ -1135,6 +1160,9 @@ ATTENTION_OPS = [
               "attn_mask optional via absent."),
 ]
 
+
+_MAX_VALUES = next(o for o in REDUCTION_OPS if o.name == "aten.max.dim#0")
+_MAX_VALUES.reduction = Reduction("dim", "keepdim", "max")  # (the indices of two halves do not combine)
 
 OPS: list[OpDef] = (MATMUL_OPS + ELEMENTWISE_OPS + SOFTMAX_OPS + NORM_OPS + [DROPOUT_BACKWARD] + REDUCTION_OPS
                     + INDEX_OPS + FACTORY_OPS + ATTENTION_OPS)

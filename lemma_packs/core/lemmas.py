@@ -1,5 +1,8 @@
 """Lemmas of the core pack. References: 1xx clean-op algebra, 2xx compute ops over clean ops.
 
+Elementwise ops over concats, commutation and regrouping where mirrored, partial sums and scalar factors through
+linear ops and data movement are derived from the ops' declared properties (engine/families.py, 12xx).
+
 Concat and sum are binary inside terms (n-ary ones are left-nested), so these lemmas apply to any degree.
 """
 from graphguard.engine.lemma import L
@@ -50,9 +53,6 @@ CLEAN = [
       "reshape(concat(?a, ?b, dim=?d), shape=?s)"
       " => concat(reshape(?a, shape=reshape_part(?a, ?d, ?s)), reshape(?b, shape=reshape_part(?b, ?d, ?s)), dim=reshape_dim(?a, ?d, ?s))",
       "reshape_concat_ok(?a, ?b, ?d, ?s)"),
-    L(115, "sum-of-concats",
-      "sum(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(sum(?a, ?c), sum(?b, ?e), dim=?d)",
-      "size(?a, ?d) == size(?c, ?d)"),
     L(116, "sum-of-slices",
       "sum(slice(?a, dim=?d, start=?s, end=?e), slice(?b, dim=?d, start=?s, end=?e)) => slice(sum(?a, ?b), dim=?d, start=?s, end=?e)",
       "shape(?a) == shape(?b)"),
@@ -64,9 +64,6 @@ CLEAN = [
       "permute(reshape(?x, shape=?s), dims=?p)"
       " => reshape(permute(?x, dims=batch_perm(?x, ?p)), shape=[at(?s, 0), at(?s, at(?p, 1)), at(?s, at(?p, 2))])",
       "batch_perm_ok(?x, ?s, ?p)"),
-    L(117, "max-of-concats",
-      "max(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(max(?a, ?c), max(?b, ?e), dim=?d)",
-      "size(?a, ?d) == size(?c, ?d)"),
     L(126, "concat-interchange",
       "concat(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), dim=?k) => concat(concat(?a, ?c, dim=?k), concat(?b, ?e, dim=?k), dim=?d)",
       "?k != ?d and size(?a, ?d) == size(?c, ?d)"),
@@ -76,11 +73,6 @@ CLEAN = [
       "concat(concat(?a, ?b, dim=?d), ?c, dim=?d) => concat(?a, concat(?b, ?c, dim=?d), dim=?d)",
       "size(?a, ?d) // (size(?b, ?d) + size(?c, ?d)) * (size(?b, ?d) + size(?c, ?d)) == size(?a, ?d)"),
     L(118, "sum-assoc", "sum(?a, sum(?b, ?c)) => sum(sum(?a, ?b), ?c)"),
-    # commutativity only where the mirrored sum already exists (full AC would explode 8-way sums)
-    L(125, "sum-commutes-where-mirrored", "sum(?a, ?b) => sum(?b, ?a)", when="sum(?b, ?a)"),
-    # the other association only where its inner sum exists: a rank's own partial sum (its experts' share
-    # of a gradient) inside a sum the specification accumulated one term at a time
-    L(130, "sum-regroup-where-grouped", "sum(sum(?a, ?b), ?c) => sum(?a, sum(?b, ?c))", when="sum(?b, ?c)"),
     L(131, "sum-swap-where-grouped", "sum(sum(?a, ?b), ?c) => sum(sum(?a, ?c), ?b)", when="sum(?a, ?c)"),
 ]
 
@@ -102,18 +94,6 @@ COMPUTE = [
     L(203, "matmul-cols", "matmul(?x, concat(?a, ?b, dim=1)) => concat(matmul(?x, ?a), matmul(?x, ?b), dim=1)"),
     L(204, "matmul-sum-left", "matmul(sum(?a, ?b), ?w) => sum(matmul(?a, ?w), matmul(?b, ?w))"),
     L(205, "matmul-sum-right", "matmul(?x, sum(?a, ?b)) => sum(matmul(?x, ?a), matmul(?x, ?b))"),
-    L(206, "add-of-concats",
-      "add(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(add(?a, ?c), add(?b, ?e), dim=?d)",
-      "size(?a, ?d) == size(?c, ?d)"),
-    L(207, "sub-of-concats",
-      "sub(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(sub(?a, ?c), sub(?b, ?e), dim=?d)",
-      "size(?a, ?d) == size(?c, ?d)"),
-    L(208, "mul-of-concats",
-      "mul(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(mul(?a, ?c), mul(?b, ?e), dim=?d)",
-      "size(?a, ?d) == size(?c, ?d)"),
-    L(209, "div-of-concats",
-      "div(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(div(?a, ?c), div(?b, ?e), dim=?d)",
-      "size(?a, ?d) == size(?c, ?d)"),
     L(219, "batched-matmul-batch-split",
       "batched_matmul(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(batched_matmul(?a, ?c), batched_matmul(?b, ?e), dim=?d)",
       "?d < rank(?a) - 2 and size(?a, ?d) == size(?c, ?d)",
@@ -129,11 +109,6 @@ COMPUTE = [
       examples=[{"a": [2, 3, 4], "b": [2, 3, 1], "c": [2, 4, 5], "e": [2, 1, 5], "d": 2, "k": 1},
                 {"a": [2, 2, 3, 2], "b": [2, 2, 3, 2], "c": [2, 2, 2, 4], "e": [2, 2, 2, 4], "d": 3, "k": 2}]),
     L(210, "add-is-sum", "add(?a, ?b) => sum(?a, ?b)"),
-    L(211, "neg-of-concat", "neg(concat(?a, ?b, dim=?d)) => concat(neg(?a), neg(?b), dim=?d)"),
-    L(212, "relu-of-concat", "relu(concat(?a, ?b, dim=?d)) => concat(relu(?a), relu(?b), dim=?d)"),
-    L(213, "exp-of-concat", "exp(concat(?a, ?b, dim=?d)) => concat(exp(?a), exp(?b), dim=?d)"),
-    L(214, "scale-of-concat", "scale(concat(?a, ?b, dim=?d), factor=?f) => concat(scale(?a, factor=?f), scale(?b, factor=?f), dim=?d)"),
-    L(215, "scale-of-sum", "scale(sum(?a, ?b), factor=?f) => sum(scale(?a, factor=?f), scale(?b, factor=?f))"),
     L(216, "mul-sum-left", "mul(sum(?a, ?b), ?w) => sum(mul(?a, ?w), mul(?b, ?w))"),
     L(217, "sub-of-slices",
       "sub(slice(?x, dim=?d, start=?s, end=?e), slice(?y, dim=?d, start=?s, end=?e)) => slice(sub(?x, ?y), dim=?d, start=?s, end=?e)",
@@ -152,12 +127,6 @@ SCALED = [
     L(141, "sum-of-scales", "sum(scale(?a, factor=?f), scale(?b, factor=?f)) => scale(sum(?a, ?b), factor=?f)"),
     L(142, "scale-of-scale", "scale(scale(?x, factor=?f), factor=?g) => scale(?x, factor=?f * ?g)"),
     L(143, "scale-by-one", "scale(?x, factor=?f) => ?x", "?f == 1"),
-    L(144, "slice-of-scale",
-      "slice(scale(?x, factor=?f), dim=?d, start=?s, end=?e) => scale(slice(?x, dim=?d, start=?s, end=?e), factor=?f)"),
-    L(145, "permute-of-scale", "permute(scale(?x, factor=?f), dims=?p) => scale(permute(?x, dims=?p), factor=?f)"),
-    L(146, "reshape-of-scale", "reshape(scale(?x, factor=?f), shape=?s) => scale(reshape(?x, shape=?s), factor=?f)"),
-    L(147, "matmul-of-scale-left", "matmul(scale(?a, factor=?f), ?b) => scale(matmul(?a, ?b), factor=?f)"),
-    L(148, "matmul-of-scale-right", "matmul(?a, scale(?b, factor=?f)) => scale(matmul(?a, ?b), factor=?f)"),
 ]
 
 LEMMAS = CLEAN + COMPUTE + SCALED

@@ -15,12 +15,14 @@ def _matmul_shape(shapes, attrs, cx):
     return (a[0], b[1])
 
 
-def _ew(name, fn, doc):
-    return OpDef(f"core.{name}", 2, lambda s, a, cx, n=name: same_shapes(n, s), lambda xs, a: fn(*xs), doc=doc)
+def _ew(name, fn, doc, **props):
+    return OpDef(f"core.{name}", 2, lambda s, a, cx, n=name: same_shapes(n, s), lambda xs, a: fn(*xs), doc=doc,
+                 elementwise=(0, 1), **props)
 
 
-def _unary(name, fn, doc):
-    return OpDef(f"core.{name}", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: fn(xs[0]), doc=doc)
+def _unary(name, fn, doc, **props):
+    return OpDef(f"core.{name}", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: fn(xs[0]), doc=doc,
+                 elementwise=(0,), **props)
 
 
 def _full_shape(shapes, attrs, cx):
@@ -38,13 +40,14 @@ def _bmatmul_shape(shapes, attrs, cx):
 
 OPS = [
     OpDef("core.batched_matmul", 2, _bmatmul_shape, lambda xs, a: np.matmul(xs[0], xs[1]),
-          doc="Matrix product over the last two dims, equal leading (batch) dims."),
-    OpDef("core.matmul", 2, _matmul_shape, lambda xs, a: xs[0] @ xs[1], doc="Matrix product of rank-2 tensors."),
-    _ew("add", np.add, "Elementwise a + b (same shapes)."),
-    _ew("sub", np.subtract, "Elementwise a - b (same shapes)."),
-    _ew("mul", np.multiply, "Elementwise a * b (same shapes)."),
-    _ew("div", np.divide, "Elementwise a / b (same shapes)."),
-    _unary("neg", np.negative, "Elementwise -x."),
+          doc="Matrix product over the last two dims, equal leading (batch) dims.", linear=(0, 1)),
+    OpDef("core.matmul", 2, _matmul_shape, lambda xs, a: xs[0] @ xs[1], doc="Matrix product of rank-2 tensors.",
+          linear=(0, 1)),
+    _ew("add", np.add, "Elementwise a + b (same shapes).", commutative=True, associative=True, linear=((0, 1),)),
+    _ew("sub", np.subtract, "Elementwise a - b (same shapes).", linear=((0, 1),)),
+    _ew("mul", np.multiply, "Elementwise a * b (same shapes).", commutative=True, associative=True, linear=(0, 1)),
+    _ew("div", np.divide, "Elementwise a / b (same shapes).", linear=(0,)),
+    _unary("neg", np.negative, "Elementwise -x.", linear=(0,)),
     _unary("relu", lambda x: np.maximum(x, 0), "Elementwise max(x, 0)."),
     _unary("exp", np.exp, "Elementwise exp(x)."),
     OpDef("core.full", 0, _full_shape, lambda xs, a: np.full([int(d) for d in a["shape"]],

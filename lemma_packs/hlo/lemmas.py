@@ -8,18 +8,20 @@ products have their own, constrained lemmas below.)
 
 Then HLO's own algebra over the clean ops (810-879), what tensor-parallel XLA programs need:
 
-* elementwise ops over concatenations cut at the same place (811-833): ``op(concat(a, b), concat(c, e)) =
-  concat(op(a, c), op(b, e))`` -- one lemma per op (HLO has no implicit broadcasting: every operand has the full
-  shape). Operands constant along the cut dim, a splat ``constant`` or a ``broadcast`` that repeats its operand
-  there, are cut where a concatenation of their shape is cut (845, 846; constrained, §4.3: only at cut points
-  that exist), a broadcast of a concatenation along the dims it maps (810);
+* elementwise ops over concatenations cut at the same place, ``op(concat(a, b), concat(c, e)) =
+  concat(op(a, c), op(b, e))``, come from the ops' declared properties (ops.py: ``elementwise``, and
+  ``commutative``, ``linear``: the engine's lemma families 12xx, engine/families.py; HLO has no implicit
+  broadcasting: every operand has the full shape). Operands constant along the cut dim, a splat ``constant`` or
+  a ``broadcast`` that repeats its operand there, are cut where a concatenation of their shape is cut (845, 846;
+  constrained, §4.3: only at cut points that exist), a broadcast of a concatenation along the dims it maps (810);
 * ``dot`` with general dimension numbers (850-857): both operands cut at a contracted pair of dims -> the sum of
   the parts' dots; at a pair of batch dims -> a concatenation along the result's batch dim; one operand cut at a
   free dim -> a concatenation along the result dim it lands on; dots of partial sums;
 * ``reduce`` (860-863): along other dims -> a concatenation; along the cut dim -> a ``sum`` (``add`` reducer,
   init 0) or a ``max`` of the parts' reductions; of a partial sum;
 * partial sums (one per rank, summed by a later all-reduce) through ``broadcast`` (864) and the elementwise ops
-  a backward pass applies to them (870-874); products commute where both orders exist (875).
+  a backward pass applies to them (870-874; for integers too, where the derived family 1203 states floating point
+  only); products commute where both orders exist (family 1208).
 
 Softmax, layer and RMS normalisation need no lemma of their own: XLA spells them as reduce + broadcast +
 elementwise ops, and along an uncut dim each of those goes through the concatenation (tests/test_hlo_lemmas.py
@@ -27,21 +29,6 @@ proves a softmax over row-cut inputs from these lemmas alone, and that one along
 """
 from graphguard.engine.lemma import L
 
-
-def _map1(op: str, attrs: str = "") -> str:
-    """``op(concat(a, b)) => concat(op(a), op(b))`` for an elementwise op of one operand."""
-    a = f", {attrs}" if attrs else ""
-    return f"hlo.{op}(concat(?a, ?b, dim=?d){a}) => concat(hlo.{op}(?a{a}), hlo.{op}(?b{a}), dim=?d)"
-
-
-def _map2(op: str, attrs: str = "") -> str:
-    """``op(concat(a, b), concat(c, e)) => concat(op(a, c), op(b, e))`` for operands cut at the same place."""
-    a = f", {attrs}" if attrs else ""
-    return (f"hlo.{op}(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d){a})"
-            f" => concat(hlo.{op}(?a, ?c{a}), hlo.{op}(?b, ?e{a}), dim=?d)")
-
-
-_SAME_CUT = "size(?a, ?d) == size(?c, ?d)"
 
 
 BRIDGES = [
@@ -95,37 +82,6 @@ MOVEMENT = [
                 {"x": [2, 1, 4, 2], "p": [0, 2, 1, 3]}, {"x": [1, 3, 1, 2], "p": [1, 2, 3, 0]})),
 ]
 
-UNARY = [
-    L(811, "negate-of-concat", _map1("negate")),
-    L(812, "abs-of-concat", _map1("abs")),
-    L(813, "exponential-of-concat", _map1("exponential")),
-    L(814, "exponential-minus-one-of-concat", _map1("exponential_minus_one")),
-    L(815, "log-of-concat", _map1("log")),
-    L(816, "log-plus-one-of-concat", _map1("log_plus_one")),
-    L(817, "sqrt-of-concat", _map1("sqrt")),
-    L(818, "rsqrt-of-concat", _map1("rsqrt")),
-    L(819, "tanh-of-concat", _map1("tanh")),
-    L(820, "logistic-of-concat", _map1("logistic")),
-    L(821, "sine-of-concat", _map1("sine")),
-    L(822, "cosine-of-concat", _map1("cosine")),
-    L(823, "erf-of-concat", _map1("erf")),
-    L(824, "convert-of-concat", _map1("convert", "dtype=?t")),
-]
-
-BINARY = [
-    # add, subtract: through their core twins (802, 803, core 206, 207); multiply here too, so that its pieces
-    # are hlo.multiply nodes that 875 may commute
-    L(827, "multiply-of-concats", _map2("multiply"), _SAME_CUT),
-    L(828, "divide-of-concats", _map2("divide"), _SAME_CUT),
-    L(829, "maximum-of-concats", _map2("maximum"), _SAME_CUT),
-    L(830, "minimum-of-concats", _map2("minimum"), _SAME_CUT),
-    L(831, "power-of-concats", _map2("power"), _SAME_CUT),
-    L(832, "compare-of-concats", _map2("compare", "direction=?o"), _SAME_CUT),
-    L(833, "select-of-concats",
-      "hlo.select(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), concat(?f, ?g, dim=?d))"
-      " => concat(hlo.select(?a, ?c, ?f), hlo.select(?b, ?e, ?g), dim=?d)",
-      "size(?a, ?d) == size(?c, ?d) and size(?a, ?d) == size(?f, ?d)"),
-]
 
 # Operands constant along the cut dim -- a splat constant, a broadcast that repeats its operand along it --
 # are cut where a concatenation of their shape is cut (constrained, §4.3: only at the cut points that exist),
@@ -229,12 +185,7 @@ PARTIAL_SUMS = [
       when="hlo.multiply(?c, ?b)"),
     L(872, "multiply-of-partial-sum", "hlo.multiply(sum(?a, ?b), ?c) => sum(hlo.multiply(?a, ?c), hlo.multiply(?b, ?c))",
       when="hlo.multiply(?b, ?c)"),
-    # (no divide: integer division does not distribute)
-    # commutativity only where the mirrored product exists (as core 125 for sums): a program and its
-    # transformation (shard_map's backward, XLA's canonicalisation) may write x * c and c * x
-    L(875, "multiply-commutes-where-mirrored", "hlo.multiply(?a, ?b) => hlo.multiply(?b, ?a)",
-      when="hlo.multiply(?b, ?a)"),
     L(874, "negate-of-partial-sum", "hlo.negate(sum(?a, ?b)) => sum(hlo.negate(?a), hlo.negate(?b))"),
 ]
 
-LEMMAS = BRIDGES + MOVEMENT + UNARY + BINARY + SPLITS + DOT + REDUCE + PARTIAL_SUMS
+LEMMAS = BRIDGES + MOVEMENT + SPLITS + DOT + REDUCE + PARTIAL_SUMS

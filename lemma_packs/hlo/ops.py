@@ -113,13 +113,19 @@ def _float(fn):
     return lambda x: fn(np.asarray(x, dtype=np.float64) if not np.issubdtype(x.dtype, np.floating) else x)
 
 
-def _bin(name, fn, doc, dtype=None, scaling=False):
+def _bin(name, fn, doc, dtype=None, scaling=False, **props):
+    """A binary elementwise op (equal shapes: HLO does not broadcast); ``props``: its other properties."""
     return OpDef(f"hlo.{name}", 2, lambda s, a, cx, n=name: same_shapes(f"hlo.{n}", s),
-                 lambda xs, a: np.asarray(fn(xs[0], xs[1])), doc=doc, dtype=dtype, scaling=scaling)
+                 lambda xs, a: np.asarray(fn(xs[0], xs[1])), doc=doc, dtype=dtype, scaling=scaling,
+                 elementwise=(0, 1), **props)
 
 
-def _un(name, fn, doc, dtype=None):
-    return OpDef(f"hlo.{name}", 1, _id_shape, lambda xs, a: np.asarray(fn(xs[0])), doc=doc, dtype=dtype)
+def _un(name, fn, doc, dtype=None, **props):
+    return OpDef(f"hlo.{name}", 1, _id_shape, lambda xs, a: np.asarray(fn(xs[0])), doc=doc, dtype=dtype,
+                 elementwise=(0,), **props)
+
+
+COMM = {"commutative": True, "associative": True}
 
 
 COMPARISONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater,
@@ -165,34 +171,34 @@ def _round_afz(x):
 DTYPE = AttrSpec("dtype", "str")
 
 ELEMENTWISE = [
-    _bin("add", np.add, "a + b (same shapes)."),
-    _bin("subtract", np.subtract, "a - b (same shapes)."),
-    _bin("multiply", np.multiply, "a * b (same shapes).", scaling=True),
+    _bin("add", np.add, "a + b (same shapes).", linear=((0, 1),), **COMM),
+    _bin("subtract", np.subtract, "a - b (same shapes).", linear=((0, 1),)),
+    _bin("multiply", np.multiply, "a * b (same shapes).", scaling=True, linear=(0, 1), **COMM),
     _bin("divide", _divide, "a / b (same shapes; integers truncate toward zero).", scaling=True),
     _bin("remainder", lambda x, y: np.fmod(x, y), "Remainder with the sign of a (C fmod; same shapes)."),
-    _bin("maximum", np.maximum, "Elementwise max (same shapes)."),
-    _bin("minimum", np.minimum, "Elementwise min (same shapes)."),
+    _bin("maximum", np.maximum, "Elementwise max (same shapes).", **COMM),
+    _bin("minimum", np.minimum, "Elementwise min (same shapes).", **COMM),
     _bin("power", lambda x, y: np.power(x, y), "a ** b (same shapes)."),
     _bin("atan2", lambda x, y: np.arctan2(x, y), "atan2(a, b) (same shapes)."),
-    _bin("and", _logical(np.logical_and, np.bitwise_and), "Logical (pred) or bitwise (integer) and."),
-    _bin("or", _logical(np.logical_or, np.bitwise_or), "Logical (pred) or bitwise (integer) or."),
-    _bin("xor", _logical(np.logical_xor, np.bitwise_xor), "Logical (pred) or bitwise (integer) xor."),
+    _bin("and", _logical(np.logical_and, np.bitwise_and), "Logical (pred) or bitwise (integer) and.", **COMM),
+    _bin("or", _logical(np.logical_or, np.bitwise_or), "Logical (pred) or bitwise (integer) or.", **COMM),
+    _bin("xor", _logical(np.logical_xor, np.bitwise_xor), "Logical (pred) or bitwise (integer) xor.", **COMM),
     _bin("shift_left", lambda x, y: np.left_shift(x, y), "a << b (integers)."),
     _bin("shift_right_arithmetic", lambda x, y: np.right_shift(x, y), "a >> b, sign-extending (integers)."),
     OpDef("hlo.compare", 2, lambda s, a, cx: same_shapes("hlo.compare", s),
           lambda xs, a: np.asarray(COMPARISONS[a["direction"]](xs[0], xs[1])),
           (AttrSpec("direction", "str", choices=tuple(COMPARISONS)),),
-          doc="a <direction> b as pred (EQ, NE, LT, LE, GT, GE; same shapes).", dtype=_bool),
+          doc="a <direction> b as pred (EQ, NE, LT, LE, GT, GE; same shapes).", dtype=_bool, elementwise=(0, 1)),
     OpDef("hlo.select", 3, _select_shape, lambda xs, a: np.where(xs[0], xs[1], xs[2]),
           doc="pred ? on_true : on_false (pred shaped like the operands, or a scalar).",
-          dtype=lambda ds, a: ds[1]),
+          dtype=lambda ds, a: ds[1], elementwise=(0, 1, 2), linear=((1, 2),)),
     OpDef("hlo.clamp", 3, _clamp_shape, lambda xs, a: np.minimum(np.maximum(xs[1], xs[0]), xs[2]),
           doc="min(max(x, lo), hi) with clamp(lo, x, hi) operand order (bounds may be scalars).",
-          dtype=lambda ds, a: ds[1]),
+          dtype=lambda ds, a: ds[1], elementwise=(0, 1, 2)),
     OpDef("hlo.convert", 1, _id_shape, lambda xs, a: _convert(xs[0], a), (DTYPE,),
           doc="Element type conversion (float -> int truncates toward zero; -> pred is != 0).",
-          dtype=_attr_dtype),
-    _un("negate", np.negative, "-x."),
+          dtype=_attr_dtype, elementwise=(0,)),
+    _un("negate", np.negative, "-x.", linear=(0,)),
     _un("abs", np.abs, "|x|."),
     _un("sign", np.sign, "Sign of x (-1, 0, 1)."),
     _un("exponential", _float(np.exp), "exp(x)."),
@@ -386,12 +392,14 @@ SHAPE_OPS = [
     OpDef("hlo.iota", 0, _iota_shape, _iota_ref, (SHAPES, AttrSpec("dimension", "int"), DTYPE),
           doc="0, 1, 2, ... along dimension, constant along the others.", dtype=_attr_dtype),
     OpDef("hlo.broadcast", 1, _broadcast_shape, _broadcast_ref, (SHAPES, AttrSpec("dimensions", "ints")),
-          doc="Operand dim i becomes output dim dimensions[i]; the other output dims repeat it.", broadcast=True),
+          doc="Operand dim i becomes output dim dimensions[i]; the other output dims repeat it.", broadcast=True,
+          data_movement=True),
     OpDef("hlo.slice", 1, _slice_shape, _slice_ref,
           (AttrSpec("starts", "ints"), AttrSpec("limits", "ints"), AttrSpec("strides", "ints")),
-          doc="x[starts:limits:strides] on every dim (stride-1 slices become core.slice)."),
+          doc="x[starts:limits:strides] on every dim (stride-1 slices become core.slice).", data_movement=True),
     OpDef("hlo.reverse", 1, _reverse_shape, lambda xs, a: np.flip(xs[0], tuple(a["dimensions"])).copy(),
-          (AttrSpec("dimensions", "ints"),), doc="Reverse the order of elements along dimensions."),
+          (AttrSpec("dimensions", "ints"),), doc="Reverse the order of elements along dimensions.",
+          data_movement=True),
     OpDef("hlo.pad", 2, _pad_shape, _pad_ref,
           (AttrSpec("low", "ints"), AttrSpec("high", "ints"), AttrSpec("interior", "ints")),
           doc="Pad x with the scalar value: low/high edges (negative crops) and interior gaps per dim."),

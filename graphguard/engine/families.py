@@ -1,0 +1,261 @@
+"""Lemma families derived from operator properties.
+
+An operator declares what it is -- elementwise, linear in some inputs, a reduction, row-wise, data movement,
+commutative (:class:`graphguard.ir.ops.OpDef`) -- and each family below, written once, states the standard
+lemma for every operator with that property, as tinygrad's rules over an op group serve every member. A pack's
+new operator joins a family by declaring the property. The derived lemmas are ordinary :class:`Lemma` s: their
+reference is the family's (12xx), their name ``family[op]``, their text the family's pattern spelt out for
+the op; they compile through :func:`build_rules` and ``graphguard lemmas check`` fuzzes every one of them.
+
+Variables: ``?a<i>`` / ``?b<i>`` the two parts of input i, ``?x<i>`` an input used whole, ``?d<i>`` a concat
+dim, ``?p_<name>`` the op's attribute ``name``.
+"""
+from __future__ import annotations
+
+import sys
+from itertools import combinations
+from typing import Callable, Iterator
+
+from ..ir.expr import VARIADIC
+from ..ir.ops import OpDef, Registry
+from .lemma import Lemma, LemmaError
+
+FAMILIES: list[tuple[int, str, Callable, str]] = []  # (ref, name, derive(op, reg) -> rule pieces, file:line)
+
+
+def family(ref: int, name: str):
+    """Register a family: ``fn(op, reg)`` yields ``(rule, cond, when, examples)`` for each lemma of ``op``."""
+    f = sys._getframe(1)
+    where = f"{f.f_code.co_filename}:{f.f_lineno + 1}"
+
+    def deco(fn):
+        FAMILIES.append((ref, name, fn, where))
+        return fn
+    return deco
+
+
+# -- spelling patterns ------------------------------------------------------------------------------
+
+def _n_inputs(op: OpDef) -> int:
+    """Tensor inputs of the op inside a pattern (variadic ones are binary there; ops with optional inputs have
+    none fixed: 0, no family states them but the row-wise one, which is told how many)."""
+    return 2 if op.name in VARIADIC else op.arity or 0
+
+
+def _attr(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def call(op: OpDef, args, fixed: dict | None = None) -> str:
+    """``op(args..., attr=?p_attr...)``, attributes in ``fixed`` as those constants."""
+    fixed = fixed or {}
+    attrs = [f"{s.name}={_attr(fixed[s.name]) if s.name in fixed else '?p_' + s.name}" for s in op.attrs]
+    return f"{op.name}({', '.join(list(args) + attrs)})"
+
+
+def _fixed(prop) -> dict:
+    return prop if isinstance(prop, dict) else {}
+
+
+def _cat(i: int, d: str) -> str:
+    return f"concat(?a{i}, ?b{i}, dim={d})"
+
+
+def _need_attr(op: OpDef, name: str | None, what: str) -> None:
+    if name is not None and op.attr_spec(name) is None:
+        raise LemmaError(f"operator {op.name} ({op.source}): its {what} names attribute '{name}', which it lacks")
+
+
+# -- the families -------------------------------------------------------------------------------------
+
+def _elementwise(op: OpDef, whole_concat: bool) -> Iterator[tuple]:
+    """op of concats along the same output dim (parts of equal sizes), the other elementwise inputs constant
+    along it (broadcast there): the concat of op of the parts."""
+    ew = tuple(op.elementwise)
+    n = _n_inputs(op)
+    if not n:
+        return
+    subsets = [ew] if whole_concat else [s for k in range(1, len(ew)) for s in combinations(ew, k)]
+    if not op.broadcasting and not whole_concat:
+        return  # equal shapes: an operand constant along a cut dim is not one that a concat of the same shape meets
+    for cut in subsets:
+        p = cut[0]
+        if op.broadcasting:
+            rank = f"brank({', '.join(f'?a{i}' if i in cut else f'?x{i}' for i in ew)})"
+            dim = f"?d{p} + {rank} - rank(?a{p})"
+            dims = {i: f"?d{i}" for i in cut}
+        else:
+            rank, dim, dims = None, "?d", {i: "?d" for i in cut}
+        conds = []
+        for i in cut[1:]:
+            if op.broadcasting:
+                conds.append(f"?d{i} + {rank} - rank(?a{i}) == {dim}")
+            conds += [f"size(?a{i}, {dims[i]}) == size(?a{p}, {dims[p]})",
+                      f"size(?b{i}, {dims[i]}) == size(?b{p}, {dims[p]})"]
+        conds += [f"const_along(?x{i}, {rank}, {dim})" for i in ew if i not in cut]
+        lhs = call(op, [_cat(i, dims[i]) if i in cut else f"?x{i}" for i in range(n)])
+        parts = [call(op, [f"?{h}{i}" if i in cut else f"?x{i}" for i in range(n)]) for h in "ab"]
+        whole = {f"x{i}": [] for i in range(n) if i not in ew}  # seeds: inputs used whole as 0-dim values
+        ex = [{**{f"a{i}": [2, 3] for i in cut}, **{f"b{i}": [1, 3] for i in cut}, **whole,
+               **{f"x{i}": [1, 3] for i in ew if i not in cut}, **{k[1:]: 0 for k in set(dims.values())}},
+              {**{f"a{i}": [2, 3] for i in cut}, **{f"b{i}": [2, 1] for i in cut}, **whole,
+               **{f"x{i}": [2, 1] for i in ew if i not in cut}, **{k[1:]: 1 for k in set(dims.values())}}]
+        yield f"{lhs} => concat({parts[0]}, {parts[1]}, dim={dim})", " and ".join(conds), "", ex
+
+
+@family(1201, "elementwise-of-concats")
+def elementwise_of_concats(op, reg):  # f(concat(a0, b0), concat(a1, b1)) -> concat(f(a0, a1), f(b0, b1))
+    if op.elementwise:
+        yield from _elementwise(op, True)
+
+
+@family(1202, "elementwise-of-concat-and-broadcast")
+def elementwise_of_concat_and_broadcast(op, reg):  # f(concat(a0, b0), x1) -> concat(f(a0, x1), f(b0, x1)), x1 const along
+    if op.elementwise:
+        yield from _elementwise(op, False)
+
+
+def _over_reals(op: OpDef, x: str) -> str:
+    """Linearity is a statement about real numbers: it holds for floating-point inputs and results (a cast to an
+    integer ``dtype`` truncates, integers divide by zero, bools add as "or") and finite number attributes
+    (``inf * (a + b)`` is NaN where ``inf * a + inf * b`` is not)."""
+    conds = [f"floating(dtype({x}))"]
+    for s in op.attrs:
+        if s.kind == "str" and s.name.endswith("dtype"):  # the result's dtype (as the fuzzer reads such names)
+            conds.append(f"(?p_{s.name} == None or floating(?p_{s.name}))")
+        elif s.kind == "number":
+            conds.append(f"(?p_{s.name} == None or finite(?p_{s.name}))")
+    return " and ".join(conds)
+
+
+@family(1203, "linear-over-sum")
+def linear_over_sum(op, reg):  # f(sum(a, b), x) -> sum(f(a, x), f(b, x))
+    """One group of inputs, jointly: a partial sum (one summand per rank) goes through. Where the op is linear
+    in several groups (products) or in several inputs jointly, only where the op of the second summands
+    exists (constrained, §4.3): distributing products over every grouping of 8-way partial sums explodes."""
+    groups = op.linear_groups()
+    n = _n_inputs(op)
+    for g in groups if n else ():
+        cond = _over_reals(op, f"?a{g[0]}")
+        lhs = call(op, [f"sum(?a{i}, ?b{i})" if i in g else f"?x{i}" for i in range(n)])
+        a, b = (call(op, [f"?{h}{i}" if i in g else f"?x{i}" for i in range(n)]) for h in "ab")
+        when = b if len(groups) > 1 or len(g) > 1 else ""
+        yield f"{lhs} => sum({a}, {b})", cond, when, ()
+
+
+@family(1204, "scalar-factor-out")
+def scalar_factor_out(op, reg):  # f(c * a, x) -> c * f(a, x)
+    """A constant factor (``scale``, or any op declaring ``scalar_factor``) of a linear input -- or of every input
+    of a joint group -- moves out. Through data movement (of input 0) exactly, whatever the factor and dtype: the
+    same entries are multiplied."""
+    n = _n_inputs(op)
+    if op.scalar_factor or not n:
+        return  # factors combine by their own lemmas
+    groups = op.linear_groups()
+    if op.data_movement and (0,) not in groups:
+        groups += ((0,),)
+    for f in sorted((f for f in reg if f.scalar_factor), key=lambda f: f.name):
+        for g in groups:
+            fac = {f.scalar_factor: "?f"}
+            lhs = call(op, [call(f, [f"?a{i}"], fac) if i in g else f"?x{i}" for i in range(n)])
+            rhs = call(f, [call(op, [f"?a{i}" if i in g else f"?x{i}" for i in range(n)])], fac)
+            cond = "" if op.data_movement and g == (0,) else f"finite(?f) and {_over_reals(op, f'?a{g[0]}')}"
+            yield f"{lhs} => {rhs}", cond, "", ()
+
+
+def _reduction(op: OpDef):
+    r = op.reduction
+    _need_attr(op, r.dims, "reduction")
+    _need_attr(op, r.keepdim, "reduction")
+    k = f"?p_{r.dims}" if r.dims else None
+    kd = f"?p_{r.keepdim}" if r.keepdim else "0"
+    return r, k, kd
+
+
+@family(1205, "reduction-of-concat-other-dims")
+def reduction_other_dims(op, reg):  # r(concat(a, b, d), dims not d) -> concat(r(a), r(b))
+    if op.reduction is None or op.reduction.dims is None:
+        return
+    r, k, kd = _reduction(op)
+    lhs = call(op, [_cat(0, "?d")])
+    yield (f"{lhs} => concat({call(op, ['?a0'])}, {call(op, ['?b0'])}, dim=reduced_dim(?d, {k}, {kd}))",
+           f"not reduces({k}, ?d)", "", ())
+
+
+@family(1206, "reduction-of-concat-along-it")
+def reduction_along_it(op, reg):  # r(concat(a, b, d), dims with d) -> combine(r(a), r(b))
+    if op.reduction is None or op.reduction.combine is None:
+        return
+    r, k, kd = _reduction(op)
+    comb = reg.get(r.combine)
+    if comb is None:
+        raise LemmaError(f"operator {op.name} ({op.source}): its reduction combines with unknown operator "
+                         f"'{r.combine}'")
+    conds = [f"reduces({k}, ?d)"] if k else []
+    if comb.name != "core.sum":  # no identity: a part without entries has no reduction
+        conds.append("size(?a0, ?d) > 0 and size(?b0, ?d) > 0")
+    yield (f"{call(op, [_cat(0, '?d')])} => {call(comb, [call(op, ['?a0']), call(op, ['?b0'])])}",
+           " and ".join(conds), "", ())
+
+
+@family(1207, "rowwise-of-concats")
+def rowwise_of_concats(op, reg):  # f(concat(a, b, d)) -> concat(f(a), f(b)), d not in the rows
+    rw = op.rowwise
+    if rw is None:
+        return
+    _need_attr(op, rw.dims, "rowwise")
+    kind = op.attr_spec(rw.dims).kind
+    p = rw.args[0]
+    k = f"?p_{rw.dims}"
+    untouched = {"int": f"{k} != ?d", "ints": f"not reduces({k}, ?d)",
+                 "scalars": f"?d < rank(?a{p}) - len({k})"}.get(kind)
+    if untouched is None:
+        raise LemmaError(f"operator {op.name} ({op.source}): rowwise attribute '{rw.dims}' must be an int, ints or "
+                         f"a shape")
+    counts = [_n_inputs(op)] if op.arity is not None or op.name in VARIADIC else range(len(rw.args), rw.inputs + 1)
+    for n in counts:
+        conds = [untouched] + [f"size(?{h}{i}, ?d) == size(?{h}{p}, ?d)" for i in rw.args[1:] for h in "ab"]
+        lhs = call(op, [_cat(i, "?d") if i in rw.args else f"?x{i}" for i in range(n)])
+        a, b = (call(op, [f"?{h}{i}" if i in rw.args else f"?x{i}" for i in range(n)]) for h in "ab")
+        ex = ()
+        if kind == "scalars":  # rows of shape n; the inputs used whole (weights) shaped like a row
+            ex = [{**{f"a{i}": a_ for i in rw.args}, **{f"b{i}": b_ for i in rw.args},
+                   **{f"x{i}": list(row) for i in range(n) if i not in rw.args}, "d": d, "p_" + rw.dims: list(row)}
+                  for a_, b_, row, d in (([2, 3, 4], [1, 3, 4], [4], 0), ([2, 3, 4], [2, 2, 4], [4], 1),
+                                         ([3, 4], [1, 4], [4], 0), ([1, 2, 3], [2, 2, 3], [2, 3], 0))]
+        yield f"{lhs} => concat({a}, {b}, dim=?d)", " and ".join(conds), "", ex
+
+
+def _binary(op: OpDef) -> bool:
+    return _n_inputs(op) == 2
+
+
+@family(1208, "commutes-where-mirrored")
+def commutes(op, reg):  # f(a, b) -> f(b, a) where f(b, a) exists
+    """Only where the mirror exists (full commutativity would explode n-way sums and products)."""
+    if op.commutative and _binary(op):
+        fx = _fixed(op.commutative)
+        yield f"{call(op, ['?a', '?b'], fx)} => {call(op, ['?b', '?a'], fx)}", "", call(op, ["?b", "?a"], fx), ()
+
+
+@family(1209, "regroups-where-grouped")
+def regroups(op, reg):  # f(f(a, b), c) -> f(a, f(b, c)) where f(b, c) exists (and back)
+    if op.associative and _binary(op):
+        fx = _fixed(op.associative)
+        f = lambda x, y: call(op, [x, y], fx)  # noqa: E731
+        yield f"{f(f('?a', '?b'), '?c')} => {f('?a', f('?b', '?c'))}", "", f("?b", "?c"), ()
+        yield f"{f('?a', f('?b', '?c'))} => {f(f('?a', '?b'), '?c')}", "", f("?a", "?b"), ()
+
+
+def derive(reg: Registry) -> list[Lemma]:
+    """Every family's lemmas for every registered operator, in a stable order (family, op)."""
+    out = []
+    ops = sorted((op for op in reg if op.meaning is None and op.shape is not None), key=lambda o: o.name)
+    for ref, name, fn, where in FAMILIES:
+        for op in ops:
+            pieces = list(fn(op, reg))
+            for k, (rule, cond, when, examples) in enumerate(pieces):
+                tag = op.name if len(pieces) == 1 else f"{op.name}#{k}" if "#" not in op.name else f"{op.name}/{k}"
+                out.append(Lemma(ref, f"{name}[{tag}]", rule, cond, "root", f"{where} ({op.name})",
+                                 pack=op.source, examples=tuple(examples), when=when, variant=tag))
+    return out

@@ -1,0 +1,416 @@
+"""Lemma families derived from operator properties (engine/families.py): for each family a proving case through
+the verify API (a sequential graph G_s and a two-rank G_d) and cases that must not prove; every derived rule is a
+normal rule that `lemmas list` shows and `lemmas check` fuzzes; a third party's op gets the families by
+declaring properties (and a false declaration is caught by the fuzzer)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import graphguard
+from graphguard.engine.prove import proves
+from graphguard.ir.builder import GraphBuilder
+from graphguard.ir.relation import parse_relation_text
+
+from conftest import run_cli
+from test_plugins import _gg, third_party  # noqa: F401 (a fixture)
+
+
+def _verify(plugins, spec, impl, shapes, shards, rel, world=2, dtype="float32", allow_partial=False):
+    """G_s: ``spec`` = [(op, inputs, output, attrs)] over ``shapes``; G_d: ``impl(r)`` the same for rank r over
+    ``shards`` (tensor -> shape on a rank, named ``T@r``); the last output of each is the graph's output."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=world)
+    for name, shp in shapes.items():
+        s.input(name, shp, dtype)
+    for op, ins, out, attrs in spec:
+        s.op(op, ins, out, **attrs)
+    first = lambda o: o if isinstance(o, str) else o[0]  # noqa: E731 (a multi-output op: its first output)
+    s.output(first(spec[-1][2]))
+    outs = []
+    for r in range(world):
+        for name, shp in shards.items():
+            d.input(f"{name}@{r}", shp, dtype)
+        for op, ins, out, attrs in impl(r):
+            d.op(op, ins, out, **attrs)
+        outs.append(first(impl(r)[-1][2]))
+    d.output(*outs)
+    relation = parse_relation_text("inputs:\n" + "".join(f"  {k}: {v}\n" for k, v in rel.items()), "relation.yaml",
+                                   plugins.registry)
+    cx = relation.constraints()
+    return graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), relation,
+                             allow_partial=allow_partial)
+
+
+def _at(r, *names):
+    return [f"{n}@{r}" for n in names]
+
+
+ROWS = {"X": "concat(X@0, X@1, dim=0)"}
+REPL = lambda *ns: {n: f"[{n}@0, {n}@1]" for n in ns}  # noqa: E731
+
+
+def _unary(op, full, shard, rel, world=2, **attrs):
+    """Y = op(X) in G_s; Y@r = op(X@r) on each rank."""
+    return ([(op, ["X"], "Y", attrs)], lambda r: [(op, _at(r, "X"), f"Y@{r}", attrs)], {"X": full}, {"X": shard}, rel)
+
+
+# -- 1201 / 1202: elementwise ops of concats --------------------------------------------------------------
+
+def test_elementwise_of_concats_along_broadcast_aligned_dims(plugins):
+    # X [2, 4, 6] cut along dim 1 and a lower-rank Z [4, 6] cut along its dim 0: the same output dim
+    spec = [("aten.add.Tensor", ["X", "Z"], "Y", {})]
+    r = _verify(plugins, spec, lambda r: [("aten.add.Tensor", _at(r, "X", "Z"), f"Y@{r}", {})],
+                {"X": [2, 4, 6], "Z": [4, 6]}, {"X": [2, 2, 6], "Z": [2, 6]},
+                {"X": "concat(X@0, X@1, dim=1)", "Z": "concat(Z@0, Z@1, dim=0)"})
+    assert r.verdict == "refines", r.failure
+    # ... with the lower-rank operand first (the dims line up from the right, as NumPy broadcasts)
+    spec = [("aten.mul.Tensor", ["Z", "X"], "Y", {})]
+    r = _verify(plugins, spec, lambda r: [("aten.mul.Tensor", _at(r, "Z", "X"), f"Y@{r}", {})],
+                {"X": [2, 4, 6], "Z": [4, 6]}, {"X": [2, 2, 6], "Z": [2, 6]},
+                {"X": "concat(X@0, X@1, dim=1)", "Z": "concat(Z@0, Z@1, dim=0)"})
+    assert r.verdict == "refines", r.failure
+
+
+def test_elementwise_of_concats_must_not_pair_other_parts(plugins):
+    # rank r holds rows r of X but rows 1 - r of Z: its difference pairs other rows
+    spec = [("aten.sub.Tensor", ["X", "Z"], "Y", {})]
+    r = _verify(plugins, spec, lambda r: [("aten.sub.Tensor", _at(r, "X", "Z"), f"Y@{r}", {})],
+                {"X": [4, 6], "Z": [4, 6]}, {"X": [2, 6], "Z": [2, 6]},
+                {"X": "concat(X@0, X@1, dim=0)", "Z": "concat(Z@1, Z@0, dim=0)"})
+    assert r.verdict != "refines"
+    # parts of unequal sizes do not pair up (an empty part would slip through a check of the first parts only)
+    assert not proves("aten.add.Tensor(concat(P, Q, dim=0), concat(R, T, dim=0))",
+                      "concat(aten.add.Tensor(P, T), aten.add.Tensor(Q, R), dim=0)",
+                      {"P": [2, 3], "Q": [2, 3], "R": [2, 3], "T": [2, 3]})
+
+
+def test_elementwise_of_concat_and_broadcast_operand(plugins):
+    # a bias [4, 1] is constant along the column cut: every rank adds it whole
+    spec = [("aten.add.Tensor", ["X", "B"], "Y", {})]
+    r = _verify(plugins, spec, lambda r: [("aten.add.Tensor", _at(r, "X", "B"), f"Y@{r}", {})],
+                {"X": [4, 6], "B": [4, 1]}, {"X": [4, 3], "B": [4, 1]},
+                {"X": "concat(X@0, X@1, dim=1)", **REPL("B")})
+    assert r.verdict == "refines", r.failure
+    # vLLM's vocab mask: ge/lt on the ids, bitwise_and, masked ids (integers, bool) -- all elementwise
+    spec = [("aten.ge.Scalar", ["I"], "A", {"other": 0}), ("aten.lt.Scalar", ["I"], "L", {"other": 5}),
+            ("aten.bitwise_and.Tensor", ["A", "L"], "M", {}), ("aten.mul.Tensor", ["I", "M"], "Y", {})]
+    impl = lambda r: [(op, [f"{i}@{r}" for i in ins], f"{o}@{r}", a) for op, ins, o, a in spec]  # noqa: E731
+    r = _verify(plugins, spec, impl, {"I": [4, 3]}, {"I": [2, 3]}, {"I": "concat(I@0, I@1, dim=0)"}, dtype="int64")
+    assert r.verdict == "refines", r.failure
+
+
+def test_broadcast_operand_that_varies_along_the_cut_must_not_be_used_whole(plugins):
+    # B [1, 6] varies along the column cut: a rank that adds the first half of B to its own columns is wrong
+    spec = [("aten.add.Tensor", ["X", "B"], "Y", {})]
+    impl = lambda r: [("core.slice", [f"B@{r}"], f"C@{r}", {"dim": 1, "start": 0, "end": 3}),  # noqa: E731
+                      ("aten.add.Tensor", [f"X@{r}", f"C@{r}"], f"Y@{r}", {})]
+    r = _verify(plugins, spec, impl, {"X": [4, 6], "B": [1, 6]}, {"X": [4, 3], "B": [1, 6]},
+                {"X": "concat(X@0, X@1, dim=1)", **REPL("B")})
+    assert r.verdict != "refines"
+    # as one-line statements: a constant along dim 1 goes to both parts; one that varies there does not
+    assert proves("aten.mul.Tensor(concat(P, Q, dim=1), B)", "concat(aten.mul.Tensor(P, B), aten.mul.Tensor(Q, B), dim=1)",
+                  {"P": [4, 2], "Q": [4, 3], "B": [4, 1]})
+    assert not proves("aten.mul.Tensor(concat(P, Q, dim=1), B)", "concat(aten.mul.Tensor(P, C), aten.mul.Tensor(Q, C), dim=1)",
+                      {"P": [4, 2], "Q": [4, 2], "B": [1, 4], "C": [1, 2]})
+
+
+@pytest.mark.parametrize("op,dtype", [("aten.abs", "bfloat16"), ("aten.abs", "int32"), ("aten.sigmoid", "float16"),
+                                      ("aten.logical_not", "bool"), ("aten.bitwise_not", "int64")])
+def test_unary_elementwise_of_concat_in_any_dtype(plugins, op, dtype):
+    r = _verify(plugins, *_unary(op, [4, 3], [2, 3], ROWS), dtype=dtype)
+    assert r.verdict == "refines", r.failure
+
+
+def test_a_non_elementwise_op_must_not_distribute(plugins):
+    # a cumulative sum along the cut dim needs the first part's total in the second
+    r = _verify(plugins, *_unary("aten.cumsum", [4, 3], [2, 3], ROWS, dim=0))
+    assert r.verdict != "refines"
+    r = _verify(plugins, *_unary("aten.cumsum", [4, 3], [2, 3], ROWS, dim=1))  # along the other dim: row-wise
+    assert r.verdict == "refines", r.failure
+
+
+# -- 1203 / 1204: partial sums and scalar factors through linear ops --------------------------------------
+
+def _mm_then(plugins, after: list):
+    """G_s: Y = after(X @ W); G_d: X column-cut, W row-cut, ``after`` applied to each rank's partial product,
+    then an all-reduce."""
+    spec = [("aten.mm", ["X", "W"], "P", {})] + [(op, [i], o, a) for op, i, o, a in after]
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("X", [4, 6]); s.input("W", [6, 5])
+    for op, ins, out, attrs in spec:
+        s.op(op, ins, out, **attrs)
+    s.output(spec[-1][2])
+    last = []
+    for r in range(2):
+        d.input(f"X@{r}", [4, 3]); d.input(f"W@{r}", [3, 5])
+        d.op("aten.mm", [f"X@{r}", f"W@{r}"], f"P@{r}")
+        for op, i, o, a in after:
+            d.op(op, [f"{i}@{r}"], f"{o}@{r}", **a)
+        last.append(f"{spec[-1][2]}@{r}")
+    d.op("core.all_reduce", last, [f"S@{r}" for r in range(2)], op="sum", group=[0, 1])
+    d.output(*[f"S@{r}" for r in range(2)])
+    relation = parse_relation_text("inputs:\n  X: concat(X@0, X@1, dim=1)\n  W: concat(W@0, W@1, dim=0)\n",
+                                   "relation.yaml", plugins.registry)
+    cx = relation.constraints()
+    return graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), relation)
+
+
+def test_linear_ops_of_partial_sums(plugins):
+    # neg, a sum over rows and a scaled copy of each rank's partial product, all-reduced afterwards
+    for after in ([("aten.neg", "P", "Y", {})],
+                  [("aten.sum.dim_IntList", "P", "Y", {"dim": [0], "keepdim": True})],
+                  [("aten.div.Scalar", "P", "Y", {"other": 4})],
+                  [("aten.flip", "P", "Y", {"dims": [1]})]):
+        r = _mm_then(plugins, after)
+        assert r.verdict == "refines", (after, r.failure)
+
+
+@pytest.mark.parametrize("after", [[("aten.relu", "P", "Y", {})], [("aten.exp", "P", "Y", {})],
+                                   [("aten.add.Scalar", "P", "Y", {"other": 1})],
+                                   [("aten.amax", "P", "Y", {"dim": [0], "keepdim": True})]])
+def test_non_linear_ops_of_partial_sums_must_not_prove(plugins, after):
+    # relu(p0) + relu(p1) is not relu(p0 + p1); a constant added on every rank is added twice
+    assert _mm_then(plugins, after).verdict != "refines"
+
+
+def test_scalar_factors_through_linear_ops_and_not_others():
+    shapes = {"X": [4, 3], "W": [3, 2]}
+    assert proves("aten.mm(scale(X, factor=3), W)", "scale(aten.mm(X, W), factor=3)", shapes)
+    assert proves("aten.flip(scale(X, factor=1/2), dims=[0])", "scale(aten.flip(X, dims=[0]), factor=1/2)", shapes)
+    assert proves("aten.sum.dim_IntList(scale(X, factor=1/2), dim=[1])",
+                  "scale(aten.sum.dim_IntList(X, dim=[1]), factor=1/2)", shapes)
+    # non-linear ops keep their factor (relu(-x) is not -relu(x); exp(2x) is not 2 exp(x))
+    assert not proves("aten.relu(scale(X, factor=-1))", "scale(aten.relu(X), factor=-1)", shapes)
+    assert not proves("aten.exp(scale(X, factor=2))", "scale(aten.exp(X), factor=2)", shapes)
+    assert not proves("aten.amax(scale(X, factor=-1), dim=[0])", "scale(aten.amax(X, dim=[0]), factor=-1)", shapes)
+    # an integer cast is not linear
+    assert not proves("aten._to_copy(scale(X, factor=1/2), dtype=int32)", "scale(aten._to_copy(X, dtype=int32), factor=1/2)",
+                      shapes)
+
+
+# -- 1205 / 1206: reductions of concats --------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,attrs", [("aten.sum.dim_IntList", {"dim": [1]}), ("aten.amax", {"dim": [1]}),
+                                      ("aten.amin", {"dim": [1], "keepdim": True}),
+                                      ("aten.var.correction", {"dim": [1], "correction": 0}),
+                                      ("aten.linalg_vector_norm", {"dim": [1]}), ("aten.mean.dim", {"dim": [1]}),
+                                      ("aten.argmax", {"dim": 1})])
+def test_reduction_over_another_dim_is_a_concat(plugins, op, attrs):
+    r = _verify(plugins, *_unary(op, [4, 3], [2, 3], ROWS, **attrs))
+    assert r.verdict == "refines", r.failure
+
+
+@pytest.mark.parametrize("op,attrs", [("aten.sum.dim_IntList", {"dim": [0]}), ("aten.var.correction", {"dim": [0]}),
+                                      ("aten.linalg_vector_norm", {"dim": [0]}), ("aten.mean.dim", {"dim": None}),
+                                      ("aten.sum.dim_IntList", {"dim": []}), ("aten.amax", {"dim": []})])
+def test_reduction_over_the_cut_dim_must_not_become_a_concat(plugins, op, attrs):
+    # (dim=[] means every dim, the cut one too)
+    r = _verify(plugins, *_unary(op, [4, 3], [2, 3], ROWS, keepdim=True, **attrs))
+    assert r.verdict != "refines"
+
+
+@pytest.mark.parametrize("op,coll,ok", [("aten.sum.dim_IntList", "sum", True), ("aten.amax", "max", True),
+                                        ("aten.amax", "sum", False), ("aten.sum.dim_IntList", "max", False)])
+def test_reduction_over_the_cut_dim_combines_with_its_collective(plugins, op, coll, ok):
+    spec = [(op, ["X"], "Y", {"dim": [0], "keepdim": True})]
+
+    def impl(r):
+        return [(op, [f"X@{r}"], f"P@{r}", {"dim": [0], "keepdim": True})]
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("X", [4, 3])
+    s.op(*spec[0][:3], **spec[0][3])
+    s.output("Y")
+    for r in range(2):
+        d.input(f"X@{r}", [2, 3])
+        d.op(op, [f"X@{r}"], f"P@{r}", dim=[0], keepdim=True)
+    d.op("core.all_reduce", ["P@0", "P@1"], ["Y@0", "Y@1"], op=coll, group=[0, 1])
+    d.output("Y@0", "Y@1")
+    rel = parse_relation_text("inputs:\n  X: concat(X@0, X@1, dim=0)\n", "relation.yaml", plugins.registry)
+    cx = rel.constraints()
+    r = graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel)
+    assert (r.verdict == "refines") == ok, r.failure
+
+
+# -- 1207: row-wise ops ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,attrs", [("aten._softmax", {"dim": 1, "half_to_float": False}),
+                                      ("aten._log_softmax", {"dim": 1, "half_to_float": False}),
+                                      ("aten.flip", {"dims": [1]}), ("aten.roll", {"shifts": [1], "dims": [1]}),
+                                      ("aten.topk#0", {"k": 2, "dim": 1})])
+def test_rowwise_op_of_a_concat_along_another_dim(plugins, op, attrs):
+    if op == "aten.topk#0":
+        spec = [("aten.topk", ["X"], ["Y", "I"], attrs)]
+        impl = lambda r: [("aten.topk", [f"X@{r}"], [f"Y@{r}", f"I@{r}"], attrs)]  # noqa: E731
+        r = _verify(plugins, spec, impl, {"X": [4, 3]}, {"X": [2, 3]}, ROWS)
+    else:
+        r = _verify(plugins, *_unary(op, [4, 3], [2, 3], ROWS, **attrs))
+    assert r.verdict == "refines", r.failure
+
+
+@pytest.mark.parametrize("op,attrs", [("aten._softmax", {"dim": 0, "half_to_float": False}),
+                                      ("aten.roll", {"shifts": [1], "dims": [0]}),
+                                      ("aten.roll", {"shifts": [1], "dims": []})])  # (the flattened tensor)
+def test_rowwise_op_along_the_cut_dim_must_not_prove(plugins, op, attrs):
+    assert _verify(plugins, *_unary(op, [4, 3], [2, 3], ROWS, **attrs)).verdict != "refines"
+
+
+def test_flip_along_the_cut_dim_reverses_the_parts(plugins):
+    spec = [("aten.flip", ["X"], "Y", {"dims": [0]})]
+    impl = lambda r: [("aten.flip", [f"X@{r}"], f"Y@{r}", {"dims": [0]})]  # noqa: E731
+    r = _verify(plugins, spec, impl, {"X": [4, 3]}, {"X": [2, 3]}, {"X": "concat(X@1, X@0, dim=0)"})
+    assert r.verdict == "refines", r.failure  # rank 1 holds the first rows: its flip is the flip's second half
+    assert r.r_o["Y"][0].args[0].name == "Y@0"
+    # not the parts in their own order
+    assert not proves("aten.flip(concat(P, Q, dim=0), dims=[0])",
+                      "concat(aten.flip(P, dims=[0]), aten.flip(Q, dims=[0]), dim=0)", {"P": [2, 3], "Q": [2, 3]})
+
+
+def test_layer_norm_of_rows(plugins):
+    attrs = {"normalized_shape": [6], "eps": 1e-5}
+    spec = [("aten.native_layer_norm", ["X", "G", "B"], ["Y", "M", "R"], attrs)]
+    impl = lambda r: [("aten.native_layer_norm", _at(r, "X", "G", "B"), _at(r, "Y", "M", "R"), attrs)]  # noqa: E731
+    r = _verify(plugins, spec, impl, {"X": [4, 6], "G": [6], "B": [6]}, {"X": [2, 6], "G": [6], "B": [6]},
+                {**ROWS, **REPL("G", "B")})
+    assert r.verdict == "refines", r.failure
+    # over a cut of the normalised dim: each rank normalises half a row
+    r = _verify(plugins, spec, lambda r: [("aten.native_layer_norm", _at(r, "X", "G", "B"), _at(r, "Y", "M", "R"),
+                                           {"normalized_shape": [3], "eps": 1e-5})],
+                {"X": [4, 6], "G": [6], "B": [6]}, {"X": [4, 3], "G": [3], "B": [3]},
+                {"X": "concat(X@0, X@1, dim=1)", "G": "concat(G@0, G@1, dim=0)", "B": "concat(B@0, B@1, dim=0)"})
+    assert r.verdict != "refines"
+
+
+# -- 1208 / 1209: commutation and regrouping where the other form exists ----------------------------------
+
+def test_commuted_bias_add(plugins):
+    spec = [("aten.add.Tensor", ["X", "B"], "Y", {})]
+    r = _verify(plugins, spec, lambda r: [("aten.add.Tensor", _at(r, "B", "X"), f"Y@{r}", {})],
+                {"X": [4, 6], "B": [6]}, {"X": [2, 6], "B": [6]}, {**ROWS, **REPL("B")})
+    assert r.verdict == "refines", r.failure
+    # a - b is not b - a; alpha * other does not commute either
+    spec = [("aten.sub.Tensor", ["X", "B"], "Y", {})]
+    r = _verify(plugins, spec, lambda r: [("aten.sub.Tensor", _at(r, "B", "X"), f"Y@{r}", {})],
+                {"X": [4, 6], "B": [6]}, {"X": [2, 6], "B": [6]}, {**ROWS, **REPL("B")})
+    assert r.verdict != "refines"
+    assert not proves("aten.add.Tensor(X, Y, alpha=2)", "aten.add.Tensor(Y, X, alpha=2)", {"X": [3], "Y": [3]})
+    assert proves("aten.add.Tensor(X, Y)", "aten.add.Tensor(Y, X)", {"X": [3], "Y": [3]})
+
+
+def test_regrouping_where_grouped():
+    s = {"A": [3], "B": [3], "C": [3]}
+    assert proves("aten.mul.Tensor(aten.mul.Tensor(A, B), C)", "aten.mul.Tensor(A, aten.mul.Tensor(B, C))", s)
+    assert proves("aten.maximum(A, aten.maximum(B, C))", "aten.maximum(aten.maximum(A, B), C)", s)
+    assert not proves("aten.sub.Tensor(aten.sub.Tensor(A, B), C)", "aten.sub.Tensor(A, aten.sub.Tensor(B, C))", s)
+    assert not proves("aten.div.Tensor(aten.div.Tensor(A, B), C)", "aten.div.Tensor(A, aten.div.Tensor(B, C))", s)
+
+
+# -- the derived rules are normal rules: listed, fuzzed, gated --------------------------------------------
+
+def test_every_derived_rule_is_listed_and_fuzzed(plugins):
+    derived = [r for r in plugins.lemmas if r.lemma.variant]
+    assert {r.lemma.ref for r in derived} == set(range(1201, 1210))
+    assert len({r.id for r in plugins.lemmas}) == len(plugins.lemmas)  # one id per rule
+    # every one is in the fuzzed packs (test_lemmas.BUILTIN fuzzes each pack's rules) ...
+    from test_lemmas import BUILTIN
+    assert {r.lemma.pack for r in derived} <= {p for p, _ in BUILTIN}
+    # ... and `lemmas list` / `lemmas check` name each of a family's rules
+    p = run_cli("lemmas", "list")
+    assert p.returncode == 0
+    for r in derived:
+        assert f"[{r.lemma.ref}] {r.lemma.name}:" in p.stdout
+    fam = [r for r in derived if r.lemma.ref == 1208]
+    p = run_cli("lemmas", "check", "--ref", "1208")
+    assert p.returncode == 0, p.stdout[-2000:]
+    for r in fam:
+        assert re.search(rf"ok\s+{re.escape(r.id)} ", p.stdout), r.id
+    assert f"{len(fam)} passed, 0 failed" in p.stdout
+
+
+def test_families_cover_the_new_aten_ops(plugins):
+    names = {r.lemma.name for r in plugins.lemmas if r.lemma.variant}
+    for n in ("elementwise-of-concats[aten.gt.Tensor]", "elementwise-of-concats[aten.abs]",
+              "elementwise-of-concats[aten.logical_and]", "commutes-where-mirrored[aten.ne.Tensor]",
+              "reduction-of-concat-along-it[aten.amin]", "reduction-of-concat-other-dims[aten.var.correction]",
+              "reduction-of-concat-other-dims[aten.linalg_vector_norm]", "rowwise-of-concats[aten.roll]",
+              "linear-over-sum[aten.flip]"):
+        assert n in names, n
+
+
+PROPERTY_PLUGIN = '''
+import numpy as np
+from graphguard import hookimpl
+from graphguard.ir.ops import OpDef
+
+@hookimpl
+def graphguard_ops():
+    return [OpDef("extra.double", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: 2 * xs[0], doc="2x",
+                  elementwise=(0,), linear=(0,)),
+            OpDef("extra.square", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: xs[0] * xs[0], doc="x*x",
+                  elementwise=(0,), linear=SQUARE_LINEAR)]
+
+@hookimpl
+def graphguard_lemmas():
+    return []
+'''
+
+
+def test_a_third_party_op_gets_the_families_by_declaring_properties(third_party, tmp_path):  # noqa: F811
+    init = tmp_path / "ggextra" / "__init__.py"
+    init.write_text(PROPERTY_PLUGIN.replace("SQUARE_LINEAR", "()"))
+    p = _gg(third_party, "lemmas", "list")
+    assert p.returncode == 0, p.stderr
+    assert "[1201] elementwise-of-concats[extra.double]: extra.double(concat(?a0, ?b0, dim=?d))" in p.stdout
+    assert "[1203] linear-over-sum[extra.double]" in p.stdout
+    p = _gg(third_party, "plugins")  # fuzzed when first loaded, as its hand-written lemmas would be
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"lemmas: .*extra: 4", p.stdout), p.stdout
+    # a false declaration (x*x is not linear) fails the fuzzer: the pack is refused, naming the derived lemma
+    init.write_text(PROPERTY_PLUGIN.replace("SQUARE_LINEAR", "(0,)"))
+    p = _gg(third_party, "plugins")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert re.search(r"lemma pack 'extra' is refused: lemma 120[34] (linear-over-sum|scalar-factor-out)\[extra.square",
+                     p.stderr), p.stderr
+
+
+# -- the new ATen ops: captured by the fx frontend, references agree with torch -----------------------------
+
+def test_new_aten_ops_are_captured_and_match_torch(plugins):
+    torch = pytest.importorskip("torch")
+    import numpy as np
+    import graphguard.torch as ggt
+
+    class M(torch.nn.Module):
+        def forward(self, x, ids):
+            a = torch.flip(x, [1]) + torch.roll(x, 1, 1) + x.abs()
+            b = (torch.amin(a, 1, keepdim=True) + torch.var(a, 1, keepdim=True, correction=0)
+                 + torch.linalg.vector_norm(a, dim=1, keepdim=True))
+            m = torch.logical_and(torch.bitwise_and(ids >= 0, ids < 5), torch.gt(ids, 2)) ^ torch.ne(ids, 3)
+            return a * b + m.to(x.dtype) + torch.ge(x, a).float()
+
+    c = ggt.capture(lambda r: M(), lambda r: (torch.randn(4, 3), torch.randint(-2, 7, (4, 3))), world_size=1)
+    ops = {n["op"] for n in c.doc["nodes"]}
+    assert {"aten.flip", "aten.roll", "aten.abs", "aten.amin", "aten.var.correction", "aten.linalg_vector_norm",
+            "aten.gt.Scalar", "aten.ne.Scalar", "aten.logical_and", "aten.bitwise_xor.Tensor", "aten.ge.Tensor"} <= ops
+    assert len(c.graph(plugins).nodes) == len(c.doc["nodes"])
+    x = torch.randn(3, 4, dtype=torch.float64)
+    y = torch.randint(-3, 4, (3, 4))
+    reg = plugins.registry
+    cases = [("aten.flip", [x], {"dims": (0, 1)}, torch.flip(x, [0, 1])),
+             ("aten.roll", [x], {"shifts": (2,), "dims": ()}, torch.roll(x, 2)),
+             ("aten.roll", [x], {"shifts": (1, -1), "dims": (0, 1)}, torch.roll(x, (1, -1), (0, 1))),
+             ("aten.abs", [y], {}, y.abs()),
+             ("aten.amin", [x], {"dim": (1,), "keepdim": False}, torch.amin(x, 1)),
+             ("aten.var.correction", [x], {"dim": (0,), "correction": None, "keepdim": True}, torch.var(x, 0, keepdim=True)),
+             ("aten.var.dim", [x], {"dim": None, "unbiased": False, "keepdim": False}, torch.var(x, unbiased=False)),
+             ("aten.linalg_vector_norm", [x], {"ord": 3, "dim": (1,), "keepdim": False, "dtype": None},
+              torch.linalg.vector_norm(x, 3, 1)),
+             ("aten.linalg_vector_norm", [x], {"ord": float("inf"), "dim": None, "keepdim": False, "dtype": None},
+              torch.linalg.vector_norm(x, float("inf"))),
+             ("aten.gt.Tensor", [x, x.T[:1, :].T], {}, x > x.T[:1, :].T),
+             ("aten.logical_xor", [y, x], {}, torch.logical_xor(y, x)),
+             ("aten.bitwise_xor.Tensor", [y, y.flip(0)], {}, y ^ y.flip(0))]
+    for name, args, attrs, want in cases:
+        op = reg.get(name)
+        got = op.ref([a.numpy() for a in args], {s.name: attrs.get(s.name, s.default) for s in op.attrs})
+        assert np.allclose(np.asarray(got, dtype=np.float64), want.numpy().astype(np.float64)), name

@@ -2,6 +2,7 @@
 from graphguard.hookspecs import hookimpl
 
 from .lemmas import LEMMAS
+from .megatron import FUNCTIONS as MEGATRON_FUNCTIONS
 from .ops import OPS
 
 
@@ -13,3 +14,8 @@ def graphguard_ops():
 @hookimpl
 def graphguard_lemmas():
     return LEMMAS
+
+
+@hookimpl
+def graphguard_lemma_functions():
+    return MEGATRON_FUNCTIONS

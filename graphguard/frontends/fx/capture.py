@@ -359,8 +359,9 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
     if not distributed:
         if dist.is_initialized():
             dist.destroy_process_group()
-        seen = _capture_rank(build, example_inputs, None, backward, {}, reg, dynamic)
-        rg = to_rank_graph(_join(seen, backward, source), reg, None, {})
+        groups: dict[str, tuple[int, ...]] = {}  # a one-rank group the program made itself (Megatron at TP=1)
+        seen = _capture_rank(build, example_inputs, None, backward, groups, reg, dynamic)
+        rg = to_rank_graph(_join(seen, backward, source), reg, None, groups)
         doc = {"graphguard": 1, "name": name, "inputs": rg.inputs, "nodes": rg.nodes, "outputs": rg.outputs}
         return Captured(doc, _relation_doc({}, seen["sym"].constraints), outputs=rg.outputs)
     ranks, seens = [], []

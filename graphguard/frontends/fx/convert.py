@@ -92,7 +92,8 @@ def loc_from_stack(stack: str | None) -> str | None:
     if not stack:
         return None
     found = re.findall(r'File "([^"]+)", line (\d+)', stack)
-    user = [f for f in found if not re.search(r"[/\\](torch|functorch|transformers)[/\\]", f[0])]
+    lib = r"[/\\](torch|functorch|transformers|graphguard[/\\]patches)[/\\]"  # frames of libraries, not the user's
+    user = [f for f in found if not re.search(lib, f[0])]
     if not (user or found):
         return None
     path, line = (user or found)[-1]  # the innermost frame of the user's code
@@ -287,6 +288,9 @@ class _Converter:
         else:
             raise InputError(f"{self.where(n)}: unsupported collective {n.target}")
         group = self.group(g, n)
+        if len(group) == 1:  # any collective over one rank returns its input (Megatron reduces even at TP=1)
+            self.alias[n.name] = x
+            return
         if self.rank is None:
             raise InputError(f"{self.where(n)}: collective in a sequential (world size 1) capture")
         self.out.nodes.append(Collective(kind, group, self.full(x), self.full(n.name), attrs, n.loc, self.where(n)))

@@ -188,3 +188,31 @@ def finalize_grads(module, grads: dict) -> dict:
     finally:
         for name in grads:
             del params[name].main_grad
+
+
+def input_relation(build, world: int, replicated: list[str] = ()) -> dict:
+    """The input relation Megatron's own parameter attributes state, for a model file's ``relation()``:
+    ``build()`` makes the model as rank 0 of ``world`` (on a ``fake`` group made here when none exists); a
+    parameter marked ``tensor_model_parallel`` is the concatenation of the ranks' shards along its
+    ``partition_dim``, any other is the same on every rank, and so is each input named in ``replicated``."""
+    import torch.distributed as dist
+    made = not dist.is_initialized()
+    if made:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    try:
+        model = build()
+        rel: dict = {}
+        for name, p in model.named_parameters():
+            if getattr(p, "tensor_model_parallel", False) and world > 1:
+                if getattr(p, "partition_stride", 1) != 1:
+                    raise ValueError(f"{name}: strided partitions (partition_stride != 1) are not supported")
+                parts = ", ".join(f"{name}@{r}" for r in range(world))
+                rel[name] = f"concat({parts}, dim={p.partition_dim})"
+            else:
+                rel[name] = [f"{name}@{r}" for r in range(world)]
+        rel.update({name: [f"{name}@{r}" for r in range(world)] for name in replicated})
+        return rel
+    finally:
+        if made:
+            dist.destroy_process_group()

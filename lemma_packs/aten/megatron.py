@@ -14,7 +14,8 @@ from graphguard.ir import scalar as S
 def _groups(ctx, x: tuple, s: tuple) -> list[tuple[int, int]]:
     """The runs [i, j) of x's dims that reshape(x, s) merges into each dim of s (s only merges neighbouring
     dims of x, each run's product proved equal to its dim of s); raises ValueError otherwise. Size-1 dims of x
-    join the run before them (any contiguous grouping describes the same view)."""
+    join the run before them where the dims left can still cover the rest of s (any contiguous grouping
+    describes the same view; this one keeps a unit dim with the dims it was merged with)."""
     runs, i = [], 0
     for k, d in enumerate(s):
         j = i
@@ -25,6 +26,8 @@ def _groups(ctx, x: tuple, s: tuple) -> list[tuple[int, int]]:
             prod = S.norm(S.sp.Mul(*[S.sym(v) for v in x[i:j]]))
             if ctx.cx.prove("==", prod, d):
                 break
+        while j < len(x) and len(x) - j - 1 >= len(s) - k - 1 and ctx.cx.prove("==", x[j], 1):
+            j += 1
         while k == len(s) - 1 and j < len(x):  # the last run takes what is left: size-1 dims only
             if not ctx.cx.prove("==", x[j], 1):
                 raise ValueError("not a merge of neighbouring dims")
@@ -42,10 +45,28 @@ def _merge_perm(ctx, x: tuple, s: tuple, p: tuple) -> tuple:
     return tuple(d for k in p for d in range(*runs[int(k)]))
 
 
+def _split_perm(ctx, x: tuple, s: tuple, p: tuple) -> tuple:
+    """permute(reshape(x, s), p) == reshape(permute(x, q), s permuted by p) when s splits each dim of x into a run
+    of its dims and p keeps every run together and in order; q orders x's dims as p orders their runs."""
+    runs = _groups(ctx, s, x)  # the runs of s's dims that merge back into each dim of x
+    owner = {d: k for k, (i, j) in enumerate(runs) for d in range(i, j)}
+    q, at = [], 0
+    while at < len(p):
+        k = owner[int(p[at])]
+        i, j = runs[k]
+        if tuple(int(v) for v in p[at:at + j - i]) != tuple(range(i, j)):
+            raise ValueError("the permutation breaks a split dim apart")
+        q.append(k)
+        at += j - i
+    return tuple(q)
+
+
 FUNCTIONS = {
     # permute(reshape(x, s), p) is reshape(permute(x, merge_perm(x, s, p)), permuted(s, p)) when s merges
     # neighbouring dims of x (merge_perm raises, and the condition fails, otherwise)
     "merge_perm": lambda ctx, x, s, p: _merge_perm(ctx, ctx.shape_of(x), tuple(s), tuple(int(v) for v in p)),
+    # ... and split_perm(x, s, p) when s splits dims of x
+    "split_perm": lambda ctx, x, s, p: _split_perm(ctx, ctx.shape_of(x), tuple(s), tuple(int(v) for v in p)),
     "permuted": lambda ctx, s, p: tuple(tuple(s)[int(k)] for k in p),
     # [prod(batch dims), rows, cols] of a batched operand: its batch dims merged into one
     "batch_merged": lambda ctx, x: (S.norm(S.sp.Mul(*[S.sym(v) for v in ctx.shape_of(x)[:-2]])),)
@@ -67,7 +88,18 @@ LEMMAS = [
                 {"x": [3, 2, 4, 5], "s": [6, 4, 5], "p": [2, 0, 1]},
                 {"x": [3, 2, 4, 5], "s": [3, 8, 5], "p": [1, 2, 0]},
                 {"x": [2, 3, 1, 4], "s": [6, 4], "p": [1, 0]},
+                {"x": [8, 2, 1, 4], "s": [8, 2, 4], "p": [1, 0, 2]},
+                {"x": [3, 1, 2, 1], "s": [3, 2, 1], "p": [2, 0, 1]},
                 {"x": [2, 3, 4], "s": [2, 12], "p": [1, 0]}]),
+    # the same for a view that splits dims (the backward of a merging view): transpose first, each split dim whole
+    L(1306, "permute-of-splitting-reshape",
+      "permute(reshape(?x, shape=?s), dims=?p) => reshape(permute(?x, dims=split_perm(?x, ?s, ?p)), shape=permuted(?s, ?p))",
+      "len(split_perm(?x, ?s, ?p)) == rank(?x) and len(?s) > rank(?x)",
+      examples=[{"x": [4, 8, 5], "s": [2, 2, 8, 5], "p": [2, 0, 1, 3]},
+                {"x": [4, 8, 5], "s": [2, 2, 8, 5], "p": [3, 2, 0, 1]},
+                {"x": [6, 4], "s": [2, 3, 4], "p": [2, 0, 1]},
+                {"x": [6, 4], "s": [6, 2, 2], "p": [1, 2, 0]},
+                {"x": [2, 8, 4], "s": [2, 1, 8, 4], "p": [2, 0, 1, 3]}]),
     # the converse of 364: a batched matmul over several batch dims is a bmm of the views merging them (what a
     # rank computes when its batch rows are a slice of a merged dim)
     L(1302, "batched-matmul-is-bmm-of-merged-views",

@@ -1,15 +1,13 @@
 """megatron-core (0.16) on a CPU-only machine, captured on graphguard's fake process group.
 
 A model file calls :func:`initialize` in its ``spec()`` / ``impl(rank, world)`` before building a model
-(it applies :func:`patch` once, then sets up Megatron's parallel state on the process group capture made)
-and, for backward captures, exposes :func:`finalize_grads` so that the gradient step Megatron runs after
-backward is part of the captured program (``examples/megatron-gpt/model.py``)::
+(it applies :func:`patch` once, then sets up Megatron's parallel state on the process group capture made),
+and may state its input relation with :func:`input_relation` (``examples/megatron-gpt/model.py``)::
 
     from graphguard.patches import megatron as gm
     def impl(rank, world):
         gm.initialize(tensor_parallel=world)
         return GPTModel(config, get_gpt_layer_local_spec(), ...)
-    finalize_grads = gm.finalize_grads
 
 What :func:`patch` changes, and why none of it changes what the model computes:
 
@@ -29,7 +27,7 @@ What :func:`patch` changes, and why none of it changes what the model computes:
 * ``WrappedTorchNorm`` (the local spec's norm without Apex) refuses ``sequence_parallel``; it now builds
   the same ``torch.nn.LayerNorm`` / ``RMSNorm`` and marks its parameters ``sequence_parallel`` as Apex's
   ``FusedLayerNorm`` and Transformer Engine's norms do, so that Megatron's own gradient step
-  (:func:`finalize_grads`) all-reduces their gradients across the tensor-parallel group. The norm is
+  (``finalize_model_grads``) would all-reduce their gradients across the tensor-parallel group. The norm is
   row-wise, so normalising a sequence shard is normalising those rows.
 * ``get_default_causal_mask`` (the causal mask built when ``attention_mask`` is None) is built on the CPU:
   the same upper-triangular boolean matrix.
@@ -127,7 +125,7 @@ def patch() -> None:
         norm = build_norm(cls, dataclasses.replace(config, sequence_parallel=False) if sp else config,
                           hidden_size, eps, persist_layer_norm, zero_centered_gamma, normalization)
         for p in norm.parameters():
-            p.sequence_parallel = sp  # as Apex's FusedLayerNorm: finalize_grads all-reduces these
+            p.sequence_parallel = sp  # as Apex's FusedLayerNorm: finalize_model_grads all-reduces these
         return norm
     torch_norm.WrappedTorchNorm.__new__ = wrapped_torch_norm
     _PATCHED = True
@@ -155,39 +153,6 @@ def initialize(tensor_parallel: int = 1, expert_parallel: int = 1, expert_tensor
                                  create_gloo_process_groups=False)
     mrandom.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True, force_reset_rng=True)
     torch.manual_seed(seed)
-
-
-class _Chunk:
-    """What Megatron's gradient step reads of a model chunk: its parameters and its DDP config."""
-
-    def __init__(self, params: dict):
-        from megatron.core.distributed import DistributedDataParallelConfig
-        self.ddp_config = DistributedDataParallelConfig()
-        self._params = params
-
-    def named_parameters(self):
-        return iter(self._params.items())
-
-
-def finalize_grads(module, grads: dict) -> dict:
-    """Megatron's gradient step across the tensor-parallel group, on the gradients of one backward pass
-    (the part of ``finalize_model_grads`` that data and pipeline parallelism do not need):
-    ``_allreduce_non_tensor_model_parallel_grads`` sums the gradients of parameters marked
-    ``sequence_parallel`` (layer norms under sequence parallelism) and of q/k layer norms. ``grads`` maps
-    parameter names (as ``module.named_parameters()`` gives them) to their gradients; the result holds the
-    gradients after the step. A model file names it ``finalize_grads`` to have capture include it."""
-    from megatron.core.distributed import finalize_model_grads as fmg
-    from megatron.core.utils import get_model_config
-
-    params = dict(module.named_parameters())
-    for name, g in grads.items():
-        params[name].main_grad = g  # Megatron reads main_grad when a parameter has one
-    try:
-        fmg._allreduce_non_tensor_model_parallel_grads([_Chunk(params)], get_model_config(module))
-        return {name: params[name].main_grad for name in grads}
-    finally:
-        for name in grads:
-            del params[name].main_grad
 
 
 def input_relation(build, world: int, replicated: list[str] = ()) -> dict:

@@ -54,3 +54,6 @@ def inputs(rank, world):
 
 def relation(world, backward):
     return {"inputs": gm.input_relation(lambda: _model(world), world, ["input_ids", "position_ids", "attention_mask"])}
+
+
+after_backward = gm.finalize_grads  # Megatron's gradient step: sums sequence-parallel LayerNorm gradients

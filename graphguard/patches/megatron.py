@@ -2,12 +2,15 @@
 
 A model file calls :func:`initialize` in its ``spec()`` / ``impl(rank, world)`` before building a model
 (it applies :func:`patch` once, then sets up Megatron's parallel state on the process group capture made),
-and may state its input relation with :func:`input_relation` (``examples/megatron-gpt/model.py``)::
+may state its input relation with :func:`input_relation`, and names :func:`finalize_grads` its
+``after_backward`` so that the gradient step Megatron runs after backward is part of the captured program
+(``examples/megatron-gpt/model.py``)::
 
     from graphguard.patches import megatron as gm
     def impl(rank, world):
         gm.initialize(tensor_parallel=world)
         return GPTModel(config, get_gpt_layer_local_spec(), ...)
+    after_backward = gm.finalize_grads
 
 What :func:`patch` changes, and why none of it changes what the model computes:
 
@@ -27,7 +30,7 @@ What :func:`patch` changes, and why none of it changes what the model computes:
 * ``WrappedTorchNorm`` (the local spec's norm without Apex) refuses ``sequence_parallel``; it now builds
   the same ``torch.nn.LayerNorm`` / ``RMSNorm`` and marks its parameters ``sequence_parallel`` as Apex's
   ``FusedLayerNorm`` and Transformer Engine's norms do, so that Megatron's own gradient step
-  (``finalize_model_grads``) would all-reduce their gradients across the tensor-parallel group. The norm is
+  (``finalize_model_grads``, :func:`finalize_grads`) all-reduces their gradients across the tensor-parallel group. The norm is
   row-wise, so normalising a sequence shard is normalising those rows.
 * ``get_default_causal_mask`` (the causal mask built when ``attention_mask`` is None) is built on the CPU:
   the same upper-triangular boolean matrix.
@@ -181,3 +184,35 @@ def input_relation(build, world: int, replicated: list[str] = ()) -> dict:
     finally:
         if made:
             dist.destroy_process_group()
+
+
+class _Chunk:
+    """What Megatron's gradient step reads of a model chunk: its parameters and its DDP config."""
+
+    def __init__(self, params: dict):
+        from megatron.core.distributed import DistributedDataParallelConfig
+        self.ddp_config = DistributedDataParallelConfig()
+        self._params = params
+
+    def named_parameters(self):
+        return iter(self._params.items())
+
+
+def finalize_grads(module, grads: dict) -> None:
+    """Megatron's gradient step across the tensor-parallel group, on the gradients of one backward pass:
+    the part of ``finalize_model_grads`` that data and pipeline parallelism do not need,
+    ``_allreduce_non_tensor_model_parallel_grads`` (it sums the gradients of parameters marked
+    ``sequence_parallel`` -- layer norms under sequence parallelism -- and of q/k layer norms, and averages
+    those marked ``average_gradients_across_tp_domain``). ``grads`` maps parameter names to gradients and
+    is updated in place, as Megatron updates ``main_grad``. The function is looked up in Megatron's module
+    when called, so a model file that patches it is captured with its patch. Name it ``after_backward`` in
+    a model file (capture runs it after backward and captures it with the rest of the program)."""
+    import sys
+    import megatron.core.distributed  # noqa: F401  (loads the module below)
+    from megatron.core.utils import get_model_config
+    fmg = sys.modules["megatron.core.distributed.finalize_model_grads"]
+
+    params = dict(module.named_parameters())
+    for name, g in grads.items():
+        params[name].main_grad = g  # Megatron reads and updates main_grad where a parameter has one
+    fmg._allreduce_non_tensor_model_parallel_grads([_Chunk(params)], get_model_config(module))

@@ -5,6 +5,7 @@ one-rank group of a TP=1 capture, and one-line "proves" / "must not prove" tests
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -123,8 +124,9 @@ def _run(*args, env=None):
                           env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("args,env", [(["--backward"], {}), (["--world-size", "4"], {}), ([], {"GG_SP": "1"})],
-                         ids=["tp2-backward", "tp4", "tp2-sp"])
+@pytest.mark.parametrize("args,env", [(["--backward"], {}), (["--world-size", "4"], {}),
+                                      (["--backward"], {"GG_SP": "1"})],
+                         ids=["tp2-backward", "tp4", "tp2-sp-backward"])
 def test_megatron_gpt_refines(args, env):
     p = _run(*args, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -134,3 +136,35 @@ def test_megatron_gpt_refines(args, env):
     if "--backward" in args:
         assert "grad.embedding.word_embeddings.weight = concat(grad.embedding.word_embeddings.weight@0, " \
                "grad.embedding.word_embeddings.weight@1, dim=0)" in p.stdout
+    if env.get("GG_SP") == "1":  # summed by Megatron's gradient step after backward (finalize_grads)
+        for r in range(2):
+            assert f"grad.decoder.final_layernorm.weight = grad.decoder.final_layernorm.weight@{r}" in p.stdout
+            assert f"grad.decoder.layers.0.mlp.linear_fc2.bias = grad.decoder.layers.0.mlp.linear_fc2.bias@{r}" \
+                in p.stdout
+
+
+# -- bugs planted in megatron-core (examples/bugs/megatron-*; their run scripts also run in test_examples.py) --
+
+def _bug(name, tmp_path):
+    pytest.importorskip("megatron.core")
+    out = tmp_path / "result.json"
+    p = subprocess.run([str(EXAMPLES / "bugs" / name / "run"), "--json", str(out)], capture_output=True, text=True)
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_megatron_sp_layernorm_grad_allreduce_skipped(tmp_path):
+    res = _bug("megatron-sp-layernorm-grad", tmp_path)
+    f = res["failure"]
+    assert (f["op"], f["node"], f["loc"]) == ("aten.native_layer_norm_backward", "bw.native_layer_norm_backward",
+                                              "transformer_block.py:790")  # the final LayerNorm, first in backward
+    assert f["partial_output"] == "grad.decoder.final_layernorm.bias"
+    assert "left as partial results on the ranks" in f["reason"]
+    assert "grad.decoder.layers.0.input_layernorm.weight" in f["reason"]  # also left partial
+
+
+def test_megatron_sp_grads_averaged_instead_of_summed(tmp_path):
+    res = _bug("megatron-sp-grad-avg", tmp_path)
+    f = res["failure"]
+    assert (f["op"], f["node"]) == ("core.identity", "grad.decoder.layers.0.input_layernorm.weight")
+    assert "maps only to tensors that are not outputs of G_d" in f["reason"]

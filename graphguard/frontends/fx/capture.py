@@ -284,9 +284,10 @@ def _capture_after_backward(module, step: Callable, seen: dict, where: str, reg)
 
     torch._dynamo.reset()
     compiled = torch.compile(lambda gs: step(module, gs), backend=backend, fullgraph=True, dynamic=False)
+    given = dict(grads)
     try:
         with torch.no_grad():
-            compiled(dict(grads))
+            compiled(given)
     except InputError:
         raise
     except Exception as e:
@@ -295,6 +296,9 @@ def _capture_after_backward(module, step: Callable, seen: dict, where: str, reg)
             raise cause from None
         raise InputError(f"{where}: the step after backward failed: {type(e).__name__}: "
                          f"{(str(e).strip().splitlines() or [''])[0]}") from None
+    if given.keys() != grads.keys() or any(given[n] is not g for n, g in grads.items()):
+        raise InputError(f"{where}: the step after backward must update the gradients in place, not replace "
+                         f"or remove entries of its dict")
 
 
 def _join_after_backward(seen: dict, sym, joined: list, outs: list, out_names: list, source: str) -> None:

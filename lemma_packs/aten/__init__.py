@@ -3,6 +3,7 @@ from graphguard.hookspecs import hookimpl
 
 from .lemmas import LEMMAS
 from .more_ops import OPS as MORE_OPS
+from .megatron import FUNCTIONS as MEGATRON_FUNCTIONS
 from .ops import OPS
 
 
@@ -14,3 +15,8 @@ def graphguard_ops():
 @hookimpl
 def graphguard_lemmas():
     return LEMMAS
+
+
+@hookimpl
+def graphguard_lemma_functions():
+    return MEGATRON_FUNCTIONS

@@ -9,6 +9,7 @@ and scalar factors through linear ops are the engine's lemma families (engine/fa
 from graphguard.engine.lemma import L
 
 from .lemmas_more import LEMMAS as MORE
+from .megatron import LEMMAS as MEGATRON
 from .moe import LEMMAS as MOE
 from .scaled import LEMMAS as SCALED
 from .vllm_vocab import LEMMAS as VLLM_VOCAB
@@ -169,4 +170,4 @@ VIEWS = [
       examples=[{"x": [2, 1, 3], "s": [2, 4, 3], "t": [2, 1, 3], "i": False}]),
 ]
 
-LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MORE
+LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MORE

@@ -169,7 +169,7 @@ def _named_args(module, args) -> dict:
 
 
 def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, groups: dict, reg=None,
-                  dynamic=None, group_ranks=None) -> dict:
+                  dynamic=None, group_ranks=None, after_backward=None) -> dict:
     import torch
     import torch.distributed as dist
     from functorch.compile import make_boxed_func
@@ -233,13 +233,15 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         torch.autograd.backward(tensors, [torch.ones_like(o) for o in tensors])
         seen["grad_layouts"] = grad_layouts(list(module.named_parameters()) + [
             (k, v) for k, v in _named_args(module, args).items() if isinstance(v, torch.Tensor)])
+        if after_backward is not None:
+            _capture_after_backward(module, after_backward, seen, where, reg)
     if "fw" not in seen:
         raise InputError(f"rank {rank}: nothing was captured (was the module called?)")
     seen["sym"].finish()
     seen["n_user"] = len(outs)
     if dist.is_initialized():
         from torch.distributed.distributed_c10d import _resolve_process_group
-        for n in list(seen["fw"].graph.nodes) + (list(seen["bw"].graph.nodes) if "bw" in seen else []):
+        for n in [n for k in ("fw", "bw", "post") if k in seen for n in seen[k].graph.nodes]:
             if n.op == "call_function" and (str(n.target).startswith("_c10d_functional.")
                                             or str(n.target) in getattr(reg, "collective_ops", {})):
                 for a in n.args:
@@ -251,6 +253,153 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
                             if ranks is not None:
                                 groups[a] = tuple(int(r) for r in ranks)
     return seen
+
+
+def _capture_after_backward(module, step: Callable, seen: dict, where: str, reg) -> None:
+    """Capture ``step(module, grads)``, the gradient step a framework runs after backward (Megatron's
+    ``finalize_model_grads`` all-reduces sequence-parallel parameters' gradients), as a third graph:
+    ``grads`` maps parameter names to their gradients and the step updates them in place. Its inputs must
+    be gradients; ``seen["post"]`` is the graph and ``seen["post_names"]`` the parameter each of its
+    inputs is the gradient of. A step that computes nothing leaves no graph."""
+    import torch
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    grads = {n: p.grad for n, p in module.named_parameters() if p.grad is not None}
+    by_id = {id(g): n for n, g in grads.items()}
+
+    def backend(gm, example_inputs):
+        names = []
+        for n in gm.graph.nodes:
+            if n.op == "placeholder":
+                name = by_id.get(id(n.meta["grapharg"].example))
+                if name is None:
+                    raise InputError(f"{where}: the step after backward reads "
+                                     f"{_public_name(n.meta['grapharg'].source.name)}, not a gradient")
+                names.append(name)
+        seen["post_names"] = names
+
+        def fw(g, ex):
+            seen["post"] = g
+            return make_boxed_func(g.forward)
+        return aot_autograd(fw_compiler=fw, decompositions=_decompositions(reg))(gm, example_inputs)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda gs: step(module, gs), backend=backend, fullgraph=True, dynamic=False)
+    given = dict(grads)
+    try:
+        with torch.no_grad():
+            compiled(given)
+    except InputError:
+        raise
+    except Exception as e:
+        cause = e.inner_exception if isinstance(getattr(e, "inner_exception", None), InputError) else None
+        if cause is not None:
+            raise cause from None
+        raise InputError(f"{where}: the step after backward failed: {type(e).__name__}: "
+                         f"{(str(e).strip().splitlines() or [''])[0]}") from None
+    if given.keys() != grads.keys() or any(given[n] is not g for n, g in grads.items()):
+        raise InputError(f"{where}: the step after backward must update the gradients in place, not replace "
+                         f"or remove entries of its dict")
+
+
+def _join_after_backward(seen: dict, sym, joined: list, outs: list, out_names: list, source: str) -> None:
+    """Append the step after backward (:func:`_capture_after_backward`) to a joined graph: its inputs are
+    the backward's gradient outputs, and the gradients it updates replace them as outputs."""
+    nodes = _fx_to_tnodes(seen["post"], sym, prefix="post.")
+    graph = list(seen["post"].graph.nodes)
+    where_out = {name: i for i, name in enumerate(out_names)}
+    for t, n in zip(nodes, graph):
+        if t.op != "placeholder":
+            continue
+        base, _ = _desc(n.meta.get("desc"))
+        grad = f"grad.{seen['post_names'][base.idx]}" if type(base).__name__ == "PlainAOTInput" else None
+        if grad not in where_out:
+            raise InputError(f"{source}: the step after backward reads {grad or t.name}, which backward "
+                             f"does not output")
+        joined.append(TNode(t.name, "call_function", "aten.alias.default", (outs[where_out[grad]],), {},
+                            t.shape, t.dtype))
+    out_node = next(t for t in nodes if t.op == "output")
+    joined += split_coalesced([t for t in nodes if t.op not in ("placeholder", "output")], out_node)
+    out = next(n for n in graph if n.op == "output")
+    for v, d in zip(next(t for t in nodes if t.op == "output").args[0], out.meta["desc"]):
+        base, _ = _desc(d)
+        if type(base).__name__ == "InputMutationAOTOutput":
+            outs[where_out[f"grad.{seen['post_names'][base.mutated_input.idx]}"]] = v
+
+
+def _refs(a) -> list[str]:
+    if isinstance(a, Ref):
+        return [a.name]
+    if isinstance(a, (list, tuple)):
+        return [r for x in a for r in _refs(x)]
+    if isinstance(a, dict):
+        return [r for x in a.values() for r in _refs(x)]
+    return []
+
+
+def split_coalesced(nodes: list[TNode], out: TNode) -> list[TNode]:
+    """One rank's all-reduce of coalesced tensors written as one all-reduce per tensor.
+
+    A gradient step coalesces (Megatron's ``_flatten_dense_tensors``: a concat of flattened gradients, one
+    all-reduce, then ``_unflatten_dense_tensors``: slices of the result, copied back). An all-reduce acts
+    element by element, so ``all_reduce(concat(a, b)) = concat(all_reduce(a), all_reduce(b))``, and a slice
+    of a concat on one piece's bounds is that piece: each slice becomes the all-reduce of its piece. Done
+    only where every read of the result is such a slice and the concat is read by nothing else (an in-place
+    ``copy`` into it writes, not reads); every rank rewrites alike, so the collectives still pair up. Other
+    nodes are returned unchanged. ``out`` is the graph's output node (its reads count)."""
+    by = {t.name: t for t in nodes}
+    users: dict[str, list[TNode]] = {}
+    for t in nodes + [out]:
+        for r in _refs((t.args, t.kwargs)):
+            users.setdefault(r, []).append(t)
+    replace: dict[str, list[TNode]] = {}
+    drop: set[str] = set()
+    for ar in nodes:
+        if ar.target != "_c10d_functional.all_reduce.default" or not isinstance(ar.args[0], Ref):
+            continue
+        cat = by.get(ar.args[0].name)
+        if cat is None or cat.target != "aten.cat.default":
+            continue
+        pieces = [by.get(r.name) for r in cat.args[0]] if all(isinstance(r, Ref) for r in cat.args[0]) else []
+        dim = cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)
+        if not pieces or any(p is None or p.shape is None or not isinstance(dim, int) or dim < 0
+                             or len(p.shape) <= dim or not isinstance(p.shape[dim], int) for p in pieces):
+            continue
+        bounds, off = {}, 0
+        for i, p in enumerate(pieces):
+            bounds[(off, off + p.shape[dim])] = i
+            off += p.shape[dim]
+        same, todo, slices, ok = {ar.name}, [ar.name], [], True
+        while todo and ok:  # the values equal to the all-reduce's result, and the slices read of them
+            for u in users.get(todo.pop(), []):
+                if u.target in ("_c10d_functional.wait_tensor.default", "aten.alias.default") \
+                        or (u.target == "aten.copy.default" and isinstance(u.args[1], Ref) and u.args[1].name in same
+                            and isinstance(u.args[0], Ref) and u.args[0].name == cat.name):
+                    if u.name not in same:
+                        same.add(u.name)
+                        todo.append(u.name)
+                elif u.target == "aten.slice.Tensor" and len(u.args) == 4 and u.args[1] == dim \
+                        and (u.args[2], u.args[3]) in bounds and u.kwargs.get("step", 1) == 1:
+                    slices.append(u)
+                else:
+                    ok = False
+        readers_of_cat = [u for u in users.get(cat.name, []) if u.name not in same and u is not ar]
+        if not ok or not slices or readers_of_cat or cat.name in _refs(out.args) or same & set(_refs(out.args)):
+            continue
+        new = [TNode(f"{ar.name}.{i}", "call_function", ar.target, (Ref(p.name),) + tuple(ar.args[1:]), ar.kwargs,
+                     p.shape, p.dtype, ar.loc) for i, p in enumerate(pieces)]
+        replace[ar.name] = new
+        for sl in slices:
+            piece = new[bounds[(sl.args[2], sl.args[3])]]
+            replace[sl.name] = [TNode(sl.name, "call_function", "aten.alias.default", (Ref(piece.name),), {},
+                                      sl.shape, sl.dtype, sl.loc)]
+        drop |= (same - {ar.name}) | {cat.name}
+    result = []
+    for t in nodes:
+        if t.name not in drop:
+            result.extend(replace.get(t.name, [t]))
+    return result
 
 
 def _desc(d) -> tuple[Any, bool]:
@@ -321,6 +470,8 @@ def _join(seen: dict, backward: bool, source: str) -> TGraph:
         if gv is not None and local and type(base).__name__ == "GradAOTOutput":
             outs.append(gv)
             out_names.append(f"grad.{names[base.grad_of.idx]}")
+    if "post" in seen:
+        _join_after_backward(seen, sym, joined, outs, out_names, source)
     joined.append(TNode("output", "output", "output", (tuple(outs),), {}))
     return TGraph(joined, source, input_names, out_names)
 
@@ -340,7 +491,8 @@ def _relation(per_rank: list[dict], what: str, source: str, convert) -> dict:
 
 def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool = False,
             name: str = "model", plugins=None, distributed: bool | None = None, dynamic=None,
-            group_ranks: Callable[[str], Any] | None = None) -> Captured:
+            group_ranks: Callable[[str], Any] | None = None,
+            after_backward: Callable | None = None) -> Captured:
     """Capture ``build(rank)`` on every rank: a distributed G_d, or with ``world_size=1`` a sequential G_s
     (``distributed=True`` makes a one-rank G_d, e.g. gradient accumulation on one device).
 
@@ -350,7 +502,10 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
     sequence shard of x that is ``{"x": {0: "S/2"}}``. ``group_ranks`` (``name -> ranks or None``) resolves the
     process-group names a collective custom op passes that torch.distributed does not know (vLLM's
     ``vllm.all_reduce(x, "tp:0")`` names its own group coordinator); it is called while the rank's groups are
-    alive. The result's ``relation`` holds the input relations
+    alive. ``after_backward(module, grads)``, with
+    ``backward=True``, is the gradient step run after backward (e.g. Megatron's all-reduce of
+    sequence-parallel gradients): it updates ``grads`` (parameter name -> gradient) in place, and the
+    gradients it leaves are the program's gradient outputs. The result's ``relation`` holds the input relations
     DTensor placements state (and, for DTensor outputs, their tangents) and the symbols' constraints."""
     if distributed is None:
         distributed = world_size > 1
@@ -365,8 +520,10 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
     if not distributed:
         if dist.is_initialized():
             dist.destroy_process_group()
-        seen = _capture_rank(build, example_inputs, None, backward, {}, reg, dynamic)
-        rg = to_rank_graph(_join(seen, backward, source), reg, None, {})
+        groups: dict[str, tuple[int, ...]] = {}  # a one-rank group the program made itself (Megatron at TP=1)
+        seen = _capture_rank(build, example_inputs, None, backward, groups, reg, dynamic,
+                             after_backward=after_backward)
+        rg = to_rank_graph(_join(seen, backward, source), reg, None, groups)
         doc = {"graphguard": 1, "name": name, "inputs": rg.inputs, "nodes": rg.nodes, "outputs": rg.outputs}
         return Captured(doc, _relation_doc({}, seen["sym"].constraints), outputs=rg.outputs)
     ranks, seens = [], []
@@ -377,7 +534,8 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
                 dist.destroy_process_group()
             dist.init_process_group("fake", rank=r, world_size=world_size, store=FakeStore())
             _clear_sharding_prop_cache()  # DTensor caches output specs holding the previous rank's mesh
-            seens.append(_capture_rank(build, example_inputs, r, backward, groups, reg, dynamic, group_ranks))
+            seens.append(_capture_rank(build, example_inputs, r, backward, groups, reg, dynamic, group_ranks,
+                                       after_backward))
             ranks.append(to_rank_graph(_join(seens[-1], backward, source), reg, r, groups))
     finally:
         if dist.is_initialized():

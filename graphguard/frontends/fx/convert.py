@@ -58,12 +58,16 @@ IDENTITY = {"aten.clone.default", "aten.detach.default", "aten.alias.default", "
             "aten.contiguous.default", "_c10d_functional.wait_tensor.default", "aten.lift_fresh.default"}
 FILLS = {"aten.new_zeros.default": 0, "aten.zeros_like.default": 0, "aten.new_ones.default": 1,
          "aten.ones_like.default": 1, "aten.new_full.default": None, "aten.full_like.default": None,
-         "aten.new_empty.default": 0, "aten.empty_like.default": 0, "aten.empty.memory_format": 0}  # empty: never read before written
+         "aten.new_empty.default": 0, "aten.empty_like.default": 0, "aten.empty.memory_format": 0,
+         "aten.new_empty_strided.default": 0}  # empty: never read before written (the backward of an in-place op copies into it)
 EMPTY = {"aten.empty_like.default", "aten.new_empty.default", "aten.empty.memory_format",
          "aten.empty_strided.default", "aten.new_empty_strided.default"}  # fresh buffers: contents never read
 AUTO_FUNCTIONALIZED = {"auto_functionalized", "auto_functionalized_v2"}  # in-place custom ops, functionalised
 # how auto_functionalized_v2 describes the view a mutated argument "a" is of its base: "_a_" + these
 _VIEW_KEYS = ("slice_dim", "slice_start", "slice_end", "size", "stride", "storage_offset")
+# ops that ignore their first operand when beta is 0 (torch does not read it, NaN or not): Megatron's attention
+# passes a view of a shared scratch buffer there, which would otherwise tie the scores to whatever filled it
+UNREAD_WHEN_BETA_0 = {"aten.baddbmm", "aten.addmm"}
 RESHAPE = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"}
 
 # ops whose output shape depends on tensor values (a MoE router's token selection): refused with advice
@@ -94,7 +98,8 @@ def loc_from_stack(stack: str | None) -> str | None:
     if not stack:
         return None
     found = re.findall(r'File "([^"]+)", line (\d+)', stack)
-    user = [f for f in found if not re.search(r"[/\\](torch|functorch|transformers)[/\\]", f[0])]
+    lib = r"[/\\](torch|functorch|transformers|graphguard[/\\]patches)[/\\]"  # frames of libraries, not the user's
+    user = [f for f in found if not re.search(lib, f[0])]
     if not (user or found):
         return None
     path, line = (user or found)[-1]  # the innermost frame of the user's code
@@ -294,6 +299,9 @@ class _Converter:
         else:
             raise InputError(f"{self.where(n)}: unsupported collective {n.target}")
         group = self.group(g, n)
+        if len(group) == 1:  # any collective over one rank returns its input (Megatron reduces even at TP=1)
+            self.alias[n.name] = x
+            return
         if self.rank is None:
             raise InputError(f"{self.where(n)}: collective in a sequential (world size 1) capture")
         self.out.nodes.append(Collective(kind, group, self.full(x), self.full(n.name), attrs, n.loc, self.where(n)))
@@ -498,8 +506,20 @@ class _Converter:
                 raise InputError(f"{self.where(n)}: optional tensor argument(s) missing, which {name} does not "
                                  f"support")
             attrs["absent"] = absent
+        if name in UNREAD_WHEN_BETA_0 and attrs.get("beta") == "0" and inputs and inputs[0] in self.shape:
+            inputs[0] = self._zeros(n, inputs[0])
         outs = self._outputs(n, op, len(inputs), attrs)
         self.emit(n, name, inputs, outs if len(outs) > 1 else outs[0], **attrs)
+
+    def _zeros(self, n: TNode, like: str) -> str:
+        """A zero fill shaped and typed like ``like``: an operand the op does not read (what it held is no part of
+        the result, whatever buffer it came from)."""
+        name = self.fresh(f"{n.name}.unread")
+        self.shape[name], self.dtype[name] = self.shape[like], self.dtype.get(like)
+        self.fills[name] = ("0", self.dtype[name])
+        self.emit(TNode(name, "call_function", "full", (), {}, loc=n.loc), "aten.full", [], name,
+                  size=[S.text(d) for d in self.shape[name]], fill_value="0", dtype=self.dtype[name])
+        return name
 
     def constant(self, value, n: TNode, like: str | None = None) -> str:
         """A Python number where the schema wants a tensor (``x * 2``): a 0-dim constant tensor of the result's

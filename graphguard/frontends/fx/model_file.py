@@ -13,8 +13,11 @@ model file). What it gives overrides the derived relation tensor by tensor. Opti
 ``expect(world, backward) -> dict`` (relations expected in R_o, over the expectations capture writes: each
 gradient laid out like its input, DTensor output placements; see :mod:`.relations`) and ``dynamic_dims(rank, world) -> dict``
 naming dynamic input dims by their size on that rank (``{"x": {0: "S"}}``, ``{"x": {0: f"S/{world}"}}`` for a
-sequence shard; see :mod:`.symints`). The file is the user's own code and is executed like a test file.
-The relation written next to the graphs is the one verification uses.
+sequence shard; see :mod:`.symints`), and ``after_backward(model, grads)``: with ``--backward``, the
+gradient step a framework runs after backward, captured into both programs (it updates ``grads``, parameter
+name -> gradient, in place; e.g. :func:`graphguard.patches.megatron.finalize_grads`). The file is the
+user's own code and is executed like a test file. The relation written next to the graphs is the one
+verification uses.
 """
 from __future__ import annotations
 
@@ -80,11 +83,15 @@ def capture_model_file(path, out_dir, world_size: int, backward: bool = False, p
     out.mkdir(parents=True, exist_ok=True)
     name = path.parent.name or path.stem
     dyn = getattr(mod, "dynamic_dims", None)
+    step = getattr(mod, "after_backward", None) if backward else None
+    if step is not None and not callable(step):
+        raise InputError(f"{path}: after_backward must be a function (model, grads) -> None")
     s = capture(lambda r: mod.spec(), lambda r: mod.inputs(None, world_size), world_size=1, backward=backward,
-                name=f"{name}-spec", plugins=plugins, dynamic=dyn and (lambda r: dyn(None, world_size)))
+                name=f"{name}-spec", plugins=plugins, dynamic=dyn and (lambda r: dyn(None, world_size)),
+                after_backward=step)
     d = capture(lambda r: mod.impl(r, world_size), lambda r: mod.inputs(r, world_size), world_size=world_size,
                 backward=backward, name=f"{name}-impl", plugins=plugins, distributed=True,
-                dynamic=dyn and (lambda r: dyn(r, world_size)))
+                dynamic=dyn and (lambda r: dyn(r, world_size)), after_backward=step)
     rel = input_relation(s, d, _user_relation(mod, path, world_size, backward), plugins, str(path))
     (out / "spec.gg.json").write_text(json.dumps(s.doc, indent=1) + "\n")
     (out / "impl.gg.json").write_text(json.dumps(d.doc, indent=1) + "\n")

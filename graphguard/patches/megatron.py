@@ -1,0 +1,218 @@
+"""megatron-core (0.16) on a CPU-only machine, captured on graphguard's fake process group.
+
+A model file calls :func:`initialize` in its ``spec()`` / ``impl(rank, world)`` before building a model
+(it applies :func:`patch` once, then sets up Megatron's parallel state on the process group capture made),
+may state its input relation with :func:`input_relation`, and names :func:`finalize_grads` its
+``after_backward`` so that the gradient step Megatron runs after backward is part of the captured program
+(``examples/megatron-gpt/model.py``)::
+
+    from graphguard.patches import megatron as gm
+    def impl(rank, world):
+        gm.initialize(tensor_parallel=world)
+        return GPTModel(config, get_gpt_layer_local_spec(), ...)
+    after_backward = gm.finalize_grads
+
+What :func:`patch` changes, and why none of it changes what the model computes:
+
+* ``torch.cuda.current_device()`` returns the CPU device (only while CUDA is unavailable). Megatron
+  allocates sequence-parallel buffers, rotary frequencies and backward buffers there; every such buffer is
+  written before it is read, so where it lives does not matter.
+* ``warnings.warn`` is ignored by TorchDynamo (``ignore_logging_functions``), and the one-time warning of
+  ``linear_with_grad_accumulation_and_async_allreduce`` (about ``CUDA_DEVICE_MAX_CONNECTIONS``, a GPU
+  scheduling hint) is marked as already given: it sets an attribute on a function, which a full-graph
+  capture cannot trace. Warnings compute nothing.
+* Collectives issued with ``async_op=True`` (the backward of ``LinearWithGradAccumulationAndAsyncCommunication``
+  all-reduces or reduce-scatters the input gradient asynchronously and all-gathers the sequence-parallel
+  input, then calls ``handle.wait()``) run synchronously and return a handle whose ``wait()`` does nothing.
+  Megatron waits on every such handle before reading the result, so the values are those of the
+  synchronous collective; only the overlap with computation is lost. While compiling, ``dist.all_reduce``
+  is issued as the in-place functional collective TorchDynamo itself rewrites it to.
+* ``WrappedTorchNorm`` (the local spec's norm without Apex) refuses ``sequence_parallel``; it now builds
+  the same ``torch.nn.LayerNorm`` / ``RMSNorm`` and marks its parameters ``sequence_parallel`` as Apex's
+  ``FusedLayerNorm`` and Transformer Engine's norms do, so that Megatron's own gradient step
+  (``finalize_model_grads``, :func:`finalize_grads`) all-reduces their gradients across the tensor-parallel group. The norm is
+  row-wise, so normalising a sequence shard is normalising those rows.
+* ``get_default_causal_mask`` (the causal mask built when ``attention_mask`` is None) is built on the CPU:
+  the same upper-triangular boolean matrix.
+
+:func:`initialize` uses Megatron's *inference* RNG tracker (its ``fork()`` leaves the generator alone), the
+training tracker reads and writes CUDA generator states. Random numbers are drawn only by dropout, so models
+must be built with ``hidden_dropout=0`` and ``attention_dropout=0`` (graphguard relates deterministic
+programs); weights are initialised on the CPU (``use_cpu_initialization=True``) from ``torch.manual_seed``,
+the same full tensors on every rank, each rank keeping its shard.
+"""
+from __future__ import annotations
+
+import warnings
+
+_PATCHED = False
+
+
+class _Done:
+    """The handle of a collective that already completed."""
+
+    def wait(self):
+        return None
+
+    def is_completed(self):
+        return True
+
+
+def _sync(fn):
+    """``fn`` (an in-place collective of torch.distributed) run synchronously whatever ``async_op`` says."""
+    def run(*args, async_op=False, **kwargs):
+        fn(*args, **kwargs)
+        return _Done() if async_op else None
+    run.__name__ = getattr(fn, "__name__", "collective")
+    run.__doc__ = f"{run.__name__}, run synchronously (graphguard.patches.megatron)."
+    return run
+
+
+def _all_reduce_sync(orig):
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import _functional_collectives as funcol
+
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        if torch.compiler.is_compiling():  # what TorchDynamo rewrites dist.all_reduce to
+            funcol.all_reduce_inplace(tensor, funcol.REDUCE_OP_TO_STR[op], group or dist.group.WORLD)
+        else:
+            orig(tensor, op=op, group=group)
+        return _Done() if async_op else None
+    all_reduce.__doc__ = "torch.distributed.all_reduce, run synchronously (graphguard.patches.megatron)."
+    all_reduce.__wrapped__ = orig
+    return all_reduce
+
+
+def _cpu_device():
+    """``torch.cuda.current_device()`` on a machine without CUDA: where Megatron's buffers go."""
+    import torch
+    return torch.device("cpu")
+
+
+def _cpu_causal_mask(sq: int):
+    import torch
+    return torch.triu(torch.ones(sq, sq), diagonal=1).bool()
+
+
+def patch() -> None:
+    """Apply the patches listed in the module docstring (once per process; later calls do nothing)."""
+    global _PATCHED
+    if _PATCHED:
+        return
+    import torch
+    import torch.distributed as dist
+    from megatron.core.fusions import fused_softmax
+    from megatron.core.tensor_parallel import layers
+    from megatron.core.transformer import torch_norm, utils
+
+    if not torch.cuda.is_available():
+        from torch._dynamo.variables import torch as dynamo_torch
+        torch.cuda.current_device = _cpu_device
+        # TorchDynamo classifies whatever torch.cuda.current_device is as a torch function: let it fold the
+        # call into its constant result, as it folds torch's own device queries
+        dynamo_torch.constant_fold_functions[_cpu_device] = None
+    torch._dynamo.config.ignore_logging_functions.add(warnings.warn)
+    layers.linear_with_grad_accumulation_and_async_allreduce.warned = True
+    layers.dist_all_gather_func = _sync(layers.dist_all_gather_func)
+    layers.dist_reduce_scatter_func = _sync(layers.dist_reduce_scatter_func)
+    dist.all_reduce = _all_reduce_sync(dist.all_reduce)
+    fused_softmax.get_default_causal_mask = utils.get_default_causal_mask = _cpu_causal_mask
+
+    build_norm = torch_norm.WrappedTorchNorm.__new__
+
+    def wrapped_torch_norm(cls, config, hidden_size, eps=1e-5, persist_layer_norm=False,
+                           zero_centered_gamma=False, normalization="LayerNorm"):
+        import dataclasses
+        sp = config.sequence_parallel
+        norm = build_norm(cls, dataclasses.replace(config, sequence_parallel=False) if sp else config,
+                          hidden_size, eps, persist_layer_norm, zero_centered_gamma, normalization)
+        for p in norm.parameters():
+            p.sequence_parallel = sp  # as Apex's FusedLayerNorm: finalize_model_grads all-reduces these
+        return norm
+    torch_norm.WrappedTorchNorm.__new__ = wrapped_torch_norm
+    _PATCHED = True
+
+
+def initialize(tensor_parallel: int = 1, expert_parallel: int = 1, expert_tensor_parallel: int | None = None,
+               seed: int = 0) -> None:
+    """Patch (:func:`patch`), then set up Megatron's parallel state on the process group graphguard's
+    capture made for this rank -- or, for a sequential capture, on a one-rank ``fake`` group, so that
+    Megatron's collectives over one rank (its vocab-parallel cross-entropy all-reduces even then) are
+    captured and read as identities -- with the inference RNG tracker, and seed torch's generator."""
+    patch()
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel import random as mrandom
+
+    if not dist.is_initialized():
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        dist.init_process_group("fake", rank=0, world_size=1, store=FakeStore())
+    ps.destroy_model_parallel()
+    ps.initialize_model_parallel(tensor_model_parallel_size=tensor_parallel,
+                                 expert_model_parallel_size=expert_parallel,
+                                 expert_tensor_parallel_size=expert_tensor_parallel,
+                                 create_gloo_process_groups=False)
+    mrandom.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True, force_reset_rng=True)
+    torch.manual_seed(seed)
+
+
+def input_relation(build, world: int, replicated: list[str] = ()) -> dict:
+    """The input relation Megatron's own parameter attributes state, for a model file's ``relation()``:
+    ``build()`` makes the model as rank 0 of ``world`` (on a ``fake`` group made here when none exists); a
+    parameter marked ``tensor_model_parallel`` is the concatenation of the ranks' shards along its
+    ``partition_dim``, any other is the same on every rank, and so is each input named in ``replicated``."""
+    import torch.distributed as dist
+    made = not dist.is_initialized()
+    if made:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    try:
+        model = build()
+        rel: dict = {}
+        for name, p in model.named_parameters():
+            if getattr(p, "tensor_model_parallel", False) and world > 1:
+                if getattr(p, "partition_stride", 1) != 1:
+                    raise ValueError(f"{name}: strided partitions (partition_stride != 1) are not supported")
+                parts = ", ".join(f"{name}@{r}" for r in range(world))
+                rel[name] = f"concat({parts}, dim={p.partition_dim})"
+            else:
+                rel[name] = [f"{name}@{r}" for r in range(world)]
+        rel.update({name: [f"{name}@{r}" for r in range(world)] for name in replicated})
+        return rel
+    finally:
+        if made:
+            dist.destroy_process_group()
+
+
+class _Chunk:
+    """What Megatron's gradient step reads of a model chunk: its parameters and its DDP config."""
+
+    def __init__(self, params: dict):
+        from megatron.core.distributed import DistributedDataParallelConfig
+        self.ddp_config = DistributedDataParallelConfig()
+        self._params = params
+
+    def named_parameters(self):
+        return iter(self._params.items())
+
+
+def finalize_grads(module, grads: dict) -> None:
+    """Megatron's gradient step across the tensor-parallel group, on the gradients of one backward pass:
+    the part of ``finalize_model_grads`` that data and pipeline parallelism do not need,
+    ``_allreduce_non_tensor_model_parallel_grads`` (it sums the gradients of parameters marked
+    ``sequence_parallel`` -- layer norms under sequence parallelism -- and of q/k layer norms, and averages
+    those marked ``average_gradients_across_tp_domain``). ``grads`` maps parameter names to gradients and
+    is updated in place, as Megatron updates ``main_grad``. The function is looked up in Megatron's module
+    when called, so a model file that patches it is captured with its patch. Name it ``after_backward`` in
+    a model file (capture runs it after backward and captures it with the rest of the program)."""
+    import sys
+    import megatron.core.distributed  # noqa: F401  (loads the module below)
+    from megatron.core.utils import get_model_config
+    fmg = sys.modules["megatron.core.distributed.finalize_model_grads"]
+
+    params = dict(module.named_parameters())
+    for name, g in grads.items():
+        params[name].main_grad = g  # Megatron reads and updates main_grad where a parameter has one
+    fmg._allreduce_non_tensor_model_parallel_grads([_Chunk(params)], get_model_config(module))

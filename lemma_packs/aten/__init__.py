@@ -3,12 +3,13 @@ from graphguard.hookspecs import hookimpl
 
 from .lemmas import LEMMAS
 from .megatron import FUNCTIONS as MEGATRON_FUNCTIONS
+from .megatron_moe import OPS as MEGATRON_MOE_OPS
 from .ops import OPS
 
 
 @hookimpl
 def graphguard_ops():
-    return OPS
+    return OPS + MEGATRON_MOE_OPS
 
 
 @hookimpl

@@ -17,6 +17,7 @@ from graphguard.patches import megatron as gm
 SEQ, BATCH, HIDDEN, FFN = 4, 2, 8, 16
 EXPERTS, TOPK = int(os.environ.get("GG_EXPERTS", "4")), int(os.environ.get("GG_TOPK", "2"))
 DISPATCHER = os.environ.get("GG_DISPATCHER", "alltoall")
+BUG = os.environ.get("GG_BUG", "")
 TOKENS = os.environ.get("GG_TOKENS", "sharded")  # or "replicated": every rank the same tokens
 
 
@@ -39,7 +40,15 @@ def spec():
 
 
 def impl(rank, world):
-    return _layer(world)
+    layer = _layer(world)
+    if BUG == "routing":  # planted: the ranks' router logits rotated by one expert (tokens go to the wrong experts)
+        gating = layer.router.gating
+
+        def rotated(x):
+            logits = gating(x)
+            return torch.cat([logits[..., 1:], logits[..., :1]], dim=-1)
+        layer.router.gating = rotated
+    return layer
 
 
 def inputs(rank, world):

@@ -39,9 +39,11 @@ What :func:`patch` changes, and why none of it changes what the model computes:
   ``moe_pad_expert_input_to_capacity`` (the configuration graphguard captures: fixed shapes) Megatron never
   touches it.
 * ``SequentialMLP.forward`` (the local experts one after another) receives its per-expert token counts as
-  Python ints when ``moe_pad_expert_input_to_capacity`` is set. There Megatron's dispatchers make the counts
-  with ``torch.full((local experts,), capacity * TP * EP)``: every local expert gets the same number of rows,
-  the input's rows divided by the number of local experts -- the numbers passed. ``SequentialMLP`` splits its
+  Python ints when ``moe_pad_expert_input_to_capacity`` is set (all-to-all or all-gather dispatcher). There
+  every local expert gets the same number of rows -- the all-to-all dispatcher makes the counts with
+  ``torch.full((local experts,), capacity * TP * EP)``; with the all-gather one each expert's column of the
+  padded routing map holds min(capacity, tokens) ones on every rank -- so the counts are the input's rows
+  divided by the number of local experts, the numbers passed (run eagerly, the patch checks that they are). ``SequentialMLP`` splits its
   input with ``tokens_per_expert.tolist()``, which TorchDynamo reads as sizes the data decides (it does not
   fold a tensor's values); as ints the split has the fixed sizes it has.
 * ``get_default_causal_mask`` (the causal mask built when ``attention_mask`` is None) is built on the CPU:
@@ -114,9 +116,16 @@ class _Counts(list):
 def _static_counts(forward):
     """``SequentialMLP.forward`` given its (equal, padded-to-capacity) token counts as ints."""
     def run(self, permuted_local_hidden_states, tokens_per_expert, permuted_probs):
-        if self.config.moe_pad_expert_input_to_capacity and self.num_local_experts > 1:
+        import torch
+        cfg = self.config
+        if (cfg.moe_pad_expert_input_to_capacity and self.num_local_experts > 1
+                and cfg.moe_token_dispatcher_type in ("alltoall", "allgather")):
             rows = permuted_local_hidden_states.shape[0]
-            tokens_per_expert = _Counts([rows // self.num_local_experts] * self.num_local_experts)
+            counts = _Counts([rows // self.num_local_experts] * self.num_local_experts)
+            if not torch.compiler.is_compiling() and tokens_per_expert.tolist() != counts:  # (eager: check)
+                raise RuntimeError(f"graphguard.patches.megatron: SequentialMLP got token counts "
+                                   f"{tokens_per_expert.tolist()}, not the equal counts {counts} of a padded dispatch")
+            tokens_per_expert = counts
         return forward(self, permuted_local_hidden_states, tokens_per_expert, permuted_probs)
     run.__wrapped__ = forward
     run.__doc__ = forward.__doc__

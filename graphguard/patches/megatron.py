@@ -32,6 +32,23 @@ What :func:`patch` changes, and why none of it changes what the model computes:
   ``FusedLayerNorm`` and Transformer Engine's norms do, so that Megatron's own gradient step
   (``finalize_model_grads``, :func:`finalize_grads`) all-reduces their gradients across the tensor-parallel group. The norm is
   row-wise, so normalising a sequence shard is normalising those rows.
+* ``megatron.core.transformer.moe.moe_utils.te_general_gemm`` is defined (as ``None``) where Transformer
+  Engine is missing: the module reads that name to choose between TE's GEMM and ``torch.mm`` but defines it
+  only when TE imports (a ``NameError`` in the router's gating linear otherwise). With ``None`` the router
+  takes Megatron's own ``torch.mm`` path, the computation it documents for TE's absence.
+* ``MoEAlltoAllTokenDispatcher.cuda_dtoh_stream`` (a class attribute its constructor fills with a new
+  ``torch.cuda.Stream()``, which cannot be made without CUDA) is set to a stand-in that names itself in an
+  error if used. The stream only carries the dropless path's device-to-host copies of token counts; with
+  ``moe_pad_expert_input_to_capacity`` (the configuration graphguard captures: fixed shapes) Megatron never
+  touches it.
+* ``SequentialMLP.forward`` (the local experts one after another) receives its per-expert token counts as
+  Python ints when ``moe_pad_expert_input_to_capacity`` is set (all-to-all or all-gather dispatcher). There
+  every local expert gets the same number of rows -- the all-to-all dispatcher makes the counts with
+  ``torch.full((local experts,), capacity * TP * EP)``; with the all-gather one each expert's column of the
+  padded routing map holds min(capacity, tokens) ones on every rank -- so the counts are the input's rows
+  divided by the number of local experts, the numbers passed (run eagerly, the patch checks that they are). ``SequentialMLP`` splits its
+  input with ``tokens_per_expert.tolist()``, which TorchDynamo reads as sizes the data decides (it does not
+  fold a tensor's values); as ints the split has the fixed sizes it has.
 * ``get_default_causal_mask`` (the causal mask built when ``attention_mask`` is None) is built on the CPU:
   the same upper-triangular boolean matrix.
 
@@ -84,6 +101,40 @@ def _all_reduce_sync(orig):
     return all_reduce
 
 
+class _NoStream:
+    """Stands for the CUDA stream of Megatron's all-to-all dispatcher on a machine without CUDA."""
+
+    def __getattr__(self, name):
+        raise RuntimeError("MoEAlltoAllTokenDispatcher.cuda_dtoh_stream: a CUDA stream, used only by the dropless "
+                           "dispatch; without CUDA (graphguard.patches.megatron) set moe_pad_expert_input_to_capacity")
+
+
+class _Counts(list):
+    """Token counts per local expert as Python ints, readable as Megatron reads a tensor of them."""
+
+    def tolist(self):
+        return list(self)
+
+
+def _static_counts(forward):
+    """``SequentialMLP.forward`` given its (equal, padded-to-capacity) token counts as ints."""
+    def run(self, permuted_local_hidden_states, tokens_per_expert, permuted_probs):
+        import torch
+        cfg = self.config
+        if (cfg.moe_pad_expert_input_to_capacity and self.num_local_experts > 1
+                and cfg.moe_token_dispatcher_type in ("alltoall", "allgather")):
+            rows = permuted_local_hidden_states.shape[0]
+            counts = _Counts([rows // self.num_local_experts] * self.num_local_experts)
+            if not torch.compiler.is_compiling() and tokens_per_expert.tolist() != counts:  # (eager: check)
+                raise RuntimeError(f"graphguard.patches.megatron: SequentialMLP got token counts "
+                                   f"{tokens_per_expert.tolist()}, not the equal counts {counts} of a padded dispatch")
+            tokens_per_expert = counts
+        return forward(self, permuted_local_hidden_states, tokens_per_expert, permuted_probs)
+    run.__wrapped__ = forward
+    run.__doc__ = forward.__doc__
+    return run
+
+
 def _cpu_device():
     """``torch.cuda.current_device()`` on a machine without CUDA: where Megatron's buffers go."""
     import torch
@@ -118,6 +169,15 @@ def patch() -> None:
     layers.dist_reduce_scatter_func = _sync(layers.dist_reduce_scatter_func)
     dist.all_reduce = _all_reduce_sync(dist.all_reduce)
     fused_softmax.get_default_causal_mask = utils.get_default_causal_mask = _cpu_causal_mask
+    from megatron.core.transformer.moe import moe_utils
+    if not hasattr(moe_utils, "te_general_gemm"):  # defined only where Transformer Engine imports
+        moe_utils.te_general_gemm = None
+    if not torch.cuda.is_available():
+        from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
+        if MoEAlltoAllTokenDispatcher.cuda_dtoh_stream is None:
+            MoEAlltoAllTokenDispatcher.cuda_dtoh_stream = _NoStream()
+    from megatron.core.transformer.moe import experts
+    experts.SequentialMLP.forward = _static_counts(experts.SequentialMLP.forward)
 
     build_norm = torch_norm.WrappedTorchNorm.__new__
 

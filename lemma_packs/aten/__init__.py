@@ -4,12 +4,13 @@ from graphguard.hookspecs import hookimpl
 from .lemmas import LEMMAS
 from .more_ops import OPS as MORE_OPS
 from .megatron import FUNCTIONS as MEGATRON_FUNCTIONS
+from .megatron_moe import OPS as MEGATRON_MOE_OPS
 from .ops import OPS
 
 
 @hookimpl
 def graphguard_ops():
-    return OPS + MORE_OPS
+    return OPS + MORE_OPS + MEGATRON_MOE_OPS
 
 
 @hookimpl

@@ -10,6 +10,7 @@ from graphguard.engine.lemma import L
 
 from .lemmas_more import LEMMAS as MORE
 from .megatron import LEMMAS as MEGATRON
+from .megatron_moe import LEMMAS as MEGATRON_MOE
 from .moe import LEMMAS as MOE
 from .scaled import LEMMAS as SCALED
 from .vllm_vocab import LEMMAS as VLLM_VOCAB
@@ -170,4 +171,4 @@ VIEWS = [
       examples=[{"x": [2, 1, 3], "s": [2, 4, 3], "t": [2, 1, 3], "i": False}]),
 ]
 
-LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MORE
+LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_MOE + MORE

@@ -1,0 +1,81 @@
+"""megatron-core's own MoE layer (0.16: ``MoELayer`` with its top-k router, its token dispatcher and
+``SequentialMLP`` local experts), expert-parallel on graphguard's fake process group, against the same layer
+at expert-parallel size 1.
+"""
+import os
+import warnings
+
+import torch
+
+warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron\.")  # its import-time notices about Apex
+from megatron.core.models.gpt.moe_module_specs import get_moe_module_spec
+from megatron.core.transformer.moe.moe_layer import MoELayer
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from graphguard.patches import megatron as gm
+
+SEQ, BATCH, HIDDEN, FFN = 4, 2, 8, 16
+EXPERTS, TOPK = int(os.environ.get("GG_EXPERTS", "4")), int(os.environ.get("GG_TOPK", "2"))
+DISPATCHER = os.environ.get("GG_DISPATCHER", "alltoall")
+BUG = os.environ.get("GG_BUG", "")
+TOKENS = os.environ.get("GG_TOKENS", "sharded")  # or "replicated": every rank the same tokens
+
+
+def _layer(world: int) -> MoELayer:
+    gm.initialize(expert_parallel=world)
+    config = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=1, ffn_hidden_size=FFN,
+                               moe_ffn_hidden_size=FFN, num_moe_experts=EXPERTS, moe_router_topk=TOPK,
+                               moe_token_dispatcher_type=DISPATCHER, moe_router_load_balancing_type="none", moe_router_pre_softmax=TOPK == 1,
+                               expert_model_parallel_size=world, use_cpu_initialization=True,
+                               hidden_dropout=0.0, attention_dropout=0.0, bias_dropout_fusion=False,
+                               gradient_accumulation_fusion=False, add_bias_linear=False,
+                               moe_permute_fusion=False, moe_grouped_gemm=False,
+                               moe_expert_capacity_factor=EXPERTS / TOPK, moe_pad_expert_input_to_capacity=True)
+    spec = get_moe_module_spec(use_te=False, num_experts=EXPERTS, moe_grouped_gemm=False)
+    return MoELayer(config, spec.submodules)
+
+
+def spec():
+    return _layer(1)
+
+
+def impl(rank, world):
+    layer = _layer(world)
+    if BUG == "routing":  # planted: the ranks' router logits rotated by one expert (tokens go to the wrong experts)
+        gating = layer.router.gating
+
+        def rotated(x):
+            logits = gating(x)
+            return torch.cat([logits[..., 1:], logits[..., :1]], dim=-1)
+        layer.router.gating = rotated
+    return layer
+
+
+def inputs(rank, world):
+    torch.manual_seed(1)
+    seq = SEQ if rank is None or TOKENS == "replicated" else SEQ // world
+    return (torch.randn(seq, BATCH, HIDDEN, requires_grad=True),)
+
+
+def _cat(name, world):
+    return f"concat({', '.join(f'{name}@{r}' for r in range(world))}, dim=0)"
+
+
+def _same(name, world):
+    return [f"{name}@{r}" for r in range(world)]
+
+
+def relation(world, backward):
+    """Tokens are sharded along the sequence (each expert-parallel rank is a data-parallel rank of the layers
+    around the MoE layer); the router is replicated; expert e lives on rank e // (EXPERTS / world) as local
+    expert e % (EXPERTS / world)."""
+    local = EXPERTS // world
+    cat = TOKENS != "replicated"
+    rel = {"hidden_states": _cat("hidden_states", world) if cat else _same("hidden_states", world),
+           "router.weight": _same("router.weight", world)}
+    for e in range(EXPERTS):
+        for w in ("linear_fc1.weight", "linear_fc2.weight"):
+            rel[f"experts.local_experts.{e}.{w}"] = f"experts.local_experts.{e % local}.{w}@{e // local}"
+    if backward:
+        rel["tangent.out0"] = _cat("tangent.out0", world) if cat else _same("tangent.out0", world)
+    return {"inputs": rel}

@@ -1,0 +1,97 @@
+"""megatron-core's MoE layer (examples/megatron-moe) and what it needs: aten.scatter.value, aten.sort.stable
+and lemmas 1350-1351 (lemma_packs/aten/megatron_moe.py).
+
+The lemmas get one-line "proves" / "must not prove" tests; the operators' references are checked against
+torch; the example runs Megatron's own layer at expert-parallel size 2 (all-to-all dispatcher, padded to a
+capacity equal to the tokens: dropless) and a copy with a planted routing bug.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import EXAMPLES
+from graphguard.engine.prove import proves
+
+# -- lemma 1350: the router's combine weights, token shards -----------------------------------------------------
+
+SH = {"I0": [3, 2], "I1": [5, 2], "P0": [3, 2], "P1": [5, 2]}
+IDX = {"I0": "int64", "I1": "int64"}
+
+
+def _scatter(n: int, i: str, p: str, dim: int = 1) -> str:
+    return f"aten.scatter.src(aten.full(size=[{n}, 4], fill_value=0, dtype=float32), {i}, {p}, dim={dim})"
+
+
+def test_scatter_into_zeros_of_token_shards_is_the_shards_scatters():
+    spec = _scatter(8, "concat(I0, I1, dim=0)", "concat(P0, P1, dim=0)")
+    assert proves(spec, f"concat({_scatter(3, 'I0', 'P0')}, {_scatter(5, 'I1', 'P1')}, dim=0)", SH, dtypes=IDX)
+
+
+def test_scatter_along_the_concat_dim_does_not_split():
+    """Written along the dim the shards are stacked in, an index of one shard points into the whole."""
+    sh = {"I0": [4, 2], "I1": [4, 2], "P0": [4, 2], "P1": [4, 2]}
+    spec = "aten.scatter.src(aten.full(size=[8, 2], fill_value=0, dtype=float32), concat(I0, I1, dim=0), concat(P0, P1, dim=0), dim=0)"
+    part = "aten.scatter.src(aten.full(size=[4, 2], fill_value=0, dtype=float32), {}, {}, dim=0)"
+    assert not proves(spec, f"concat({part.format('I0', 'P0')}, {part.format('I1', 'P1')}, dim=0)", sh, dtypes=IDX)
+
+
+# -- lemma 1351: the capacity mask -------------------------------------------------------------------------------
+
+def _mask(k: int) -> str:
+    return (f"aten.scatter.value(aten.full(size=[8, 4], fill_value=0, dtype=float32), "
+            f"aten.topk#1(Y, k={k}, dim=0, largest=true, sorted=false), dim=0, value=1)")
+
+
+def test_capacity_of_every_token_keeps_every_token():
+    assert proves(_mask(8), "aten.full(size=[8, 4], fill_value=1, dtype=float32)", {"Y": [8, 4]})
+
+
+def test_capacity_below_the_tokens_drops_some():
+    assert not proves(_mask(7), "aten.full(size=[8, 4], fill_value=1, dtype=float32)", {"Y": [8, 4]})
+
+
+def test_topk_along_another_dim_does_not_cover_this_one():
+    mask = ("aten.scatter.value(aten.full(size=[4, 4], fill_value=0, dtype=float32), "
+            "aten.topk#1(Y, k=4, dim=1, largest=true, sorted=false), dim=0, value=1)")
+    assert not proves(mask, "aten.full(size=[4, 4], fill_value=1, dtype=float32)", {"Y": [4, 4]})
+
+
+# -- the operators' references against torch ---------------------------------------------------------------------
+
+def test_sort_stable_and_scatter_value_references_match_torch():
+    torch = pytest.importorskip("torch")
+    from lemma_packs.aten.megatron_moe import _scatter_value_ref, _sort_ref
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x = rng.integers(0, 3, (3, 6)).astype(np.float64)  # ties: the stable order matters
+        for desc in (False, True):
+            v, i = _sort_ref([x], {"dim": 1, "descending": desc})
+            tv, ti = torch.sort(torch.tensor(x), dim=1, descending=desc, stable=True)
+            assert (i == ti.numpy()).all() and (v == tv.numpy()).all()
+        idx = rng.integers(0, 3, (2, 6))
+        out = _scatter_value_ref([x, idx], {"dim": 0, "value": 5})
+        assert (out == torch.tensor(x).scatter(0, torch.tensor(idx), 5).numpy()).all()
+
+
+# -- the example ---------------------------------------------------------------------------------------------------
+
+def _run(*args, env=None):
+    pytest.importorskip("megatron.core")
+    return subprocess.run([str(EXAMPLES / "megatron-moe" / "run"), *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+
+
+def test_planted_routing_bug_is_flagged_at_the_expert_choice():
+    """The ranks' router logits rotated by one expert: flagged at the router's top-k (the expert choice), an
+    operator the correct layer gets past (it is related there as the concatenation of the ranks' top-k)."""
+    bad = _run(env={"GG_BUG": "routing"})
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "stopped at G_s operator aten.topk (node 'topk' -> topk#0, topk#1) at moe_utils.py:697" in bad.stdout
+    good = _run()
+    assert "(node 'topk' ->" not in good.stdout, good.stdout + good.stderr
+    # the correct layer is related up to the capacity top-k over the token dim (README: what is missing)
+    assert "(node 'topk_1' -> topk_1#0, topk_1#1) at moe_utils.py:844" in good.stdout, good.stdout + good.stderr

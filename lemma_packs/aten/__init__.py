@@ -3,11 +3,12 @@ from graphguard.hookspecs import hookimpl
 
 from .lemmas import LEMMAS
 from .ops import OPS
+from .titan import OPS as TITAN_OPS
 
 
 @hookimpl
 def graphguard_ops():
-    return OPS
+    return OPS + TITAN_OPS
 
 
 @hookimpl

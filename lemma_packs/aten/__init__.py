@@ -3,7 +3,7 @@ from graphguard.hookspecs import hookimpl
 
 from .lemmas import LEMMAS
 from .ops import OPS
-from .titan import OPS as TITAN_OPS
+from .titan import FUNCTIONS as TITAN_FUNCTIONS, OPS as TITAN_OPS
 
 
 @hookimpl
@@ -14,3 +14,8 @@ def graphguard_ops():
 @hookimpl
 def graphguard_lemmas():
     return LEMMAS
+
+
+@hookimpl
+def graphguard_lemma_functions():
+    return TITAN_FUNCTIONS

@@ -20,6 +20,7 @@ from graphguard.engine.lemma import L
 from graphguard.ir.ops import AttrSpec, fail, fmt_shape, multi_output
 
 from .ops import ABSENT, _optional, _same, _softmax
+from .vocab import _UNSQ, _unsq
 
 
 # =================================================================================================
@@ -198,4 +199,91 @@ ATTENTION = [
      ] + [L(1707 + k, f"cpu-attention-backward-{w}-of-batch-shards", _split_bwd(k, 0), _BATCH,
             examples=_attn_examples(False)) for k, w in enumerate(("query", "key", "value"))]
 
-LEMMAS = ATTENTION
+
+# -- torchtitan's vocabulary-parallel embedding ----------------------------------------------------------------
+# rank r owns rows [s, e): ids in range, (i >= s) & (i < e); shifted ids clamped into the shard
+_MASK = "aten.bitwise_and.Tensor(aten.ge.Scalar({i}, other={s}), aten.lt.Scalar({i}, other={e}))"
+_LOCAL = "aten.clamp(aten.sub.Tensor({i}, aten.scalar_tensor(s={s}, dtype=int64)), min=0, max={x})"  # x: e - s - 1
+# mask.unsqueeze(-1).to(out.dtype); on a right side u, t are unit_dim_after(?i) and the table's dtype
+_CAST = "aten._to_copy(reshape(" + _MASK + ", shape={u}), dtype={t})"
+# the rows looked up, times the mask
+_LOOKUP = (f"aten.mul.Tensor(aten.embedding({{w}}, {_LOCAL}, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q),"
+           f" {_CAST})")
+# its backward: the gradient times the mask, summed into the shard's rows
+_EMB_BW = (f"aten.embedding_dense_backward(aten.mul.Tensor({{g}}, {_CAST}), {_LOCAL}, num_weights={{n}},"
+           " padding_idx=?pi, scale_grad_by_freq=false)")
+_A, _B, _AB = "size(?a, 0)", "size(?b, 0)", "size(?a, 0) + size(?b, 0)"
+
+
+def _lookup(w, i, s, e, x=None, u="?u", t="?t"):
+    """The masked lookup of rows [s, e); ``x`` the clamp's bound, ``u``/``t`` the cast mask's shape and dtype
+    (variables on a left side)."""
+    return _LOOKUP.format(w=w, i=i, s=s, e=e, x=x or f"({e}) - ({s}) - 1", u=u, t=t)
+
+
+def _emb_bw(g, i, s, e, n, x=None, u="?u", t="?t"):
+    return _EMB_BW.format(g=g, i=i, s=s, e=e, n=n, x=x or f"({e}) - ({s}) - 1", u=u, t=t)
+
+
+def unit_dim_after(ctx, t):
+    """A lemma function: tensor t's shape with a trailing 1 (``t.unsqueeze(-1)``)."""
+    return tuple(ctx.shape_of(t)) + (1,)
+
+
+FUNCTIONS = {"unit_dim_after": unit_dim_after}
+
+
+_FLOAT_MASK = "floating(?t) and ?t == dtype(?a) and ?p == -1"  # torchtitan has no padding row
+_U, _T = "unit_dim_after(?i)", "dtype(?a)"
+EMBEDDING = [
+    # constrained (§4.3) to rank 0's cast mask (ids compared with 0), which also gives the mask's shape and dtype
+    L(1710, "embedding-of-vocab-shards-mask-multiplied",
+      "aten.embedding(concat(?a, ?b, dim=0), ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
+      f" => sum({_lookup('?a', '?i', 0, _A, u=_U, t=_T)}, {_lookup('?b', '?i', _A, _AB, u=_U, t=_T)})",
+      f"rank(?a) == 2 and {_A} >= 1 and {_B} >= 1 and floating(dtype(?a)) and ?p == -1",
+      when="aten.ge.Scalar(?i, other=0)",
+      index={"i": _AB},
+      examples=[{"a": [3, 4], "b": [2, 4], "i": [2, 3], "p": -1}, {"a": [2, 3], "b": [2, 3], "i": [5], "p": -1},
+                {"a": [1, 2], "b": [3, 2], "i": [1, 2, 2], "p": -1}]),
+    # a masked lookup of a concatenation (more than two ranks): the parts' masked lookups, the shift moved along
+    L(1711, "mask-multiplied-lookup-of-vocab-shards",
+      f"{_lookup('concat(?a, ?b, dim=0)', '?i', '?s', '?e', '?x')}"
+      f" => sum({_lookup('?a', '?i', '?s', '?s + ' + _A)}, {_lookup('?b', '?i', '?s + ' + _A, '?e')})",
+      f"?s // 1 == ?s and ?e - ?s == {_AB} and ?x == ?e - ?s - 1 and {_A} >= 1 and {_B} >= 1 and ({_UNSQ})"
+      f" and {_FLOAT_MASK}",
+      index={"i": "?e + 2"},
+      examples=[{"a": [a, 3], "b": [b, 3], "i": i, "u": _unsq(i), "s": s, "e": s + a + b, "t": "float32",
+                 "x": a + b - 1, "p": -1}
+                for a, b, i, s in ((2, 3, [7], 1), (1, 2, [2, 3], 0), (4, 4, [3, 4], 4), (3, 1, [6], 2),
+                                   (2, 2, [1, 2, 4], 0))]),
+    # backward, constrained to a rank's cast mask comparing the ids with its shard's end ?n
+    L(1712, "embedding-backward-splits-at-vocab-shard-mask-multiplied",
+      "aten.embedding_dense_backward(?g, ?i, num_weights=?v, padding_idx=?pi, scale_grad_by_freq=false)"
+      f" => concat({_emb_bw('?g', '?i', 0, '?n', '?n', u=_U, t='dtype(?g)')},"
+      f" {_emb_bw('?g', '?i', '?n', '?v', '?v - ?n', u=_U, t='dtype(?g)')}, dim=0)",
+      "?pi == -1 and ?n // 1 == ?n and 0 < ?n and ?n < ?v and rank(?g) == rank(?i) + 1 and floating(dtype(?g))",
+      when="aten.lt.Scalar(?i, other=?n)",
+      index={"i": "?v"},
+      examples=[{"g": g, "i": g[:-1], "v": v, "n": n, "pi": -1}
+                for g, v, n in (([2, 3, 4], 5, 2), ([5, 2], 3, 1), ([4, 3], 8, 4), ([1, 2], 2, 1), ([3, 2, 2], 6, 5))]),
+    L(1713, "mask-multiplied-embedding-backward-splits",
+      f"{_emb_bw('?g', '?i', '?s', '?e', '?w', '?x')}"
+      f" => concat({_emb_bw('?g', '?i', '?s', '?m', '?k')}, {_emb_bw('?g', '?i', '?m', '?e', '?e - ?m')}, dim=0)",
+      f"?pi == -1 and ?s // 1 == ?s and ?w == ?e - ?s and ?k == ?m - ?s and ?s < ?m and ?m < ?e and ({_UNSQ})"
+      " and ?x == ?e - ?s - 1 and ?y == ?m - ?s - 1 and floating(?t) and ?t == dtype(?g)",
+      when=_emb_bw("?g", "?i", "?s", "?m", "?k", "?y"), index={"i": "?e + 2"},
+      examples=[{"g": [2, 3, 4], "i": [2, 3], "u": [2, 3, 1], "s": s, "e": e, "w": e - s, "m": m, "k": m - s,
+                 "pi": -1, "t": "float32", "x": e - s - 1, "y": m - s - 1}
+                for s, m, e in ((1, 3, 6), (0, 2, 4), (4, 8, 16), (2, 3, 4), (0, 1, 5))]),
+]
+
+# RMSNorm's mean of squares over the hidden dim, on sequence or head shards
+REDUCTIONS = [
+    L(1720, "mean-of-concat-other-dims",
+      "aten.mean.dim(concat(?a, ?b, dim=?d), dim=?k, keepdim=?kd, dtype=?t)"
+      " => concat(aten.mean.dim(?a, dim=?k, keepdim=?kd, dtype=?t), aten.mean.dim(?b, dim=?k, keepdim=?kd, dtype=?t),"
+      " dim=reduced_dim(?d, ?k, ?kd))",
+      "len(?k) >= 1 and not contains(?k, ?d)"),
+]
+
+LEMMAS = ATTENTION + EMBEDDING + REDUCTIONS

@@ -26,8 +26,10 @@ from torchtitan.models.common import ComplexRoPE, CosSinRoPE, Embedding, Linear,
 from torchtitan.models.common.attention import ScaledDotProductAttention
 from torchtitan.models.llama3 import Llama3Model, _build_llama3_layers, parallelize_llama
 from torchtitan.models.llama3.sharding import set_llama3_sharding_config
+from torchtitan.experiments.graph_trainer.llama3.parallelize import (
+    parallelize_llama as simple_fsdp_parallelize_llama)
 
-DIM, HEADS, KV_HEADS, FFN, VOCAB, LAYERS = 32, 4, 2, 64, 64, int(os.environ.get("GG_TITAN_LAYERS", "1"))
+DIM, HEADS, KV_HEADS, FFN, VOCAB, LAYERS = 32, 8, 4, 64, 64, int(os.environ.get("GG_TITAN_LAYERS", "1"))
 BATCH, SEQ = 2, 8
 MESH = os.environ.get("GG_TITAN_MESH", "tp")
 SP = os.environ.get("GG_TITAN_SP", "1") == "1"
@@ -79,16 +81,38 @@ def impl(rank, world):
     with gg.torchtitan_on_cpu():
         dims = ParallelDims.from_config(parallelism, world)
         model = config().build()
+        training = TrainingConfig(mixed_precision_param="float32", seq_len=SEQ)
         if MESH == "tp":  # the TP step of parallelize_llama (its FSDP wrap at dp_shard=1 shards nothing)
             model.parallelize(dims)
-        else:
-            parallelize_llama(model, parallel_dims=dims, training=TrainingConfig(mixed_precision_param="float32"),
-                              parallelism=parallelism, compile_config=CompileConfig(), ac_config=None,
-                              dump_folder="")
+        elif MESH == "fsdp2-tp":  # FSDP2 (fully_shard): its hooks are dynamo-disabled, see the README
+            parallelize_llama(model, parallel_dims=dims, training=training, parallelism=parallelism,
+                              compile_config=CompileConfig(), ac_config=None, dump_folder="")
+        else:  # fsdp-tp: torchtitan's compiler-friendly FSDP (graph_trainer's SimpleFSDP) over TP
+            simple_fsdp_parallelize_llama(model, parallel_dims=dims, training=training, parallelism=parallelism,
+                                          compile_config=CompileConfig(), ac_config=None, dump_folder="")
     return Train(model)
 
 
 def inputs(rank, world):
-    torch.manual_seed(0)
-    tokens, labels = torch.randint(0, VOCAB, (BATCH, SEQ)), torch.randint(0, VOCAB, (BATCH, SEQ))
-    return tokens, labels
+    """Token ids and labels; with a data-parallel axis, rank r holds batch shard r // tp."""
+    dp = 1 if rank is None else world // tp_degree(world)
+    return torch.randint(0, VOCAB, (BATCH // dp, SEQ)), torch.randint(0, VOCAB, (BATCH // dp, SEQ))
+
+
+def _dp_groups(world):
+    tp = tp_degree(world)
+    return [[d * tp + t for d in range(world // tp)] for t in range(tp)]
+
+
+def relation(world, backward):
+    """With a data-parallel axis: the batch (each DP group's shards, in order, make the whole batch) and RoPE's
+    table; the placements state the rest. (Tokens and the table are DTensors on a TP group only, which says
+    nothing about the other TP groups.)"""
+    if MESH == "tp":
+        return {"inputs": {}}
+    cat = lambda n: [f"concat({', '.join(f'{n}@{r}' for r in g)}, dim=0)" for g in _dp_groups(world)]  # noqa: E731
+    rel = {"tokens": cat("tokens"), **({"labels": cat("labels")} if LOSS else {})}
+    for layer in range(LAYERS):  # RoPE's cos/sin table, a buffer (FSDP shards parameters only): on every rank
+        cache = f"model.layers.{layer}.attention.rope.cache"
+        rel[cache] = [f"{cache}@{r}" for r in range(world)]
+    return {"inputs": rel}

@@ -154,10 +154,15 @@ def _cat(a, b, d):
     return f"concat({a}, {b}, dim={d})"
 
 
-# the query heads split in the key/value heads' ratio: whole groups on each side
-_GROUPS = ("size(?q1, 1) * size(?k2, 1) == size(?q2, 1) * size(?k1, 1)"
+# the query heads split in the key/value heads' ratio (whole groups on each side), key and value alike
+_GROUPS = ("size(?q1, 1) * size(?k2, 1) == size(?q2, 1) * size(?k1, 1) and size(?k1, 1) == size(?v1, 1)"
            " and size(?k1, 1) >= 1 and size(?k2, 1) >= 1 and ?p == 0")
-_BATCH = "?p == 0"
+_BATCH = "size(?q1, 0) == size(?k1, 0) and size(?k1, 0) == size(?v1, 0) and ?p == 0"
+
+
+def _like_query(d):
+    """The backward's grad_out, out and logsumexp split where the query is."""
+    return " and ".join(f"size(?{t}1, {d}) == size(?q1, {d})" for t in "gol")
 
 
 def _attn_examples(heads):
@@ -194,10 +199,12 @@ ATTENTION = [
     L(1701, "cpu-attention-lse-of-head-groups", _split_fwd(1, 1), _GROUPS, examples=_attn_examples(True)),
     L(1702, "cpu-attention-of-batch-shards", _split_fwd(0, 0), _BATCH, examples=_attn_examples(False)),
     L(1703, "cpu-attention-lse-of-batch-shards", _split_fwd(1, 0), _BATCH, examples=_attn_examples(False)),
-] + [L(1704 + k, f"cpu-attention-backward-{w}-of-head-groups", _split_bwd(k, 1), _GROUPS,
-       examples=_attn_examples(True)) for k, w in enumerate(("query", "key", "value"))
-     ] + [L(1707 + k, f"cpu-attention-backward-{w}-of-batch-shards", _split_bwd(k, 0), _BATCH,
-            examples=_attn_examples(False)) for k, w in enumerate(("query", "key", "value"))]
+] + [L(1704 + k, f"cpu-attention-backward-{w}-of-head-groups", _split_bwd(k, 1),
+       f"{_GROUPS} and {_like_query(1)}", examples=_attn_examples(True))
+     for k, w in enumerate(("query", "key", "value"))
+     ] + [L(1707 + k, f"cpu-attention-backward-{w}-of-batch-shards", _split_bwd(k, 0),
+            f"{_BATCH} and {_like_query(0)}", examples=_attn_examples(False))
+          for k, w in enumerate(("query", "key", "value"))]
 
 
 # -- torchtitan's vocabulary-parallel embedding ----------------------------------------------------------------
@@ -284,6 +291,26 @@ REDUCTIONS = [
       " => concat(aten.mean.dim(?a, dim=?k, keepdim=?kd, dtype=?t), aten.mean.dim(?b, dim=?k, keepdim=?kd, dtype=?t),"
       " dim=reduced_dim(?d, ?k, ?kd))",
       "len(?k) >= 1 and not contains(?k, ?d)"),
+]
+
+# the batch of a data-parallel job: the ids split along a dim, the table whole
+_EDB = "aten.embedding_dense_backward({g}, {i}, num_weights=?v, padding_idx=?pi, scale_grad_by_freq=false)"
+EMBEDDING += [
+    L(1714, "embedding-of-id-shards",
+      "aten.embedding(?w, concat(?i, ?j, dim=?d), padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
+      " => concat(aten.embedding(?w, ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q),"
+      " aten.embedding(?w, ?j, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q), dim=?d)",
+      "rank(?w) == 2 and ?p == -1", index={"i": "size(?w, 0)", "j": "size(?w, 0)"},
+      examples=[{"w": [5, 3], "i": i, "j": j, "d": d, "p": -1}
+                for i, j, d in (([2, 4], [1, 4], 0), ([2, 3], [2, 1], 1), ([3], [2], 0), ([1, 2, 2], [1, 1, 2], 1))]),
+    # the table's gradient from a split batch: the parts' gradients summed (what data parallelism all-reduces
+    # or reduce-scatters)
+    L(1715, "embedding-backward-of-batch-shards",
+      _EDB.format(g="concat(?g, ?h, dim=?d)", i="concat(?i, ?j, dim=?d)")
+      + f" => sum({_EDB.format(g='?g', i='?i')}, {_EDB.format(g='?h', i='?j')})",
+      "?pi == -1 and rank(?g) == rank(?i) + 1 and size(?g, ?d) == size(?i, ?d)", index={"i": "?v", "j": "?v"},
+      examples=[{"g": i + [3], "h": j + [3], "i": i, "j": j, "d": d, "v": 5, "pi": -1}
+                for i, j, d in (([2, 4], [1, 4], 0), ([2, 3], [2, 1], 1), ([3], [2], 0), ([1, 2, 2], [1, 1, 2], 1))]),
 ]
 
 LEMMAS = ATTENTION + EMBEDDING + REDUCTIONS

@@ -11,6 +11,13 @@ parallelizing a torchtitan model. What it changes, and why the program's maths s
   device the mesh and its tensors live on changes; the mesh's shape, its ranks, every placement and every
   operator torchtitan runs are the same.
 
+* graph_trainer's SimpleFSDP (``torchtitan/experiments/graph_trainer/simple_fsdp.py``) caches the wrapper
+  class it gives each module type in ``_wrap_class_cache``, and that class's parameter properties close over
+  the *first* model's ``ReplicateComputation`` -- its device mesh. One process is one rank in a real run; a
+  capture builds every rank in one process, so rank 1's modules would all-gather over rank 0's mesh. The
+  helper empties the cache on entry: each rank's model gets wrapper classes over its own mesh, as in a
+  process of its own. Which parameters are sharded, how, and the collectives are unchanged.
+
 Nothing else is patched. The values are restored on exit, so the helper can be nested or used per rank.
 """
 from __future__ import annotations
@@ -37,6 +44,12 @@ def on_cpu():
             if hasattr(mod, attr):
                 saved.append((mod, attr, getattr(mod, attr)))
                 setattr(mod, attr, value)
+    try:
+        fsdp = importlib.import_module("torchtitan.experiments.graph_trainer.simple_fsdp")
+    except ImportError:
+        fsdp = None
+    if fsdp is not None:
+        fsdp._wrap_class_cache.clear()
     try:
         yield
     finally:

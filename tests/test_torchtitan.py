@@ -68,64 +68,88 @@ def test_fsdp_x_tp_forward_backward_refines():
     assert (f"{w2} = concat(concat({w2}@0, {w2}@1, dim=1), concat({w2}@2, {w2}@3, dim=1), dim=0)") in lines
 
 
-def _drop(impl, op, k, replace):
-    """The implementation with the k-th collective of kind ``op`` replaced, on every rank, by ``replace(rank,
-    input name, output name, attrs)`` (a list of nodes)."""
-    impl = copy.deepcopy(impl)
-    hits = [i for i, n in enumerate(impl["nodes"]) if n["op"] == op]
-    i = hits[k]
-    n = impl["nodes"][i]
-    impl["nodes"][i:i + 1] = [m for r, (a, o) in enumerate(zip(n["inputs"], n["outputs"]))
-                              for m in replace(r, a, o, n)]
-    return impl, n
-
-
-def _own_slice(r, a, o, n):  # a reduce-scatter dropped: each rank keeps its own slice of its partial result
-    world = len(n["inputs"])
-    size = next(t["shape"] for t in IMPL_SHAPES[0] if t["name"] == o)[n["attrs"]["dim"]]
-    return [{"name": f"drop.{o}", "op": "core.slice", "inputs": [a], "outputs": [o],
-             "attrs": {"dim": n["attrs"]["dim"], "start": str(r * int(size)), "end": str((r + 1) * int(size))}}]
-
-
-IMPL_SHAPES: list = []
-
-
-def _shapes(impl):
-    """Output shapes of an implementation graph, from graphguard's own loader."""
+def _shapes(doc) -> dict:
+    """Every tensor's shape in a graph document, from graphguard's own loader."""
+    from graphguard.ir.scalar import Constraints
     from graphguard.ir.serde import graph_from_dict
     from graphguard.plugins import load_plugins
-    from graphguard.ir.scalar import Constraints
-    g = graph_from_dict(impl, "<impl>", load_plugins().registry, Constraints())
-    return [{"name": t, "shape": list(g.shape(t))} for n in g.nodes for t in n.outputs]
+    g = graph_from_dict(doc, "<kept impl>", load_plugins().registry, Constraints())
+    return {t: [int(d) for d in g.shape(t)] for n in g.nodes for t in n.inputs + n.outputs}
+
+
+def _drop(impl, op, pick, replace):
+    """The implementation with the first collective of kind ``op`` that ``pick(node)`` accepts replaced, on every
+    rank, by the node ``replace(rank, input, output, node, shapes)`` returns."""
+    impl, shapes = copy.deepcopy(impl), _shapes(impl)
+    i = next(i for i, n in enumerate(impl["nodes"]) if n["op"] == op and pick(n))
+    n = impl["nodes"][i]
+    impl["nodes"][i:i + 1] = [replace(r, a, o, n, shapes) for r, (a, o) in enumerate(zip(n["inputs"], n["outputs"]))]
+    return impl
+
+
+def _own_slice(r, a, o, n, shapes):
+    """A reduce-scatter dropped: each rank keeps its own slice of its partial result."""
+    d = n["attrs"]["dim"]
+    size = shapes[o][d]
+    return {"name": f"drop.{o}", "op": "core.slice", "inputs": [a], "outputs": [o],
+            "attrs": {"dim": d, "start": str(r * size), "end": str((r + 1) * size)}}
+
+
+def _repeat_own(r, a, o, n, shapes):
+    """An all-gather dropped: each rank uses its own shard in every place."""
+    return {"name": f"drop.{o}", "op": "core.concat", "inputs": [a] * len(n["inputs"]), "outputs": [o],
+            "attrs": {"dim": n["attrs"]["dim"]}}
 
 
 def test_dropped_sequence_parallel_reduce_scatter_is_flagged():
     """The reduce-scatter after the vocabulary-parallel embedding (its partial lookups summed and split along
     the sequence) replaced by each rank's own slice: the embedding's result is never summed."""
     spec, impl, rel = _load("tp2")
-    IMPL_SHAPES[:] = [_shapes(impl)]
-    bad, n = _drop(impl, "core.reduce_scatter", 0, _own_slice)
+    bad = _drop(impl, "core.reduce_scatter", lambda n: True, _own_slice)
     r = _verify(spec, bad, rel)
     assert r.verdict == "does not refine"
     assert r.failure.op in ("aten.embedding", "aten.pow.Tensor_Scalar", "aten.mean.dim"), r.failure
 
 
-def _repeat_own(r, a, o, n):  # an all-gather dropped: each rank uses its own shard in every place
-    world = len(n["inputs"])
-    return [{"name": f"drop.{o}", "op": "core.concat", "inputs": [a] * world, "outputs": [o],
-             "attrs": {"dim": n["attrs"]["dim"]}}]
+def _reads(impl, name):
+    """Does the collective's input come, through reshapes, from G_d input ``name@r``?"""
+    producer = {o: n for n in impl["nodes"] for o in n["outputs"]}
+
+    def pick(n):
+        t = n["inputs"][0]
+        while t in producer and producer[t]["op"] == "core.reshape":
+            t = producer[t]["inputs"][0]
+        return t.rsplit("@", 1)[0] == name
+    return pick
+
+
+def _keep_own(r, a, o, n, shapes):
+    """An all-reduce dropped: each rank keeps its own partial result."""
+    return {"name": f"drop.{o}", "op": "core.identity", "inputs": [a], "outputs": [o], "attrs": {}}
 
 
 def test_dropped_fsdp_parameter_all_gather_is_flagged():
     """An FSDP parameter all-gather (over the DP group) replaced by the rank's own shard repeated: the first
     G_s operator reading that parameter is flagged."""
     spec, impl, rel = _load("fsdp2x-tp2")
-    gathers = [n for n in impl["nodes"] if n["op"] == "core.all_gather"]
-    k = next(i for i, n in enumerate(gathers) if any("wqkv.weight" in a for a in n["inputs"]))
-    bad, n = _drop(impl, "core.all_gather", k, _repeat_own)
+    bad = _drop(impl, "core.all_gather", _reads(impl, "model.layers.0.attention.qkv_linear.wqkv.weight"),
+                _repeat_own)
     r = _verify(spec, bad, rel)
     assert r.verdict == "does not refine"
     assert r.failure.op == "aten.mm", r.failure
+
+
+def test_dropped_norm_gradient_all_reduce_is_flagged():
+    """Under FSDP x TP with sequence parallelism each TP rank holds part of an RMSNorm weight's gradient (its
+    sequence shard's); the TP all-reduce before FSDP's reduce-scatter dropped leaves partial sums
+    (Megatron-LM #1446's bug class, here in torchtitan's program)."""
+    spec, impl, rel = _load("fsdp2x-tp2")
+    producer = {o: n for n in impl["nodes"] for o in n["outputs"]}
+    # the first TP all-reduce of the backward: the one feeding the ffn_norm weight's reduce-scatter
+    bad = _drop(impl, "core.all_reduce", lambda n: n["attrs"]["group"] == [0, 1], _keep_own)
+    r = _verify(spec, bad, rel)
+    assert r.verdict == "does not refine"
+    assert "norm.weight" in str(r.failure), r.failure
 
 
 # -- operators: references against torch -----------------------------------------------------------------

@@ -116,3 +116,15 @@ def relation(world, backward):
         cache = f"model.layers.{layer}.attention.rope.cache"
         rel[cache] = [f"{cache}@{r}" for r in range(world)]
     return {"inputs": rel}
+
+
+def expect(world, backward):
+    """Under FSDP x TP the RMSNorm weights are TP-replicated: their gradients are stated once, over the first TP
+    rank's DP group (R_o keeps one of expressions it proves equal; the other TP ranks' copies are the same
+    all-reduced values). Everything else: what the placements state."""
+    if MESH == "tp" or not backward:
+        return {}
+    norms = [f"model.layers.{layer}.{n}.weight" for layer in range(LAYERS) for n in ("attention_norm", "ffn_norm")]
+    first = _dp_groups(world)[0]
+    return {f"grad.{n}": f"concat({', '.join(f'grad.{n}@{r}' for r in first)}, dim=0)"
+            for n in norms + ["model.norm.weight"]}

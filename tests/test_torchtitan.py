@@ -32,8 +32,15 @@ def _load(name):
             yaml.safe_load((d / "relation.yaml").read_text()))
 
 
+def _graph(doc):
+    from graphguard.ir.scalar import Constraints
+    from graphguard.ir.serde import graph_from_dict
+    from graphguard.plugins import load_plugins
+    return graph_from_dict(doc, f"<kept {doc['name']}>", load_plugins().registry, Constraints())
+
+
 def _verify(spec, impl, rel, **kw):
-    return graphguard.verify(spec, impl, rel, **kw)
+    return graphguard.verify(_graph(spec), _graph(impl), rel, **kw)
 
 
 # -- the kept graphs -------------------------------------------------------------------------------------
@@ -51,7 +58,7 @@ def test_tp2_sequence_parallel_forward_backward_refines():
             "wqkv.weight@0, grad.model.layers.0.attention.qkv_linear.wqkv.weight@1, dim=0)") in lines
     assert ("grad.model.layers.0.ffn_norm.weight = sum(grad.model.layers.0.ffn_norm.weight@0, "
             "grad.model.layers.0.ffn_norm.weight@1)") in lines
-    assert all(v for v in r.expect.values())
+    assert r.expect["checked"] == 11 and not r.expect["missing"]
 
 
 def test_fsdp_x_tp_forward_backward_refines():
@@ -66,14 +73,13 @@ def test_fsdp_x_tp_forward_backward_refines():
     # w2 is TP Shard(1), FSDP Shard(0): rank (f, t) holds rows f, columns t
     w2 = "grad.model.layers.0.feed_forward.w2.weight"
     assert (f"{w2} = concat(concat({w2}@0, {w2}@1, dim=1), concat({w2}@2, {w2}@3, dim=1), dim=0)") in lines
+    assert "out0 = concat(concat(out0@0, out0@1, dim=2), concat(out0@2, out0@3, dim=2), dim=0)" in lines
+    assert r.expect["checked"] == 10 and not r.expect["missing"]  # every gradient's
 
 
 def _shapes(doc) -> dict:
     """Every tensor's shape in a graph document, from graphguard's own loader."""
-    from graphguard.ir.scalar import Constraints
-    from graphguard.ir.serde import graph_from_dict
-    from graphguard.plugins import load_plugins
-    g = graph_from_dict(doc, "<kept impl>", load_plugins().registry, Constraints())
+    g = _graph(doc)
     return {t: [int(d) for d in g.shape(t)] for n in g.nodes for t in n.inputs + n.outputs}
 
 
@@ -103,12 +109,14 @@ def _repeat_own(r, a, o, n, shapes):
 
 def test_dropped_sequence_parallel_reduce_scatter_is_flagged():
     """The reduce-scatter after the vocabulary-parallel embedding (its partial lookups summed and split along
-    the sequence) replaced by each rank's own slice: the embedding's result is never summed."""
+    the sequence) replaced by each rank's own slice: the embedding's result is never summed, and the first
+    operator that needs it whole is flagged."""
     spec, impl, rel = _load("tp2")
     bad = _drop(impl, "core.reduce_scatter", lambda n: True, _own_slice)
     r = _verify(spec, bad, rel)
-    assert r.verdict == "does not refine"
-    assert r.failure.op in ("aten.embedding", "aten.pow.Tensor_Scalar", "aten.mean.dim"), r.failure
+    assert r.verdict == "does-not-refine"
+    # the first operator reading the embedding's output: attention_norm's square (Llama3TransformerBlock.forward)
+    assert (r.failure.op, r.failure.node, r.failure.loc) == ("aten.pow.Tensor_Scalar", "pow_1", "model.py:48")
 
 
 def _reads(impl, name):
@@ -135,7 +143,7 @@ def test_dropped_fsdp_parameter_all_gather_is_flagged():
     bad = _drop(impl, "core.all_gather", _reads(impl, "model.layers.0.attention.qkv_linear.wqkv.weight"),
                 _repeat_own)
     r = _verify(spec, bad, rel)
-    assert r.verdict == "does not refine"
+    assert r.verdict == "does-not-refine"
     assert r.failure.op == "aten.mm", r.failure
 
 
@@ -148,7 +156,7 @@ def test_dropped_norm_gradient_all_reduce_is_flagged():
     # the first TP all-reduce of the backward: the one feeding the ffn_norm weight's reduce-scatter
     bad = _drop(impl, "core.all_reduce", lambda n: n["attrs"]["group"] == [0, 1], _keep_own)
     r = _verify(spec, bad, rel)
-    assert r.verdict == "does not refine"
+    assert r.verdict == "does-not-refine"
     assert "norm.weight" in str(r.failure), r.failure
 
 
@@ -264,7 +272,8 @@ def test_embedding_of_four_vocabulary_shards():
     full = "aten.embedding(concat(W0, W1, W2, W3, dim=0), I)"
     parts = ", ".join(_lookup(f"W{r}", 4 * r, 4 * r + 4) for r in range(4))
     assert proves(full, f"sum({parts})", shapes, dtypes=dt)
-    wrong = ", ".join(_lookup(f"W{r}", 4 * r, 4 * r + 4) for r in (0, 1, 3, 2))
+    # shards 2 and 3 given each other's vocabulary ranges
+    wrong = ", ".join(_lookup(f"W{r}", 4 * s, 4 * s + 4) for r, s in enumerate((0, 1, 3, 2)))
     assert not proves(full, f"sum({wrong})", shapes, dtypes=dt)
 
 
@@ -318,10 +327,12 @@ def test_other_strided_shards_are_refused(placements, mesh):
         Layout(placements, mesh, 2).relation("w")
 
 
-def test_kept_graphs_verify_from_the_cli(tmp_path):
-    """The example's run script verifies the kept graphs without torchtitan (``./run --kept tp2``)."""
+def test_a_dropped_collective_from_the_cli(tmp_path):
+    """The CLI on a kept graph with the sequence-parallel reduce-scatter dropped: exit 1, the operator named."""
+    spec, impl, rel = _load("tp2")
+    (tmp_path / "impl.gg.json").write_text(json.dumps(_drop(impl, "core.reduce_scatter", lambda n: True, _own_slice)))
     d = KEPT / "tp2"
-    p = run_cli("verify", "--spec", d / "spec.gg.json", "--impl", d / "impl.gg.json", "--relation",
+    p = run_cli("verify", "--spec", d / "spec.gg.json", "--impl", tmp_path / "impl.gg.json", "--relation",
                 d / "relation.yaml")
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert "REFINES" in p.stdout
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "stopped at G_s operator aten.pow.Tensor_Scalar (node 'pow_1'" in p.stdout

@@ -6,11 +6,17 @@
   forward returns the output and the log-sum-exp of each query row; the backward reads both (as the kernel
   does: ``P = exp(S - lse)``, ``dS = P * (dP - rowsum(dO * O))``). Attention is independent per batch
   entry and per head group, so a split of the batch, or of the heads that keeps whole groups together (the
-  query split in the same ratio as key/value), commutes with it (1700-1703).
+  query split in the same ratio as key/value), commutes with it (1700-1709, forward and backward).
 * torchtitan's vocabulary-parallel ``Embedding`` (``torchtitan/models/common/embedding.py``): rank r owns
   rows [s, e) of the table; ids outside are masked ``(i >= s) & (i < e)``, shifted and clamped into the
   shard, ``clamp(i - s, 0, e - s - 1)``, looked up, and the rows multiplied by the mask cast to the table's
-  dtype; the sum over ranks is the full lookup (1710-1713, the forward and the backward).
+  dtype; the sum over ranks is the full lookup (1710-1713, the forward and the backward). A batch split over
+  data-parallel ranks: the lookup of split ids is the split lookups, and the table's gradient the sum of the
+  parts' (1714, 1715).
+* RMSNorm's mean over the hidden dim on sequence or batch shards (1720).
+
+The lemmas state real-number equalities: torchtitan zeroes another rank's rows by multiplying them by 0, which
+is not a lookup where the table holds inf or NaN (the fuzzer leaves such indeterminate forms uncompared).
 """
 from __future__ import annotations
 
@@ -176,10 +182,6 @@ def _attn_examples(heads):
         out.append({"q1": q1, "q2": q2, "k1": k1, "k2": k2, "v1": k1, "v2": k2, "g1": q1, "g2": q2, "o1": q1,
                     "o2": q2, "l1": q1[:3], "l2": q2[:3]})
     return out
-
-
-_V = dict(q1="?q1", q2="?q2", k1="?k1", k2="?k2", v1="?v1", v2="?v2", g1="?g1", g2="?g2", o1="?o1", o2="?o2",
-          l1="?l1", l2="?l2")
 
 
 def _split_fwd(k, d):

@@ -6,5 +6,6 @@ See :mod:`graphguard.frontends.fx.capture` and :mod:`graphguard.frontends.fx.rel
 """
 from .frontends.fx.capture import Captured, capture
 from .frontends.fx.relations import input_relation
+from .frontends.fx.torchtitan import on_cpu as torchtitan_on_cpu
 
-__all__ = ["capture", "Captured", "input_relation"]
+__all__ = ["capture", "Captured", "input_relation", "torchtitan_on_cpu"]

@@ -274,13 +274,15 @@ def _fuzz(rule: Rule, reg: Registry, trials: int, attempts: int, seed: int) -> F
                 s = s[rng.randrange(1, rank):]  # a lower-rank operand (broadcast, norm weights)
             shapes[v] = tuple(s)
         env: dict = {v: Leaf(v) for v in rule.tvars}
-        pool = list(shapes.values())
+        pool = list(dict.fromkeys(shapes.values()))  # each shape once: many operands share one
         for x in list(pool):  # shapes a concat of two operands would have
             for y in list(pool):
                 if len(x) == len(y):
                     for d in range(len(x)):
                         if all(x[i] == y[i] for i in range(len(x)) if i != d):
-                            pool.append(tuple(x[i] + y[i] if i == d else x[i] for i in range(len(x))))
+                            c = tuple(x[i] + y[i] if i == d else x[i] for i in range(len(x)))
+                            if c not in pool:
+                                pool.append(c)
         for v, (op, attr) in rule.avars.items():
             if sd is not None and v in sd:
                 env[v] = sd[v] if not isinstance(sd[v], list) else tuple(sd[v])

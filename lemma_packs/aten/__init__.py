@@ -6,11 +6,12 @@ from .more_ops import OPS as MORE_OPS
 from .megatron import FUNCTIONS as MEGATRON_FUNCTIONS
 from .megatron_moe import OPS as MEGATRON_MOE_OPS
 from .ops import OPS
+from .titan import FUNCTIONS as TITAN_FUNCTIONS, OPS as TITAN_OPS
 
 
 @hookimpl
 def graphguard_ops():
-    return OPS + MORE_OPS + MEGATRON_MOE_OPS
+    return OPS + MORE_OPS + MEGATRON_MOE_OPS + TITAN_OPS
 
 
 @hookimpl
@@ -20,4 +21,4 @@ def graphguard_lemmas():
 
 @hookimpl
 def graphguard_lemma_functions():
-    return MEGATRON_FUNCTIONS
+    return {**MEGATRON_FUNCTIONS, **TITAN_FUNCTIONS}

@@ -30,7 +30,7 @@ LAYOUT = [
     L(510, "slice-of-reshape",
       f"slice(reshape(?x, shape=?s), dim=?d, start=?a, end=?b)"
       f" => reshape(slice(?x, dim={_SRC}, start={_A}, end={_B}), shape=set_at(?s, ?d, ?b - ?a))",
-      f"{_A} >= 0 and {_B} >= 0",
+      f"{_A} >= 0 and {_B} >= 0 and numel(?x) >= 1",  # an empty x lines up with any layout of its view
       examples=[{"x": [6, 4], "s": [2, 3, 4], "d": 0, "a": 1, "b": 2},
                 {"x": [2, 3, 4], "s": [1, 2, 3, 4], "d": 1, "a": 0, "b": 1},
                 {"x": [2, 4, 3], "s": [2, 2, 2, 3], "d": 1, "a": 1, "b": 2},

@@ -477,15 +477,24 @@ def _join(seen: dict, backward: bool, source: str) -> TGraph:
 
 
 def _relation(per_rank: list[dict], what: str, source: str, convert) -> dict:
-    """One relation per tensor from every rank's layouts; ranks must agree."""
+    """One relation per tensor from every rank's layouts; ranks must agree. A tensor whose ranks lay it out
+    on different device meshes (sub-meshes: TP groups of a data-parallel job, each holding its own batch
+    shard) states no relation to the G_s tensor: it is left out (a model file's ``relation()`` gives it)."""
     rel: dict = {}
+    mesh: dict = {}
     for r, layouts in enumerate(per_rank):
         for key, lay in layouts.items():
             name, text = convert(key, lay)
+            if mesh.get(name, lay.mesh) != lay.mesh:
+                rel.pop(name, None)
+                mesh[name] = None
+                continue
             if name in rel and rel[name] != text:
                 raise InputError(f"{source}: ranks disagree on the placements of {what} '{name}' "
                                  f"(rank {r}: {text})")
-            rel[name] = text
+            if mesh.get(name, lay.mesh) is not None:
+                rel[name] = text
+                mesh[name] = lay.mesh
     return rel
 
 

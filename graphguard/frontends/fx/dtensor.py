@@ -15,13 +15,16 @@ reads it (what ``parallelize_module``'s input hooks do). A DTensor *output* give
 incoming gradient (the tangent): a gradient is laid out like the tensor it is the gradient of, except that
 the gradient of a partial sum is the same on every rank (``d sum(y@r) / d y@r = 1``), so Partial becomes
 Replicate. The layouts of DTensor outputs, and of the gradients DTensor leaves on parameters (a replicated
-parameter's may be Partial: DTensor defers that sum), are the expectations of a capture. Anything else (``_StridedShard``, ``_MaskPartial``, ``Partial("avg")``, a non-default shard
+parameter's may be Partial: DTensor defers that sum), are the expectations of a capture. ``_StridedShard(d, k)``
+is read as FSDP over TP lays it out (a shard inside the later mesh dims' shards of d, when those make k
+pieces). Anything else (another ``_StridedShard``, ``_MaskPartial``, ``Partial("avg")``, a non-default shard
 order, a shard that does not divide its dim evenly) is refused with an :class:`InputError`: graphguard
 does not guess a relation.
 """
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from graphguard.errors import InputError
@@ -40,20 +43,20 @@ class Layout:
         import numpy as np
         from torch.distributed.tensor import Partial, Replicate, Shard
         for p in self.placements:
-            if type(p) not in (Shard, Replicate, Partial):
+            if type(p) not in (Shard, Replicate, Partial) and not _strided(p):
                 raise InputError(f"{where}{name}: unsupported DTensor placement {p!r} (only Shard, Replicate and "
                                  f"Partial('sum') map to a relation)")
             if type(p) is Partial and p.reduce_op != "sum":
                 raise InputError(f"{where}{name}: unsupported DTensor placement {p!r} (only Partial('sum'))")
-        mesh = np.array(self.mesh, dtype=object)
-        rep = [i for i, p in enumerate(self.placements) if type(p) is Replicate]
-        keep = [i for i in range(len(self.placements)) if i not in rep]
+        placements, mesh = _unstride(self.placements, np.array(self.mesh, dtype=object), f"{where}{name}")
+        rep = [i for i, p in enumerate(placements) if type(p) is Replicate]
+        keep = [i for i in range(len(placements)) if i not in rep]
         out = []
         for pick in itertools.product(*(range(mesh.shape[i]) for i in rep)):
             index = [slice(None)] * mesh.ndim
             for i, j in zip(rep, pick):
                 index[i] = j
-            out.append(self._expr(name, [self.placements[i] for i in keep], mesh[tuple(index)]))
+            out.append(self._expr(name, [placements[i] for i in keep], mesh[tuple(index)]))
         return out[0] if len(out) == 1 else out
 
     def _expr(self, name: str, placements: list, mesh) -> str:
@@ -74,6 +77,34 @@ class Layout:
         return Layout(tuple(Replicate() if type(p) is Partial else p for p in self.placements), self.mesh, self.ndim)
 
 
+def _strided(p) -> bool:
+    from torch.distributed.tensor.placement_types import _StridedShard
+    return isinstance(p, _StridedShard)
+
+
+def _unstride(placements: tuple, mesh, where: str):
+    """Placements without ``_StridedShard``, and the mesh with its dims reordered to match.
+
+    ``_StridedShard(d, split_factor=k)`` on a mesh dim is a shard along d taken *inside* the shards of the
+    later mesh dims that split d, when those make k pieces: FSDP over TP (torchtitan's SimpleFSDP, FSDP2)
+    shards a TP-sharded parameter, so rank (f, t) holds piece f of TP shard t. That is the plain ``Shard(d)``
+    nesting with the mesh dim moved after those dims. Any other ``_StridedShard`` is refused."""
+    from torch.distributed.tensor import Shard
+    order, out = list(range(len(placements))), list(placements)
+    for i, p in enumerate(placements):
+        if not _strided(p):
+            continue
+        later = [j for j in range(i + 1, len(placements)) if type(placements[j]) is Shard
+                 and placements[j].dim == p.dim]
+        if not later or math.prod(mesh.shape[j] for j in later) != p.split_factor:
+            raise InputError(f"{where}: unsupported DTensor placement {p!r} (a _StridedShard is read only as a shard "
+                             f"inside the later mesh dims' Shard({p.dim}), split_factor their mesh size)")
+        order.remove(i)
+        order.insert(order.index(later[-1]) + 1, i)
+        out[i] = Shard(p.dim)
+    return tuple(out[i] for i in order), mesh.transpose(order)
+
+
 def _check_even(name: str, dt, where: str) -> None:
     """Refuse shards that do not divide their dim evenly, and non-default shard orders."""
     from torch.distributed.tensor import Shard
@@ -86,7 +117,7 @@ def _check_even(name: str, dt, where: str) -> None:
     for d in range(dt.ndim):
         k = 1
         for i, p in enumerate(dt.placements):
-            if type(p) is Shard and p.dim % dt.ndim == d:
+            if (type(p) is Shard or _strided(p)) and p.dim % dt.ndim == d:
                 k *= dt.device_mesh.size(i)
         if k > 1 and dt.shape[d] != local[d] * k:
             raise InputError(f"{where}{name}: dim {d} of size {dt.shape[d]} is sharded unevenly over {k} ranks "

@@ -15,6 +15,7 @@ from ..ir.relation import parse_term
 from ..ir.semantics import normalize_term, term_shape
 from ..plugins import load_plugins
 from .egraph import Budget, EGraph
+from .lemma import relevant_rules, term_ops
 
 
 def proves(lhs: str, rhs: str, shapes: dict[str, list], symbols: dict[str, dict] | None = None,
@@ -36,7 +37,11 @@ def proves(lhs: str, rhs: str, shapes: dict[str, list], symbols: dict[str, dict]
         terms.append(t)
     a, b = terms
     dt = dtypes or {}
-    eg = EGraph(pl.registry, pl.lemmas, cx, lambda n: shp[n], leaf_dtype=lambda n: dt.get(n, "float32"))
+    ops = {o.name for o in pl.registry.ops.values() if o.clean}  # as verify does: only rules that can fire
+    for t in terms:
+        term_ops(t, ops)
+    eg = EGraph(pl.registry, relevant_rules(pl.lemmas, ops), cx, lambda n: shp[n], ops,
+                leaf_dtype=lambda n: dt.get(n, "float32"))
     eg.push()
     eg.add(a)
     eg.add(b)

@@ -924,6 +924,7 @@ def run_one(mid: str, workdir: Path, plugins, timeout: float = 300.0) -> dict:
     src, what = mutant_source(m)
     out["what"] = what
     rel = copy.deepcopy(base.relation)
+    rel.pop("expect", None)  # the unmutated R_o is expected instead (below)
     if kind == "shard-swap":
         name = _relation_sites(ex)[m.site]
         rel["inputs"][name] = _swap_shards(rel["inputs"][name])

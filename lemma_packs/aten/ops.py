@@ -269,8 +269,9 @@ def _bin(name, fn, doc, dtype=_promoted, attrs=(), scaling=False):
                  doc=doc, dtype=dtype, scaling=scaling)
 
 
-def _un(name, fn, doc, dtype=None, attrs=()):
-    return OpDef(f"aten.{name}", 1, _id_shape, lambda xs, a: fn(xs[0], a), attrs, doc=doc, dtype=dtype)
+def _un(name, fn, doc, dtype=None, attrs=(), scaling=False):
+    return OpDef(f"aten.{name}", 1, _id_shape, lambda xs, a: fn(xs[0], a), attrs, doc=doc, dtype=dtype,
+                 scaling=scaling)
 
 
 def _scaled(v, alpha):
@@ -366,7 +367,7 @@ ELEMENTWISE_OPS = [
         lambda ds, a: ds[0] if _cat(ds[0]) == 2 else "float32", (OTHER,)),
     _un("pow.Tensor_Scalar", lambda x, a: np.power(x, _n(a["exponent"])), "self ** exponent (a number).",
         _with_scalar("exponent"), (AttrSpec("exponent", "number"),)),
-    _un("neg", lambda x, a: np.negative(x), "-self."),
+    _un("neg", lambda x, a: np.negative(x), "-self.", scaling=True),
     _un("sqrt", _float_ref(np.sqrt), "Elementwise square root.", _floating),
     _un("rsqrt", _float_ref(lambda x: 1.0 / np.sqrt(x)), "Elementwise 1 / sqrt(self).", _floating),
     _un("exp", _float_ref(np.exp), "Elementwise exp.", _floating),

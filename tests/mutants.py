@@ -678,8 +678,18 @@ class _env:
 
 
 def _load(name: str, source: str, workdir: Path):
+    """Write ``source`` as ``workdir/<name>.m/model.py`` and run it; the shipped examples are its siblings
+    (``workdir/<example>`` links to ``examples/<example>``: gpt-tp-vocab reads ../gpt-tp/model.py)."""
     from graphguard.frontends.fx.model_file import load_model_file
-    d = workdir / name
+    workdir.mkdir(parents=True, exist_ok=True)
+    for ex in (ROOT / "examples").iterdir():
+        link = workdir / ex.name
+        if ex.is_dir() and not link.exists():
+            try:
+                link.symlink_to(ex, target_is_directory=True)
+            except FileExistsError:  # another worker made it
+                pass
+    d = workdir / f"{name}.m"
     d.mkdir(parents=True, exist_ok=True)
     (d / "model.py").write_text(source)
     return load_model_file(d / "model.py")
@@ -873,7 +883,7 @@ def baseline(ex: Example, workdir: Path, plugins) -> Baseline:
         src = ast.unparse(ast.parse(_source(ex))) + "\n" + PRELUDE
         mod = _load(ex.name, src, workdir)
         s, d = _capture(mod, ex, "spec", plugins), _capture(mod, ex, "impl", plugins)
-        rel = input_relation(s, d, _user_relation(mod, workdir / ex.name / "model.py", ex.world, ex.backward),
+        rel = input_relation(s, d, _user_relation(mod, workdir / f"{ex.name}.m" / "model.py", ex.world, ex.backward),
                              plugins, ex.path)
         res = graphguard.verify(s.graph(plugins), d.graph(plugins), rel, plugins=plugins)
         if res.verdict != "refines":

@@ -1,4 +1,4 @@
-"""Normal forms (lemmas 15xx, lemma_packs/aten/normal.py): each proves the rewrite it states and must not prove
+"""Normal forms (lemmas 1500-1507, lemma_packs/aten/normal.py): each proves the rewrite it states and must not prove
 its near misses. Also: fresh strided buffers (``new_empty_strided``, the backward of writes into views of an
 ``empty_like`` buffer) are read as the empty buffers they are."""
 import pytest
@@ -37,6 +37,8 @@ PROVES = [
     ("aten.sum.dim_IntList(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
      "sum(a, c)"),
     ("aten.sum.dim_IntList(reshape(a, shape=[2, 1, 3]), dim=[1], keepdim=false)", "a"),
+    # 1507: mse written out
+    ("aten.mse_loss(a, c, reduction=1)", "aten.mean(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=2))"),
 ]
 
 MUST_NOT = [
@@ -56,6 +58,8 @@ MUST_NOT = [
     ("aten.sum.dim_IntList(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
      "a"),
     ("aten.sum.dim_IntList(x, dim=[0], keepdim=false)", "reshape(slice(x, dim=0, start=0, end=1), shape=[3])"),
+    ("aten.mse_loss(a, c, reduction=1)", "aten.sum(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=2))"),
+    ("aten.mse_loss(a, c, reduction=1)", "aten.mean(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=3))"),
 ]
 
 

@@ -1,7 +1,7 @@
 """Normal forms of the ATen pack: the same computation written another way meets its usual form. References 15xx.
 
 Operand order of commutative ops, ``mean`` as a scaled ``sum``, ``repeat`` of size-1 dims as ``expand``,
-double negation. (``x + 0``, ``x * 1`` and ``x / 1`` fold through the constant lemmas 400-408: a 0-dim
+double negation, a summed unit dim, mse written out. (``x + 0``, ``x * 1`` and ``x / 1`` fold through the constant lemmas 400-408: a 0-dim
 constant becomes ``mul.Scalar`` and a factor 1 disappears.)
 """
 from graphguard.engine.lemma import L
@@ -32,4 +32,12 @@ LEMMAS += [
       "aten.sum.dim_IntList(?x, dim=?k, keepdim=false, dtype=None) => reshape(?x, shape=drop_at(shape(?x), at(?k, 0)))",
       "len(?k) == 1 and size(?x, at(?k, 0)) == 1 and floating(dtype(?x))",
       examples=[{"x": [1, 2, 3], "k": [0]}, {"x": [2, 1], "k": [1]}]),
+]
+
+# mse written out: ((a - y) ** 2).mean() (a mean loss, reduction=1)
+LEMMAS += [
+    L(1507, "mse-written-out",
+      "aten.mse_loss(?a, ?b, reduction=1) => aten.mul.Scalar(aten.sum(aten.pow.Tensor_Scalar(aten.sub.Tensor(?a, ?b, alpha=1), exponent=2), dtype=None), other=1.0 / numel(?a))",
+      "shape(?a) == shape(?b) and numel(?a) > 0 and finite(1.0 / numel(?a))",
+      examples=[{"a": [2, 3], "b": [2, 3]}, {"a": [4], "b": [4]}]),
 ]

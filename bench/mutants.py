@@ -203,7 +203,7 @@ def report(ms: list, res: dict[str, dict], wall: float, cpu: float, workers: int
             for r in items:
                 print(f"  {r['id']}: {r.get('what', '')[:110]}\n      {r.get('verdict', '')} "
                       f"{(r.get('detail') or r.get('why') or '')}"[:300])
-    ran = [r for r in res.values() if r.get("cpu") is not None]
+    ran = [res[m.id] for m in ms if res.get(m.id, {}).get("cpu") is not None]
     print(f"\nmutants run: {len(ran)} of {len(ms)}; mutant CPU {sum(r['cpu'] for r in ran):.0f} s")
     print(f"false-alarm rate: {pct(eq_bad, eq_total)} (equivalent rewrites that graphguard does not verify)")
     print(f"kill rate: {pct(bug_killed, bug_total)} (number-changing mutants graphguard does not certify)")

@@ -8,7 +8,10 @@ from graphguard.engine.lemma import L
 
 LEMMAS = [
     # commutative operands: b + y is y + b (with broadcasting: the output shape and dtype are symmetric)
-    L(1500, "add-commutes", "aten.add.Tensor(?a, ?b, alpha=1) => aten.add.Tensor(?b, ?a, alpha=1)"),
+    # (operands of one shape are a sum (303), whose order the engine's regrouping of sums ignores; commuting
+    # them too makes sums of scaled partial losses (409) grow without end)
+    L(1500, "add-commutes", "aten.add.Tensor(?a, ?b, alpha=1) => aten.add.Tensor(?b, ?a, alpha=1)",
+      "shape(?a) != shape(?b)"),
     L(1501, "mul-commutes", "aten.mul.Tensor(?a, ?b) => aten.mul.Tensor(?b, ?a)"),
     # mean = sum / n (n: the elements folded into one; exact as a rational factor)
     L(1502, "mean-is-scaled-sum",

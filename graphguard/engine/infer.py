@@ -444,9 +444,10 @@ INVERTIBLE_TERMS = frozenset({"core.reshape", "core.permute", "core.identity"})
 
 
 def _scaling(ctx: Context, n: Node, const: frozenset) -> bool:
-    """``x * c`` or ``x / c`` for a constant c (DTensor adds a replicated bias to a partial sum as bias / W):
-    x is the output scaled back, so the output relates to v as much as x does."""
-    return ctx.egraph.reg.get(n.op).scaling and len(n.inputs) == 2 and sum(i in const for i in n.inputs) == 1
+    """``x * c`` or ``x / c`` for a constant c (DTensor adds a replicated bias to a partial sum as bias / W), or
+    ``-x``: x is the output scaled back, so the output relates to v as much as x does."""
+    n_const = sum(i in const for i in n.inputs)
+    return ctx.egraph.reg.get(n.op).scaling and len(n.inputs) - n_const == 1 and len(n.inputs) <= 2
 
 
 def _structure(ctx: Context) -> tuple[frozenset, dict[str, list[Node]], frozenset, frozenset]:

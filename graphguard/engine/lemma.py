@@ -435,7 +435,13 @@ FUNCTIONS: dict[str, Callable] = {
     "dtype": lambda ctx, t: ctx.dtype(t),
     # a finite number attribute (factors may be inf/nan: distributing those is not exact)
     "finite": lambda ctx, v: isinstance(v, (int, Fraction)),
+    # elements a reduction over dims p (None or []: all) folds into one
+    "numel_at": lambda ctx, t, p: _prod([ctx.shape_of(t)[int(d)] for d in p] if p else ctx.shape_of(t)),
+    # the size expand(x, size) takes where x.repeat(r) repeats only dims of size 1 (() where it does more)
+    "repeat_size": lambda ctx, x, r: _repeat_size(tuple(ctx.shape_of(x)), tuple(r)),
+    "drop_at": lambda ctx, p, i: tuple(x for k, x in enumerate(p) if k != int(i)),
 }
+
 
 def _dimset(p) -> tuple[int, ...]:
     """Dims named by an attribute: an int, ints, or None (none named)."""
@@ -444,6 +450,12 @@ def _dimset(p) -> tuple[int, ...]:
     if isinstance(p, int) and not isinstance(p, bool):
         return (p,)
     return tuple(int(x) for x in p)
+
+
+def _repeat_size(x: tuple, r: tuple) -> tuple:
+    if len(r) != len(x) or any(S.norm(k) != 1 and S.norm(d) != 1 for d, k in zip(x, r)):
+        return ()
+    return tuple(S.norm(S.sym(d) * S.sym(k)) for d, k in zip(x, r))
 
 
 def _prod(xs) -> S.Scalar:

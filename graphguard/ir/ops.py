@@ -122,8 +122,8 @@ class OpDef:
     ``ref(arrays, attrs)`` is the NumPy reference.  ``clean`` marks the certificate dialect.
     ``meaning(in_terms, attrs)`` -- for ops that are *defined* by other ops (collectives, split) --
     returns one term per output; such ops never appear inside terms themselves.
-    ``scaling``: with one operand a constant, the op multiplies or divides the other by it (so the
-    input is a clean function of the output, as for data movement).
+    ``scaling``: with one operand a constant (or a single operand: ``neg``), the op multiplies or divides the
+    other by it (so the input is a clean function of the output, as for data movement).
     ``broadcast``: the output repeats its input along new or size-1 dims (the engine tells the e-graph how
     a G_d tensor named in a relation was broadcast, so lemmas can cut it to a narrower copy).
     ``data_sizes``: ``((attr, dim), ...)`` -- scalar attributes naming an output dim whose size the data

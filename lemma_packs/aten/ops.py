@@ -381,7 +381,7 @@ ELEMENTWISE_OPS = [
         lambda ds, a: ds[0] if _cat(ds[0]) == 2 else "float32", (OTHER,), linear=(0,)),
     _un("pow.Tensor_Scalar", lambda x, a: np.power(x, _n(a["exponent"])), "self ** exponent (a number).",
         _with_scalar("exponent"), (AttrSpec("exponent", "number"),)),
-    _un("neg", lambda x, a: np.negative(x), "-self.", linear=(0,)),
+    _un("neg", lambda x, a: np.negative(x), "-self.", linear=(0,), scaling=True),
     _un("sqrt", _float_ref(np.sqrt), "Elementwise square root.", _floating),
     _un("rsqrt", _float_ref(lambda x: 1.0 / np.sqrt(x)), "Elementwise 1 / sqrt(self).", _floating),
     _un("exp", _float_ref(np.exp), "Elementwise exp.", _floating),

@@ -59,7 +59,7 @@ IDENTITY = {"aten.clone.default", "aten.detach.default", "aten.alias.default", "
 FILLS = {"aten.new_zeros.default": 0, "aten.zeros_like.default": 0, "aten.new_ones.default": 1,
          "aten.ones_like.default": 1, "aten.new_full.default": None, "aten.full_like.default": None,
          "aten.new_empty.default": 0, "aten.empty_like.default": 0, "aten.empty.memory_format": 0,
-         "aten.new_empty_strided.default": 0}  # empty: never read before written (the backward of an in-place op copies into it)
+         "aten.new_empty_strided.default": 0, "aten.empty_strided.default": 0}  # empty: never read before written (the backward of an in-place op copies into it)
 EMPTY = {"aten.empty_like.default", "aten.new_empty.default", "aten.empty.memory_format",
          "aten.empty_strided.default", "aten.new_empty_strided.default"}  # fresh buffers: contents never read
 AUTO_FUNCTIONALIZED = {"auto_functionalized", "auto_functionalized_v2"}  # in-place custom ops, functionalised

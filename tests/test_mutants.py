@@ -1,0 +1,50 @@
+"""A smoke test of the equivalence corpus (tests/mutants.py; the whole corpus runs in bench/mutants.py): a few
+mutants of examples/mlp-tp, their ground truth from the eager float64 runs and graphguard's verdicts."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mutants as corpus  # noqa: E402
+
+# id -> (changes the numbers, graphguard's verdict)
+CASES = {
+    "mlp-tp/commute/0": (False, "refines"),  # fc2_bias + y
+    "mlp-tp/add-zero/8": (False, "refines"),
+    "mlp-tp/empty-views/8": (False, "refines"),  # backward: a fresh new_empty_strided buffer
+    "mlp-tp/ar-as-ag-sum/1": (False, "refines"),  # all-reduce as all-gather + sum
+    "mlp-tp/ar-as-rs-ag/1": (False, "refines"),  # all-reduce as reduce-scatter + all-gather
+    "mlp-tp/drop-collective/1": (True, "does-not-refine"),
+    "mlp-tp/dup-collective/1": (True, "does-not-refine"),
+    "mlp-tp/wrong-reduce-op/1": (True, "does-not-refine"),  # avg instead of sum
+    "mlp-tp/activation/1": (True, "does-not-refine"),
+    "mlp-tp/shard-swap/1": (True, "does-not-refine"),  # fc1.weight's shards in the wrong order
+    "mlp-tp/wrong-const/0": (False, "refines"),  # world > 2: the identity forward f skipped, not read
+}
+
+
+def test_the_corpus_is_large_enough():
+    ms = corpus.mutants()
+    assert sum(m.equivalent for m in ms) >= 200 and sum(not m.equivalent for m in ms) >= 200
+    assert set(CASES) <= {m.id for m in ms}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, plugins):
+    work = tmp_path_factory.mktemp("mutants")
+    return {mid: corpus.run_one(mid, work, plugins) for mid in CASES}
+
+
+@pytest.mark.parametrize("mid", sorted(CASES))
+def test_ground_truth_and_verdict(results, mid):
+    changed, verdict = CASES[mid]
+    r = results[mid]
+    assert r["status"] == "ok", r
+    assert r["changed"] == changed, r
+    assert r["verdict"] == verdict, r
+
+
+def test_unchanged_graphs_are_not_counted(plugins, tmp_path):
+    r = corpus.run_one("mlp-tp/add-zero/0", tmp_path, plugins)  # in f's backward, which x never needs
+    assert r["status"] == "unchanged"

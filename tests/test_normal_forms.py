@@ -1,0 +1,123 @@
+"""Normal forms (lemmas 1500-1507, lemma_packs/aten/normal.py): each proves the rewrite it states and must not prove
+its near misses. Also: fresh strided buffers (``new_empty_strided``, the backward of writes into views of an
+``empty_like`` buffer) are read as the empty buffers they are."""
+import pytest
+
+from graphguard.engine.prove import proves
+
+F = "float32"
+S = {"a": [2, 3], "b": [3], "c": [2, 3], "g": [2, 3], "x": [2, 3], "y": [2, 1, 3], "u": [1, 3]}
+
+
+def st(v):
+    return f'aten.scalar_tensor(s={v}, dtype="{F}")'
+
+
+PROVES = [
+    # 1500, 1501: operand order of commutative ops (with broadcasting)
+    ("aten.add.Tensor(a, b)", "aten.add.Tensor(b, a)"),
+    ("aten.gelu(aten.add.Tensor(a, c), approximate=\"none\")", "aten.gelu(aten.add.Tensor(c, a), approximate=\"none\")"),
+    ("aten.mul.Tensor(a, b)", "aten.mul.Tensor(b, a)"),
+    # constants folded: x + 0, x * 1, x / 1 (400-408 with the commuted forms)
+    (f"aten.add.Tensor({st(0)}, a)", "a"),
+    (f"aten.mul.Tensor({st(1)}, a)", "a"),
+    (f"aten.div.Tensor(a, {st(1)})", "a"),
+    # 1502, 1503: mean = sum / n
+    ("aten.mean.dim(x, dim=[1], keepdim=false)", f"aten.div.Tensor(aten.sum.dim_IntList(x, dim=[1], keepdim=false), {st(3)})"),
+    ("aten.mean.dim(x, dim=[0, 1], keepdim=true)", f"aten.div.Tensor(aten.sum.dim_IntList(x, dim=[0, 1], keepdim=true), {st(6)})"),
+    ("aten.mean(x)", f"aten.div.Tensor(aten.sum(x), {st(6)})"),
+    # 1504: repeat of size-1 dims is expand (grouped-query attention's KV heads)
+    ("aten.repeat(y, repeats=[1, 4, 1])", "aten.expand(y, size=[2, 4, 3])"),
+    ("reshape(aten.repeat(y, repeats=[1, 2, 1]), shape=[4, 3])",
+     "reshape(aten.expand(y, size=[2, 2, 3]), shape=[4, 3])"),
+    # 1505: -(-x)
+    ("aten.neg(aten.neg(g))", "g"),
+    ("aten.gelu_backward(aten.neg(aten.neg(g)), x, approximate=\"none\")", "aten.gelu_backward(g, x, approximate=\"none\")"),
+    # 1506 (with 391): all-gather of unsqueezed shards summed over the gathered dim is the all-reduce
+    ("aten.sum.dim_IntList(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
+     "sum(a, c)"),
+    ("aten.sum.dim_IntList(reshape(a, shape=[2, 1, 3]), dim=[1], keepdim=false)", "a"),
+    # 1507: mse written out
+    ("aten.mse_loss(a, c, reduction=1)", "aten.mean(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=2))"),
+]
+
+MUST_NOT = [
+    ("aten.sub.Tensor(a, b)", "aten.sub.Tensor(b, a)"),  # not commutative
+    ("aten.add.Tensor(a, c, alpha=2)", "aten.add.Tensor(c, a, alpha=2)"),  # a + 2c is not c + 2a
+    ("aten.div.Tensor(a, c)", "aten.div.Tensor(c, a)"),
+    (f"aten.add.Tensor(a, {st(1)})", "a"),
+    (f"aten.mul.Tensor(a, {st(2)})", "a"),
+    ("aten.mean.dim(x, dim=[1], keepdim=false)", f"aten.div.Tensor(aten.sum.dim_IntList(x, dim=[1], keepdim=false), {st(2)})"),
+    ("aten.mean(x)", f"aten.div.Tensor(aten.sum(x), {st(3)})"),
+    ("aten.mean.dim(x, dim=[1], keepdim=false)", "aten.sum.dim_IntList(x, dim=[1], keepdim=false)"),
+    # tiling rows (repeat of a dim of size 2) is not repeating each row (expand + reshape)
+    ("aten.repeat(x, repeats=[2, 1])", "reshape(aten.expand(reshape(x, shape=[2, 1, 3]), size=[2, 2, 3]), shape=[4, 3])"),
+    ("aten.repeat(u, repeats=[2, 1])", "aten.expand(u, size=[3, 3])"),
+    ("aten.neg(g)", "g"),
+    ("aten.neg(aten.neg(aten.neg(g)))", "g"),
+    ("aten.sum.dim_IntList(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
+     "a"),
+    ("aten.sum.dim_IntList(x, dim=[0], keepdim=false)", "reshape(slice(x, dim=0, start=0, end=1), shape=[3])"),
+    ("aten.mse_loss(a, c, reduction=1)", "aten.sum(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=2))"),
+    ("aten.mse_loss(a, c, reduction=1)", "aten.mean(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=3))"),
+]
+
+
+@pytest.mark.parametrize("lhs,rhs", PROVES)
+def test_proves(lhs, rhs):
+    assert proves(lhs, rhs, S)
+
+
+@pytest.mark.parametrize("lhs,rhs", MUST_NOT)
+def test_must_not_prove(lhs, rhs):
+    assert not proves(lhs, rhs, S)
+
+
+def test_every_normal_form_passes_the_fuzzer(plugins):
+    from graphguard.engine.fuzz import fuzz_rule
+    from lemma_packs.aten.normal import LEMMAS
+    refs = {lem.ref for lem in LEMMAS}
+    rules = [r for r in plugins.lemmas if r.lemma.ref in refs]
+    assert refs and all(1500 <= r < 1600 for r in refs) and {r.lemma.ref for r in rules} == refs
+    bad = [(r.id, rep.why()) for r in rules if not (rep := fuzz_rule(r, plugins.registry)).ok]
+    assert not bad
+
+
+def _buffer_module(write_all: bool):
+    import torch
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+        def forward(self, x):
+            y = torch.nn.functional.gelu(x @ self.w)
+            if not torch.distributed.is_initialized():
+                return y
+            b = torch.empty_like(y)  # written through two views; backward makes a new_empty_strided
+            b[:2] = y[:2]
+            if write_all:
+                b[2:] = y[2:]
+            return b
+    return M
+
+
+@pytest.mark.parametrize("write_all", [True, False])
+def test_buffer_written_through_views(plugins, write_all):
+    """Proving: an empty_like buffer whose rows are all written through views (the backward reads the
+    gradient through a fresh new_empty_strided buffer) is the computed tensor. Must not prove: half of it is
+    never written."""
+    import torch
+
+    import graphguard
+    from graphguard.frontends.fx.capture import capture
+    M = _buffer_module(write_all)
+    s = capture(lambda r: M(), (torch.randn(4, 4),), world_size=1, backward=True, plugins=plugins)
+    d = capture(lambda r: M(), (torch.randn(4, 4),), world_size=1, backward=True, plugins=plugins, distributed=True)
+    ops = {n["op"] for n in d.doc["nodes"]}
+    assert "aten.full" in ops  # the fresh buffers (empty_like, new_empty_strided)
+    rel = {"inputs": {"x": "x@0", "w": "w@0", "tangent.out0": "tangent.out0@0"},
+           "expect": {"out0": "out0@0", "grad.w": "grad.w@0"}}
+    res = graphguard.verify(s.graph(plugins), d.graph(plugins), rel, plugins=plugins, replay=write_all)
+    assert res.verdict == ("refines" if write_all else "does-not-refine")

@@ -7,6 +7,7 @@ unsharded dimension.
 """
 from graphguard.engine.lemma import L
 
+from .hf import LEMMAS as HF
 from .moe import LEMMAS as MOE
 from .scaled import LEMMAS as SCALED
 from .vocab import LEMMAS as VOCAB
@@ -285,4 +286,4 @@ VIEWS = [
       examples=[{"x": [2, 1, 3], "s": [2, 4, 3], "t": [2, 1, 3], "i": False}]),
 ]
 
-LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + ROWWISE_BACKWARD + BRIDGES + ELEMENTWISE + MATMUL + ROWWISE + REDUCTIONS + BACKWARD + MOE + VOCAB + SCALED
+LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + ROWWISE_BACKWARD + BRIDGES + ELEMENTWISE + MATMUL + ROWWISE + REDUCTIONS + BACKWARD + MOE + VOCAB + SCALED + HF

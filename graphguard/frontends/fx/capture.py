@@ -30,6 +30,7 @@ from graphguard.errors import InputError
 from .convert import (DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, dtype_name, ir_op_name, loc_from_stack,
                       to_rank_graph)
 from .dtensor import grad_layouts, graph_layouts
+from .hooks import translate_backward_hooks
 from ..stitch import stitch
 from .symints import Symbols, merge_symbols
 
@@ -185,6 +186,8 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         raise InputError(f"{where}: building the model or its inputs failed: {type(e).__name__}: "
                          f"{(str(e).strip().splitlines() or [''])[0]}") from None
     args = tuple(args) if isinstance(args, (list, tuple)) else (args,)
+    if isinstance(module, torch.nn.Module):
+        translate_backward_hooks(module, where)
     dyn = (dynamic(rank) if callable(dynamic) else dynamic) or {}
     by_name = _named_args(module, args) if dyn else {}
     for name, dims in dyn.items():

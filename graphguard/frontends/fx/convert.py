@@ -92,7 +92,9 @@ def loc_from_stack(stack: str | None) -> str | None:
     if not stack:
         return None
     found = re.findall(r'File "([^"]+)", line (\d+)', stack)
-    user = [f for f in found if not re.search(r"[/\\](torch|functorch|transformers)[/\\]", f[0])]
+    # (a model library's own model code, HF's modeling_*.py, is the user's; its machinery is not)
+    user = [f for f in found if not re.search(r"[/\\](torch|functorch)[/\\]", f[0])
+            and not re.search(r"[/\\]transformers[/\\](?!models[/\\])", f[0])]
     if not (user or found):
         return None
     path, line = (user or found)[-1]  # the innermost frame of the user's code

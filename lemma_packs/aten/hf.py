@@ -1,11 +1,19 @@
 """Lemmas for HF transformers' models under HF's own TP plans (bench/hf_zoo.py). References: 14xx.
 
+RoPE applied to a prefix of the head dim (``q[..., :rotary_dim]``, ``q[..., rotary_dim:]`` and their concat)
+leaves an empty tensor where the prefix is the whole head (Phi-3): concatenating an empty tensor adds
+nothing.
+
 Per-head normalisation (Qwen3's q_norm / k_norm, OLMo's...) reduces over the head dim of heads sharded
 across ranks: a mean over dims the concat does not split is the concat of the parts' means.
 """
 from graphguard.engine.lemma import L
 
 LEMMAS = [
+    L(1401, "concat-with-empty-right", "concat(?a, ?b, dim=?d) => ?a", "size(?b, ?d) == 0",
+      examples=[{"a": [2, 3], "b": [2, 0], "d": 1}, {"a": [0, 2], "b": [0, 2], "d": 0}]),
+    L(1402, "concat-with-empty-left", "concat(?a, ?b, dim=?d) => ?b", "size(?a, ?d) == 0",
+      examples=[{"a": [2, 0, 4], "b": [2, 3, 4], "d": 1}]),
     L(1400, "mean-of-concat-other-dims",
       "aten.mean.dim(concat(?a, ?b, dim=?d), dim=?k, keepdim=?kd, dtype=?t)"
       " => concat(aten.mean.dim(?a, dim=?k, keepdim=?kd, dtype=?t), aten.mean.dim(?b, dim=?k, keepdim=?kd, dtype=?t), dim=reduced_dim(?d, ?k, ?kd))",

@@ -633,10 +633,19 @@ def _cat(conv: _Converter, n: TNode) -> None:
     dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
     xs = [x for x in xs if not (len(conv.shape[x]) == 1 and conv.shape[x][0] == 0)]  # legacy empty tensors
     r = len(conv.shape[xs[0]])
+    dim = _norm_dim(int(dim), r)
+    xs = _nonempty(conv, xs, dim)
     if len(xs) == 1:
         conv.alias[n.name] = xs[0]
         return
-    conv.emit(n, "core.concat", xs, n.name, dim=_norm_dim(int(dim), r))
+    conv.emit(n, "core.concat", xs, n.name, dim=dim)
+
+
+def _nonempty(conv: _Converter, xs: list[str], dim: int) -> list[str]:
+    """The parts of a concatenation that add something: those of size 0 along dim are dropped (one is kept
+    if all are), e.g. RoPE's pass-through part when the rotary dims are the whole head."""
+    kept = [x for x in xs if S.norm(conv.shape[x][dim]) != 0]
+    return kept or xs[:1]
 
 
 def _slice_range(conv: _Converter, n: TNode, shape: tuple, first: int) -> tuple:
@@ -693,8 +702,9 @@ def _slice_scatter(conv: _Converter, n: TNode) -> None:
     parts.append(src)
     if S.norm(end) != S.norm(size):
         parts.append(_base_piece(conv, n, base, dim, end, size, "after"))
+    parts = _nonempty(conv, parts, dim)
     if len(parts) == 1:
-        conv.alias[n.name] = src
+        conv.alias[n.name] = parts[0]
         return
     conv.emit(n, "core.concat", parts, n.name, dim=dim)
 

@@ -10,8 +10,11 @@ downloaded, the weights are random with a fixed seed) and ``impl`` distributes i
 ``DistributedConfig(tp_plan=...)`` does. The output is the logits.
 
 Word embeddings are untied (``tie_word_embeddings=False``: HF's plan shards lm_head but not the embedding, so
-a tied pair would stop being one tensor) and attention is ``eager``; whatever else the type's config defaults
-to (RoPE variant, sliding windows, MoE routing, MLA, linear attention layers) is kept.
+a tied pair would stop being one tensor), attention is ``eager`` and MoE experts are ``batched_mm`` (every
+token through its experts by one batched matmul: HF's static-shape implementation; the default ``grouped_mm``
+runs, on CPU, an opaque custom op whose backward depends on the routing's data, and ``eager`` loops over the
+experts hit, a data-dependent Python loop TorchDynamo cannot capture whole); whatever else the type's config
+defaults to (RoPE variant, sliding windows, MoE routing, MLA, linear attention layers) is kept.
 """
 from __future__ import annotations
 
@@ -88,6 +91,7 @@ def tiny_config(mt: str):
     kw.update(EXTRA.get(mt, {}))
     cfg = cls.config_class(**kw)
     cfg._attn_implementation = "eager"
+    cfg._experts_implementation = "batched_mm"
     return cfg
 
 

@@ -4,6 +4,10 @@ RoPE applied to a prefix of the head dim (``q[..., :rotary_dim]``, ``q[..., rota
 leaves an empty tensor where the prefix is the whole head (Phi-3): concatenating an empty tensor adds
 nothing.
 
+MoE experts (``batched_mm``) gather each token's expert weights, ``W[expert_ids]``, from weights sharded along
+another dim (``packed_colwise``: both halves of the fused gate/up projection sharded): gathering rows commutes
+with concatenating or slicing along the other dims.
+
 Per-head normalisation (Qwen3's q_norm / k_norm, OLMo's...) reduces over the head dim of heads sharded
 across ranks: a mean over dims the concat does not split is the concat of the parts' means.
 """
@@ -18,4 +22,15 @@ LEMMAS = [
       "aten.mean.dim(concat(?a, ?b, dim=?d), dim=?k, keepdim=?kd, dtype=?t)"
       " => concat(aten.mean.dim(?a, dim=?k, keepdim=?kd, dtype=?t), aten.mean.dim(?b, dim=?k, keepdim=?kd, dtype=?t), dim=reduced_dim(?d, ?k, ?kd))",
       "?k != None and len(?k) > 0 and not contains(?k, ?d)"),
+    L(1403, "index-rows-of-concat-other-dim",
+      "aten.index.Tensor(concat(?a, ?b, dim=?d), ?i, absent=?n)"
+      " => concat(aten.index.Tensor(?a, ?i, absent=?n), aten.index.Tensor(?b, ?i, absent=?n), dim=?d + rank(?i) - 1)",
+      "len(?n) == 0 and ?d >= 1",
+      examples=[{"a": [4, 2, 3], "b": [4, 1, 3], "i": [5], "d": 1, "n": []},
+                {"a": [3, 2, 2], "b": [3, 2, 1], "i": [2, 2], "d": 2, "n": []}]),
+    L(1404, "index-rows-of-slice-other-dim",
+      "aten.index.Tensor(slice(?x, dim=?d, start=?s, end=?e), ?i, absent=?n)"
+      " => slice(aten.index.Tensor(?x, ?i, absent=?n), dim=?d + rank(?i) - 1, start=?s, end=?e)",
+      "len(?n) == 0 and ?d >= 1",
+      examples=[{"x": [4, 6, 3], "i": [5], "d": 1, "s": 2, "e": 5, "n": []}]),
 ]

@@ -227,7 +227,9 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         cause = e.inner_exception if isinstance(getattr(e, "inner_exception", None), InputError) else None
         if cause is not None:
             raise cause from None
-        raise InputError(f"{where} failed: {type(e).__name__}: {str(e).strip().splitlines()[0]}") from None
+        inner = getattr(e, "inner_exception", None) or e  # (a backend's failure: what it raised says why)
+        raise InputError(f"{where} failed: {type(inner).__name__}: "
+                         f"{(str(inner).strip().splitlines() or [''])[0]}") from None
     outs = out if isinstance(out, (list, tuple)) else (out,)
     if backward:
         tensors = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]

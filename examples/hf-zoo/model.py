@@ -58,9 +58,16 @@ TINY = dict(
 # Sizes that equal another in the type's own defaults stay equal to it (MLA's head_dim is its RoPE width,
 # multi-head attention has as many KV heads as query heads).
 TIED = {"head_dim": ("qk_rope_head_dim", "qk_head_dim", "v_head_dim"), "num_key_value_heads": ("num_attention_heads",)}
-# Types whose default config does not build a model at all (HF's own defaults incomplete).
+# Types whose default config does not build a model at all (HF's own defaults incomplete), or whose
+# sizes have other names.
 EXTRA = {"cohere_compass_text": dict(rope_parameters={"full_attention": {
-    "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 3, 2]}})}
+    "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 3, 2]}}),
+         "gpt2": dict(n_embd=128, n_layer=2, n_head=8, n_positions=64)}
+# Causal LMs outside the zoo (HF gives them no tensor-parallel plan), with the plan used here: GPT-2 stores
+# its projections as Conv1D (weights [in, out]), which HF's colwise/rowwise styles (written for nn.Linear's
+# [out, in]) do not fit, so only its nn.Embedding and nn.Linear are sharded: the vocabulary-parallel
+# embedding and the gathered lm_head.
+OTHERS = {"gpt2": ("GPT2LMHeadModel", {"transformer.wte": "embedding_rowwise", "lm_head": "colwise_gather_output"})}
 
 
 def causal_lm_classes() -> dict[str, type]:
@@ -80,8 +87,12 @@ def causal_lm_classes() -> dict[str, type]:
     return dict(sorted(out.items()))
 
 
+def model_class(mt: str) -> type:
+    return getattr(transformers, OTHERS[mt][0]) if mt in OTHERS else causal_lm_classes()[mt]
+
+
 def tiny_config(mt: str):
-    cls = causal_lm_classes()[mt]
+    cls = model_class(mt)
     defaults = cls.config_class().to_dict()
     kw = {k: v for k, v in TINY.items() if k in defaults}
     for k, others in TIED.items():
@@ -108,12 +119,15 @@ class Logits(torch.nn.Module):
 
 def build(mt: str = MODEL):
     torch.manual_seed(0)
-    cls = causal_lm_classes()[mt]
-    return cls(tiny_config(mt)).eval()
+    return model_class(mt)(tiny_config(mt)).eval()
 
 
 def plan(model, override=None) -> dict:
-    return {**model.tp_plan, **(OVERRIDE if override is None else override)}
+    """HF's plan for the model (``OTHERS``' for a type outside the zoo) with ``override``'s entries (default
+    ``GG_TP_PLAN``); an entry overridden with None is dropped."""
+    base = OTHERS[model.config.model_type][1] if model.config.model_type in OTHERS else model.tp_plan
+    merged = {**base, **(OVERRIDE if override is None else override)}
+    return {k: v for k, v in merged.items() if v is not None}
 
 
 def spec(mt: str = MODEL):

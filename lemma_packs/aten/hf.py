@@ -8,6 +8,10 @@ MoE experts (``batched_mm``) gather each token's expert weights, ``W[expert_ids]
 another dim (``packed_colwise``: both halves of the fused gate/up projection sharded): gathering rows commutes
 with concatenating or slicing along the other dims.
 
+Activations HF writes out elementwise (xIELU: ``where(x > 0, ..., expm1(min(x, eps)) ...)``) on column-sharded
+activations: elementwise ops commute with concatenation -- one lemma per op here (1410-1439), until the
+op properties of the ATen pack derive them.
+
 Per-head normalisation (Qwen3's q_norm / k_norm, OLMo's...) reduces over the head dim of heads sharded
 across ranks: a mean over dims the concat does not split is the concat of the parts' means.
 """
@@ -34,3 +38,33 @@ LEMMAS = [
       "len(?n) == 0 and ?d >= 1",
       examples=[{"x": [4, 6, 3], "i": [5], "d": 1, "s": 2, "e": 5, "n": []}]),
 ]
+
+# elementwise ops of one tensor (number attributes): op(concat(a, b)) = concat(op(a), op(b))
+_UNARY = [("gt.Scalar", ", other=?o"), ("ge.Scalar", ", other=?o"), ("lt.Scalar", ", other=?o"),
+          ("le.Scalar", ", other=?o"), ("eq.Scalar", ", other=?o"), ("ne.Scalar", ", other=?o"), ("log1p", ""),
+          ("expm1", ""), ("logical_not", ""), ("bitwise_not", ""), ("clamp", ", min=?lo, max=?hi")]
+UNARY = [L(1410 + i, f"{op.replace('.', '-')}-of-concat",
+           f"aten.{op}(concat(?a, ?b, dim=?d){at}) => concat(aten.{op}(?a{at}), aten.{op}(?b{at}), dim=?d)")
+         for i, (op, at) in enumerate(_UNARY)]
+
+# elementwise ops of two tensors (broadcasting): both split alike, or one constant along the split dim
+_SPLIT_ALIKE = ("rank(?a) >= rank(?c) and ?k == bdim(?c, rank(?a), ?d) and size(?a, ?d) == size(?c, ?k)"
+                " and size(?b, ?d) == size(?e, ?k)")
+_CONST = "rank(?a) >= rank(?c) and const_along(?c, rank(?a), ?d)"
+BINARY = []
+for i, op in enumerate(["minimum", "maximum"]):
+    BINARY += [
+        L(1430 + 3 * i, f"{op}-of-concats",
+          f"aten.{op}(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?k)) => concat(aten.{op}(?a, ?c), aten.{op}(?b, ?e), dim=?d)",
+          _SPLIT_ALIKE),
+        L(1431 + 3 * i, f"{op}-of-concat-and-broadcast",
+          f"aten.{op}(concat(?a, ?b, dim=?d), ?c) => concat(aten.{op}(?a, ?c), aten.{op}(?b, ?c), dim=?d)", _CONST),
+        L(1432 + 3 * i, f"{op}-of-broadcast-and-concat",
+          f"aten.{op}(?c, concat(?a, ?b, dim=?d)) => concat(aten.{op}(?c, ?a), aten.{op}(?c, ?b), dim=?d)", _CONST),
+    ]
+BINARY.append(L(1436, "where-of-concats",
+                "aten.where.self(concat(?p, ?q, dim=?d), concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d))"
+                " => concat(aten.where.self(?p, ?a, ?c), aten.where.self(?q, ?b, ?e), dim=?d)",
+                "shape(?p) == shape(?a) and shape(?a) == shape(?c) and shape(?q) == shape(?b) and shape(?b) == shape(?e)"))
+
+LEMMAS += UNARY + BINARY

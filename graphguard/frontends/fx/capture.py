@@ -227,9 +227,12 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         cause = e.inner_exception if isinstance(getattr(e, "inner_exception", None), InputError) else None
         if cause is not None:
             raise cause from None
-        inner = getattr(e, "inner_exception", None) or e  # (a backend's failure: what it raised says why)
-        raise InputError(f"{where} failed: {type(inner).__name__}: "
-                         f"{(str(inner).strip().splitlines() or [''])[0]}") from None
+        root = getattr(e, "inner_exception", None) or e  # (a backend's failure: what it raised says why)
+        while (root.__cause__ or root.__context__) is not None:  # (TorchDynamo's wrappers: the error met)
+            root = root.__cause__ or root.__context__
+        loc = loc_from_stack(str(e))  # (TorchDynamo's message ends with the user's frames)
+        raise InputError(f"{where} failed{f' at {loc}' if loc else ''}: {type(root).__name__}: "
+                         f"{(str(root).strip().splitlines() or [''])[0]}") from None
     outs = out if isinstance(out, (list, tuple)) else (out,)
     if backward:
         tensors = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]

@@ -1,5 +1,5 @@
 """HF transformers' own tensor-parallel plans on HF's own model code (examples/hf-zoo; the whole zoo is
-bench/hf_zoo.py): eight architectures verify at TP=2 (Qwen3, Phi-3 and Mixtral forward and backward), and
+bench/hf_zoo.py): eight architectures verify at TP=2 (Qwen3, Phi-3 and Mistral forward and backward), and
 plans that are wrong -- a per-head norm whose weight gradients are never summed, an all-reduce of per-head
 values, MoE experts whose partial outputs are not all-reduced -- are flagged at the operator where the
 values part. Also the constructs these models brought: HF's backward hook translated, strided slices,
@@ -48,19 +48,19 @@ def _forward(c):
     return ggt.Captured(_forward_only(c.doc), c.relation)
 
 
-@pytest.mark.parametrize("mt", ["mistral", "gemma", "qwen2", "gpt2", "deepseek_v3"])
+@pytest.mark.parametrize("mt", ["gemma", "qwen2", "gpt2", "mixtral", "deepseek_v3"])
 def test_hf_plan_forward_verifies(mt):
-    """Mistral (sliding-window mask), Gemma, Qwen2 (q/k/v biases), GPT-2 (vocabulary-parallel embedding),
-    DeepSeek-V3 (MoE experts packed_colwise + moe_tp_experts, shared experts, group-limited routing)."""
+    """Gemma, Qwen2 (q/k/v biases), GPT-2 (vocabulary-parallel embedding), Mixtral (packed_colwise experts:
+    _StridedShard), DeepSeek-V3 (MoE experts, shared experts, group-limited routing)."""
     r = _verify(_spec_of(mt), _impl_of(mt), mt)
     assert r.verdict == "refines", r.failure
     assert r.r_o_lines() == GATHERED
 
 
-@pytest.mark.parametrize("mt", ["qwen3", "phi3", "mixtral"])
+@pytest.mark.parametrize("mt", ["qwen3", "phi3", "mistral"])
 def test_hf_plan_forward_and_backward_verify(mt):
     """Qwen3 (q_norm/k_norm replicated_with_grad_allreduce: HF's backward hook, translated), Phi-3 (packed
-    qkv_proj / gate_up_proj gathered, then rowwise_split_input), Mixtral (packed_colwise experts). Every
+    qkv_proj / gate_up_proj gathered, then rowwise_split_input), Mistral (sliding-window mask). Every
     gradient is laid out like its parameter: the replicated norms' gradients summed over the ranks."""
     s, d = _spec_of(mt, backward=True), _impl_of(mt, backward=True)
     fwd = _verify(_forward(s), _forward(d), mt)
@@ -205,7 +205,7 @@ def test_strided_shard_is_each_packed_part_sharded():
 # -- lemmas 14xx -----------------------------------------------------------------------------------
 
 SHAPES = {"A": [2, 3, 4], "B": [2, 5, 4], "E": [2, 0, 4], "C": [2, 3, 4], "P": [4, 3, 6], "Q": [4, 2, 6],
-          "I": [5], "X": [4, 6, 3]}
+          "I": [5], "X": [4, 6, 3], "G": [5, 3, 6], "H": [5, 2, 6], "G2": [5, 2, 6], "V": [5, 4, 6]}
 INT = {"I": "int64"}
 PROVES = [
     ("aten.mean.dim(concat(A, B, dim=1), dim=[2], keepdim=false)",
@@ -214,6 +214,11 @@ PROVES = [
     ("concat(E, B, dim=1)", "B"),
     ("aten.index.Tensor(concat(P, Q, dim=1), I)", "concat(aten.index.Tensor(P, I), aten.index.Tensor(Q, I), dim=1)"),
     ("aten.index.Tensor(slice(X, dim=1, start=2, end=5), I)", "slice(aten.index.Tensor(X, I), dim=1, start=2, end=5)"),
+    ("aten.index_put(aten.full(size=[4, 5, 6], fill_value=0, dtype=float32), I, concat(G, H, dim=1), accumulate=true)",
+     "concat(aten.index_put(aten.full(size=[4, 3, 6], fill_value=0, dtype=float32), I, G, accumulate=true),"
+     " aten.index_put(aten.full(size=[4, 2, 6], fill_value=0, dtype=float32), I, H, accumulate=true), dim=1)"),
+    ("aten.index_put(aten.full(size=[4, 2, 6], fill_value=0, dtype=float32), I, slice(V, dim=1, start=1, end=3), accumulate=true)",
+     "slice(aten.index_put(aten.full(size=[4, 4, 6], fill_value=0, dtype=float32), I, V, accumulate=true), dim=1, start=1, end=3)"),
 ]
 MUST_NOT_PROVE = [
     # a mean along the concatenated dim needs both parts
@@ -225,6 +230,10 @@ MUST_NOT_PROVE = [
     ("aten.index.Tensor(concat(P, Q, dim=1), I)", "concat(aten.index.Tensor(Q, I), aten.index.Tensor(P, I), dim=1)"),
     # gathering along the sliced dim is not slicing the gathered rows
     ("aten.index.Tensor(slice(X, dim=0, start=1, end=3), I)", "slice(aten.index.Tensor(X, I), dim=0, start=1, end=3)"),
+    # accumulated rows of swapped parts
+    ("aten.index_put(aten.full(size=[4, 4, 6], fill_value=0, dtype=float32), I, concat(H, G2, dim=1), accumulate=true)",
+     "concat(aten.index_put(aten.full(size=[4, 2, 6], fill_value=0, dtype=float32), I, G2, accumulate=true),"
+     " aten.index_put(aten.full(size=[4, 2, 6], fill_value=0, dtype=float32), I, H, accumulate=true), dim=1)"),
 ]
 
 

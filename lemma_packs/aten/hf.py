@@ -17,6 +17,14 @@ across ranks: a mean over dims the concat does not split is the concat of the pa
 """
 from graphguard.engine.lemma import L
 
+_D = "?k - rank(?i) + 1"  # the dim of the indexed tensor that dim ?k of the gathered rows is
+_FILL = "aten.full(size=?s, fill_value=?f, dtype=?t)"
+
+
+def _fill(size: str) -> str:
+    return f"aten.full(size=set_at(?s, {_D}, {size}), fill_value=?f, dtype=?t)"
+
+
 LEMMAS = [
     L(1401, "concat-with-empty-right", "concat(?a, ?b, dim=?d) => ?a", "size(?b, ?d) == 0",
       examples=[{"a": [2, 3], "b": [2, 0], "d": 1}, {"a": [0, 2], "b": [0, 2], "d": 0}]),
@@ -37,6 +45,25 @@ LEMMAS = [
       " => slice(aten.index.Tensor(?x, ?i, absent=?n), dim=?d + rank(?i) - 1, start=?s, end=?e)",
       "len(?n) == 0 and ?d >= 1",
       examples=[{"x": [4, 6, 3], "i": [5], "d": 1, "s": 2, "e": 5, "n": []}]),
+    # ... and their backward: the gathered rows' gradients accumulated back (index_put into a fill)
+    L(1405, "index-put-rows-of-concat-other-dim",
+      f"aten.index_put({_FILL}, ?i, concat(?a, ?b, dim=?k), accumulate=?acc, absent=?n)"
+      f" => concat(aten.index_put({_fill('size(?a, ?k)')}, ?i, ?a, accumulate=?acc, absent=?n),"
+      f" aten.index_put({_fill('size(?b, ?k)')}, ?i, ?b, accumulate=?acc, absent=?n), dim={_D})",
+      f"len(?n) == 0 and {_D} >= 1 and rank(?a) == len(?s) + rank(?i) - 1"
+      f" and size(?a, ?k) + size(?b, ?k) == at(?s, {_D})",
+      examples=[{"s": s, "f": f, "t": "float64", "i": i, "a": a, "b": b, "k": k, "acc": acc, "n": []}
+                for s, f, i, a, b, k, acc in (
+                    ([4, 6, 3], 0, [5], [5, 2, 3], [5, 4, 3], 1, True), ([4, 6], 0, [2, 3], [2, 3, 1], [2, 3, 5], 2, False),
+                    ([3, 4, 2, 2], 1.5, [6], [6, 4, 2, 1], [6, 4, 2, 1], 3, True), ([2, 3], 0, [4], [4, 1], [4, 2], 1, True),
+                    ([5, 2, 4], 0, [3], [3, 2, 1], [3, 2, 3], 2, True), ([2, 4, 2], -1, [7], [7, 3, 2], [7, 1, 2], 1, False),
+                    ([6, 5], 0, [1], [1, 2], [1, 3], 1, True), ([3, 2, 6], 0, [4, 2], [4, 2, 2, 4], [4, 2, 2, 2], 3, True))]),
+    L(1406, "index-put-rows-of-slice-other-dim",
+      f"aten.index_put({_FILL}, ?i, slice(?v, dim=?k, start=?x, end=?y), accumulate=?acc, absent=?n)"
+      f" => slice(aten.index_put({_fill('size(?v, ?k)')}, ?i, ?v, accumulate=?acc, absent=?n), dim={_D}, start=?x, end=?y)",
+      f"len(?n) == 0 and {_D} >= 1 and rank(?v) == len(?s) + rank(?i) - 1",
+      examples=[{"s": [4, 2, 3], "f": 0, "t": "float64", "i": [5], "v": [5, 6, 3], "k": 1, "x": 1, "y": 3,
+                 "acc": True, "n": []}]),
 ]
 
 # elementwise ops of one tensor (number attributes): op(concat(a, b)) = concat(op(a), op(b))

@@ -272,6 +272,12 @@ CASES = [
     ("lt.Tensor", [f(2, 3), f(3)], {}),
     ("le.Tensor", [i(2, 1, 3), i(1, 4, 1)], {}),
     ("eq.Tensor", [i(3, 2, 3), i(3, 1, 3)], {}),
+    ("gt.Tensor", [f(2, 3), f(3)], {}),  # (HF's masks)
+    ("ge.Tensor", [i(2, 1, 3), i(1, 4, 1)], {}),
+    ("ne.Tensor", [i(3, 2, 3), i(3, 1, 3)], {}),
+    ("log1p", [pos(4)], {}),
+    ("expm1", [f(2, 3)], {}),
+    ("scatter.value", [f(3, 5), np.array([[1, 3], [0, 0], [4, 2]]), ], {"dim": 1, "value": 1}),
     ("bitwise_or.Tensor", [b(2, 3), b(3)], {}),
     ("bitwise_and.Tensor", [i(8, 4), i(8, 4)], {}),
     ("bitwise_not", [b(4)], {}),

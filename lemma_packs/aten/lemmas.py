@@ -11,6 +11,7 @@ from graphguard.engine.lemma import L
 from .lemmas_more import LEMMAS as MORE
 from .megatron import LEMMAS as MEGATRON
 from .megatron_moe import LEMMAS as MEGATRON_MOE
+from .hf import LEMMAS as HF
 from .moe import LEMMAS as MOE
 from .normal import LEMMAS as NORMAL
 from .scaled import LEMMAS as SCALED
@@ -173,4 +174,4 @@ VIEWS = [
       examples=[{"x": [2, 1, 3], "s": [2, 4, 3], "t": [2, 1, 3], "i": False}]),
 ]
 
-LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_MOE + TITAN + NORMAL + MORE
+LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_MOE + TITAN + NORMAL + HF + MORE

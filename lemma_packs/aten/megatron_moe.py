@@ -73,11 +73,7 @@ OPS = multi_output("aten.sort.stable", 1, _sort_shapes, _sort_ref,
                     AttrSpec("descending", "bool", False)),
                    names=("values", "indices"), dtypes=lambda ds, a: [ds[0], "int64"],
                    doc="Entries sorted along dim (ascending, or descending) and their indices; equal entries "
-                       "keep their order when stable is true (and, in graphguard's reference, always).") + [
-    OpDef("aten.scatter.value", 2, _scatter_value_shape, _scatter_value_ref,
-          (AttrSpec("dim", "int", dim_of=0), AttrSpec("value", "number")),
-          doc="Copy of self with value written at index along dim (out[index[i][j]][j] = value for dim 0)."),
-]
+                       "keep their order when stable is true (and, in graphguard's reference, always).")
 
 _FULL = "aten.full(size=?s, fill_value=?v, dtype=?t)"
 

@@ -1207,3 +1207,6 @@ OPS += [
 OPS += [  # HF transformers' causal mask (examples/hf-llama-tp)
     _bin("le.Tensor", lambda x, y, a: np.less_equal(x, y), "self <= other (broadcasting), bool.", dtype=_bool),
 ]
+
+from .hf_ops import HF_OPS  # noqa: E402  (ops HF transformers' models need)
+OPS += HF_OPS

@@ -30,6 +30,7 @@ from graphguard.errors import InputError
 from .convert import (DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, dtype_name, ir_op_name, loc_from_stack,
                       to_rank_graph)
 from .dtensor import grad_layouts, graph_layouts
+from .hooks import translate_backward_hooks
 from ..stitch import stitch
 from .symints import Symbols, merge_symbols
 
@@ -185,6 +186,8 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         raise InputError(f"{where}: building the model or its inputs failed: {type(e).__name__}: "
                          f"{(str(e).strip().splitlines() or [''])[0]}") from None
     args = tuple(args) if isinstance(args, (list, tuple)) else (args,)
+    if isinstance(module, torch.nn.Module):
+        translate_backward_hooks(module, where)
     dyn = (dynamic(rank) if callable(dynamic) else dynamic) or {}
     by_name = _named_args(module, args) if dyn else {}
     for name, dims in dyn.items():
@@ -224,7 +227,12 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         cause = e.inner_exception if isinstance(getattr(e, "inner_exception", None), InputError) else None
         if cause is not None:
             raise cause from None
-        raise InputError(f"{where} failed: {type(e).__name__}: {str(e).strip().splitlines()[0]}") from None
+        root = getattr(e, "inner_exception", None) or e  # (a backend's failure: what it raised says why)
+        while (root.__cause__ or root.__context__) is not None:  # (TorchDynamo's wrappers: the error met)
+            root = root.__cause__ or root.__context__
+        loc = loc_from_stack(str(e))  # (TorchDynamo's message ends with the user's frames)
+        raise InputError(f"{where} failed{f' at {loc}' if loc else ''}: {type(root).__name__}: "
+                         f"{(str(root).strip().splitlines() or [''])[0]}") from None
     outs = out if isinstance(out, (list, tuple)) else (out,)
     if backward:
         tensors = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]

@@ -98,7 +98,8 @@ def loc_from_stack(stack: str | None) -> str | None:
     if not stack:
         return None
     found = re.findall(r'File "([^"]+)", line (\d+)', stack)
-    lib = r"[/\\](torch|functorch|transformers|graphguard[/\\]patches)[/\\]"  # frames of libraries, not the user's
+    # frames of libraries are not the user's; a model library's own model code (HF's modeling_*.py) is
+    lib = r"[/\\](torch|functorch|graphguard[/\\]patches)[/\\]|[/\\]transformers[/\\](?!models[/\\])"
     user = [f for f in found if not re.search(lib, f[0])]
     if not (user or found):
         return None
@@ -660,36 +661,140 @@ def _cat(conv: _Converter, n: TNode) -> None:
     dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
     xs = [x for x in xs if not (len(conv.shape[x]) == 1 and conv.shape[x][0] == 0)]  # legacy empty tensors
     r = len(conv.shape[xs[0]])
+    dim = _norm_dim(int(dim), r)
+    xs = _nonempty(conv, xs, dim)
     if len(xs) == 1:
         conv.alias[n.name] = xs[0]
         return
-    conv.emit(n, "core.concat", xs, n.name, dim=_norm_dim(int(dim), r))
+    conv.emit(n, "core.concat", xs, n.name, dim=dim)
 
 
-def _slice_range(conv: _Converter, n: TNode, shape: tuple, first: int) -> tuple:
+def _nonempty(conv: _Converter, xs: list[str], dim: int) -> list[str]:
+    """The parts of a concatenation that add something: those of size 0 along dim are dropped (one is kept
+    if all are), e.g. RoPE's pass-through part when the rotary dims are the whole head."""
+    kept = [x for x in xs if S.norm(conv.shape[x][dim]) != 0]
+    return kept or xs[:1]
+
+
+def _slice_range(conv: _Converter, n: TNode, shape: tuple, first: int, steps: bool = False) -> tuple:
     """(dim, start, end) of a slice-like op whose dim/start/end/step arguments begin at position ``first``,
-    normalised and clamped the way PyTorch does."""
+    normalised and clamped the way PyTorch does (with ``steps``: (dim, start, end, step))."""
     a = list(n.args) + [None] * (first + 4)
     dim = _norm_dim(int(a[first] if a[first] is not None else n.kwargs.get("dim", 0)), len(shape))
     start = a[first + 1] if a[first + 1] is not None else n.kwargs.get("start", 0)
     end = a[first + 2] if a[first + 2] is not None else n.kwargs.get("end")
     step = a[first + 3] if a[first + 3] is not None else n.kwargs.get("step", 1)
-    if step != 1:
+    if step != 1 and not steps:
         raise InputError(f"{conv.where(n)}: slices with step {step} are not supported yet")
     size = shape[dim]
     start = _clamp(_scalar(start if start is not None else 0, "start"), size)
     end = size if end is None else _clamp(_scalar(end, "end"), size)
-    return dim, start, end
+    return (dim, start, end, step) if steps else (dim, start, end)
 
 
 def _slice(conv: _Converter, n: TNode) -> None:
     x = conv.ref(n.args[0], n)
-    dim, start, end = _slice_range(conv, n, conv.shape[x], 1)
+    dim, start, end, step = _slice_range(conv, n, conv.shape[x], 1, steps=True)
+    if step != 1:
+        _strided_slice(conv, n, x, dim, start, end, step)
+        return
     size = conv.shape[x][dim]
     if start == 0 and S.norm(end) == S.norm(size):
         conv.alias[n.name] = x
         return
     conv.emit(n, "core.slice", [x], n.name, dim=dim, start=S.text(start), end=S.text(end))
+
+
+class _Strided:
+    """``x[start:end:k]`` along dim as data movement: the first k*M entries of x viewed as M rows of k (dim
+    split into [M, k]), column ``start % k``, rows ``start // k`` on -- where that window fits in x
+    (k*M <= size) and the sizes are known numbers. Emits the clean ops for a strided slice and for its
+    backward, a strided slice_scatter."""
+
+    def __init__(self, conv: _Converter, n: TNode, x: str, dim: int, start, end, step):
+        shape = conv.shape[x]
+        size = shape[dim]
+        if not all(isinstance(v, int) for v in (size, start, end, step)) or step < 1:
+            raise InputError(f"{conv.where(n)}: a slice with step {step} over a dim of symbolic size or bounds is "
+                             f"not supported")
+        self.m = max(0, -(-(end - start) // step))  # entries taken
+        self.first, self.col = divmod(start, step)
+        self.rows = self.first + self.m
+        if self.m == 0 or self.rows * step > size:
+            raise InputError(f"{conv.where(n)}: slice [{start}:{end}:{step}] of a dim of size {size} is not "
+                             f"supported (only strided slices whose rows of {step} fit in the dim)")
+        self.conv, self.n, self.shape, self.dim, self.k, self.size = conv, n, shape, dim, step, size
+        self.dtype = conv.dtype.get(x, n.dtype)
+
+    def with_dim(self, *new):
+        return tuple(self.shape[:self.dim]) + tuple(new) + tuple(self.shape[self.dim + 1:])
+
+    def emit(self, op, srcs, new_shape, name=None, **attrs):
+        conv = self.conv
+        if name is None:
+            name = conv.fresh(f"{self.n.name}.{op.split('.')[-1]}")
+            conv.emit(self.n, op, srcs, name, node=name, **attrs)
+        else:
+            conv.emit(self.n, op, srcs, name, **attrs)
+        conv.shape[name], conv.dtype[name] = tuple(new_shape), self.dtype
+        return name
+
+    def piece(self, x, new_shape, op, **attrs):
+        """A piece of x (slice or reshape); of a fill, a smaller fill."""
+        if x in self.conv.fills:
+            value, dtype = self.conv.fills[x]
+            name = self.emit("aten.full", [], new_shape, size=[S.text(d) for d in new_shape], fill_value=value,
+                             dtype=dtype)
+            self.conv.fills[name] = (value, dtype)
+            return name
+        if op == "core.reshape":
+            attrs = {"shape": [S.text(d) for d in new_shape]}
+        return self.emit(op, [x], new_shape, **attrs)
+
+    def rows_view(self, x):
+        """x's first k*M entries along dim, as [M, k]."""
+        d, w = self.dim, self.rows * self.k
+        if w != self.size:
+            x = self.piece(x, self.with_dim(w), "core.slice", dim=d, start="0", end=str(w))
+        return self.piece(x, self.with_dim(self.rows, self.k), "core.reshape")
+
+    def column(self, r, c):
+        return self.piece(r, self.with_dim(self.rows, 1), "core.slice", dim=self.dim + 1, start=str(c), end=str(c + 1))
+
+    def slice(self, x, out: str) -> None:
+        cur = self.column(self.rows_view(x), self.col)
+        if self.first:
+            cur = self.piece(cur, self.with_dim(self.m, 1), "core.slice", dim=self.dim, start=str(self.first),
+                             end=str(self.rows))
+        self.emit("core.reshape", [cur], self.with_dim(self.m), name=out, shape=[S.text(d) for d in self.with_dim(self.m)])
+
+    def scatter(self, base, src, out: str) -> None:
+        """base with x[start:end:k] replaced by src."""
+        d, r = self.dim, self.rows_view(base)
+        new = self.piece(src, self.with_dim(self.m, 1), "core.reshape")
+        if self.first:
+            above = self.piece(self.column(r, self.col), self.with_dim(self.first, 1), "core.slice", dim=d,
+                               start="0", end=str(self.first))
+            new = self.emit("core.concat", [above, new], self.with_dim(self.rows, 1), dim=d)
+        cols = [new if c == self.col else self.column(r, c) for c in range(self.k)]
+        cur = self.emit("core.concat", cols, self.with_dim(self.rows, self.k), dim=d + 1)
+        w = self.rows * self.k
+        if w == self.size:
+            self.emit("core.reshape", [cur], self.shape, name=out, shape=[S.text(x) for x in self.shape])
+            return
+        cur = self.piece(cur, self.with_dim(w), "core.reshape")
+        rest = self.piece(base, self.with_dim(self.size - w), "core.slice", dim=d, start=str(w), end=str(self.size))
+        self.emit("core.concat", [cur, rest], self.shape, name=out, dim=d)
+
+
+def _strided_slice(conv: _Converter, n: TNode, x: str, dim: int, start, end, step) -> None:
+    """``x[start:end:k]`` (interleaved RoPE's ``x[..., ::2]``): see :class:`_Strided`."""
+    _Strided(conv, n, x, dim, start, end, step).slice(x, n.name)
+
+
+def _strided_slice_scatter(conv: _Converter, n: TNode, base: str, src: str, dim: int, start, end, step) -> None:
+    """``slice_scatter(base, src, dim, start, end, k)`` (the backward of a strided slice): see :class:`_Strided`."""
+    _Strided(conv, n, base, dim, start, end, step).scatter(base, src, n.name)
 
 
 def _base_piece(conv: _Converter, n: TNode, base: str, dim: int, a, b, tag: str) -> str:
@@ -712,7 +817,10 @@ def _slice_scatter(conv: _Converter, n: TNode) -> None:
     ``concat(base[:start], src, base[end:], dim)``."""
     base, src = conv.ref(n.args[0], n), conv.ref(n.args[1], n)
     shape = conv.shape[base]
-    dim, start, end = _slice_range(conv, n, shape, 2)
+    dim, start, end, step = _slice_range(conv, n, shape, 2, steps=True)
+    if step != 1:
+        _strided_slice_scatter(conv, n, base, src, dim, start, end, step)
+        return
     size = shape[dim]
     parts = []
     if S.norm(start) != 0:
@@ -720,8 +828,9 @@ def _slice_scatter(conv: _Converter, n: TNode) -> None:
     parts.append(src)
     if S.norm(end) != S.norm(size):
         parts.append(_base_piece(conv, n, base, dim, end, size, "after"))
+    parts = _nonempty(conv, parts, dim)
     if len(parts) == 1:
-        conv.alias[n.name] = src
+        conv.alias[n.name] = parts[0]
         return
     conv.emit(n, "core.concat", parts, n.name, dim=dim)
 

@@ -7,7 +7,11 @@ order; rank r at mesh coordinate i along a dim holds chunk i):
 * ``Shard(d)``  -> ``concat(name@.., ..., dim=d)`` over that mesh dim;
 * ``Replicate()`` -> every rank along that mesh dim holds the whole tensor: one relation per replica (the
   list form ``[name@0, name@1]``);
-* ``Partial()`` (sum) -> ``sum(name@.., ...)`` over that mesh dim.
+* ``Partial()`` (sum) -> ``sum(name@.., ...)`` over that mesh dim;
+* ``_StridedShard(d, split_factor=k)`` (HF's ``packed_colwise``: a fused gate/up weight whose k packed
+  parts are each sharded) on a one-dim mesh -> every rank's local tensor is k equal pieces along d, piece
+  j of rank r being part j's r-th shard: ``concat(slice(name@0, piece 0), slice(name@1, piece 0), ...,
+  slice(name@0, piece 1), ..., dim=d)``.
 
 Where placements come from, in the TorchDynamo graph of one rank: a DTensor argument or parameter carries
 them; a plain tensor argument gets the placements of the ``DTensor.from_local(x, mesh, placements)`` that
@@ -16,8 +20,10 @@ incoming gradient (the tangent): a gradient is laid out like the tensor it is th
 the gradient of a partial sum is the same on every rank (``d sum(y@r) / d y@r = 1``), so Partial becomes
 Replicate. The layouts of DTensor outputs, and of the gradients DTensor leaves on parameters (a replicated
 parameter's may be Partial: DTensor defers that sum), are the expectations of a capture. ``_StridedShard(d, k)``
-is read as FSDP over TP lays it out (a shard inside the later mesh dims' shards of d, when those make k
-pieces). Anything else (another ``_StridedShard``, ``_MaskPartial``, ``Partial("avg")``, a non-default shard
+is read two ways: on a one-dim mesh as HF's packed expert layout (rank r holds piece r of each of the k
+blocks of d), on a mesh of several dims as FSDP over TP lays it out (a shard inside the later mesh dims'
+shards of d, when those make k pieces). Anything else (another ``_StridedShard``, ``_MaskPartial``,
+``Partial("avg")``, a non-default shard
 order, a shard that does not divide its dim evenly) is refused with an :class:`InputError`: graphguard
 does not guess a relation.
 """
@@ -37,18 +43,23 @@ class Layout:
     placements: tuple
     mesh: list
     ndim: int
+    shape: tuple = ()  # the global shape (where a placement's relation needs sizes)
 
     def relation(self, name: str, where: str = "") -> str | list[str]:
         """The relation of G_s tensor ``name`` to the local tensors ``name@r`` (a list when replicated)."""
         import numpy as np
         from torch.distributed.tensor import Partial, Replicate, Shard
         for p in self.placements:
+            if _strided(p) and len(self.placements) == 1 and self.shape:
+                continue  # HF's packed layout on a one-dim mesh (_expr)
             if type(p) not in (Shard, Replicate, Partial) and not _strided(p):
-                raise InputError(f"{where}{name}: unsupported DTensor placement {p!r} (only Shard, Replicate and "
-                                 f"Partial('sum') map to a relation)")
+                raise InputError(f"{where}{name}: unsupported DTensor placement {p!r} (only Shard, Replicate, "
+                                 f"Partial('sum') and _StridedShard map to a relation)")
             if type(p) is Partial and p.reduce_op != "sum":
                 raise InputError(f"{where}{name}: unsupported DTensor placement {p!r} (only Partial('sum'))")
-        placements, mesh = _unstride(self.placements, np.array(self.mesh, dtype=object), f"{where}{name}")
+        placements, mesh = self.placements, np.array(self.mesh, dtype=object)
+        if len(placements) > 1:  # FSDP over TP: _StridedShard as a nested plain shard
+            placements, mesh = _unstride(placements, mesh, f"{where}{name}")
         rep = [i for i, p in enumerate(placements) if type(p) is Replicate]
         keep = [i for i in range(len(placements)) if i not in rep]
         out = []
@@ -67,6 +78,11 @@ class Layout:
         if len(parts) == 1:
             return parts[0]
         p = placements[0]
+        if _strided(p):
+            d, k = p.dim % self.ndim, p.split_factor
+            n = self.shape[d] // (len(parts) * k)  # one piece of one rank
+            return "concat(" + ", ".join(f"slice({x}, dim={d}, start={j * n}, end={(j + 1) * n})"
+                                         for j in range(k) for x in parts) + f", dim={d})"
         if type(p) is Shard:
             return f"concat({', '.join(parts)}, dim={p.dim % self.ndim})"
         return f"sum({', '.join(parts)})"
@@ -74,7 +90,8 @@ class Layout:
     def gradient(self) -> Layout:
         """The layout of this tensor's gradient: Partial becomes Replicate, the rest stays."""
         from torch.distributed.tensor import Partial, Replicate
-        return Layout(tuple(Replicate() if type(p) is Partial else p for p in self.placements), self.mesh, self.ndim)
+        return Layout(tuple(Replicate() if type(p) is Partial else p for p in self.placements), self.mesh, self.ndim,
+                      self.shape)
 
 
 def _strided(p) -> bool:
@@ -119,14 +136,21 @@ def _check_even(name: str, dt, where: str) -> None:
         for i, p in enumerate(dt.placements):
             if (type(p) is Shard or _strided(p)) and p.dim % dt.ndim == d:
                 k *= dt.device_mesh.size(i)
-        if k > 1 and dt.shape[d] != local[d] * k:
+                if _strided(p) and local[d] % p.split_factor:
+                    k = 0  # (pieces of unequal sizes)
+        if k != 1 and dt.shape[d] != local[d] * k:
             raise InputError(f"{where}{name}: dim {d} of size {dt.shape[d]} is sharded unevenly over {k} ranks "
                              f"(local size {local[d]}); only even shards map to a relation")
 
 
 def _layout_of(dt, name: str, where: str) -> Layout:
     _check_even(name, dt, where)
-    return Layout(tuple(dt.placements), dt.device_mesh.mesh.tolist(), dt.ndim)
+    return Layout(tuple(dt.placements), dt.device_mesh.mesh.tolist(), dt.ndim, _shape_for(dt))
+
+
+def _shape_for(dt) -> tuple:
+    """The global shape where a placement's relation needs it (_StridedShard), else () (sizes may be symbolic)."""
+    return tuple(int(x) for x in dt.shape) if any(_strided(p) for p in dt.placements) else ()
 
 
 def graph_layouts(gm, example_inputs, names: list[str], where: str = "") -> tuple[dict, dict]:
@@ -165,7 +189,7 @@ def graph_layouts(gm, example_inputs, names: list[str], where: str = "") -> tupl
     for i, v in enumerate(vals):
         ev = v.meta.get("example_value") if isinstance(v, torch.fx.Node) else None
         if isinstance(ev, DTensor):
-            outputs[i] = Layout(tuple(ev.placements), ev.device_mesh.mesh.tolist(), ev.ndim)
+            outputs[i] = Layout(tuple(ev.placements), ev.device_mesh.mesh.tolist(), ev.ndim, _shape_for(ev))
     return inputs, outputs
 
 
@@ -177,5 +201,5 @@ def grad_layouts(named) -> dict[str, Layout]:
     for name, t in named:
         g = getattr(t, "grad", None)
         if isinstance(g, DTensor):
-            out[name] = Layout(tuple(g.placements), g.device_mesh.mesh.tolist(), g.ndim)
+            out[name] = Layout(tuple(g.placements), g.device_mesh.mesh.tolist(), g.ndim, _shape_for(g))
     return out

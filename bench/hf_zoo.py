@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""Benchmark (run by hand): HF transformers' whole tensor-parallel-plan zoo, verified model by model.
+
+    python3 bench/hf_zoo.py [--models qwen3,phi3] [--tp 2,4] [--modes fwd,fwd+bwd] [--jobs 1]
+                            [--timeout 900] [--mem-gb 6] [--results bench/out/hf_zoo.jsonl] [--fresh]
+
+The zoo is every ``transformers.*ForCausalLM`` whose config class carries a ``base_model_tp_plan`` (its
+size, the denominator, is printed first). Each model is built from a tiny random config
+(``examples/hf-zoo/model.py``: nothing is downloaded), distributed with HF's own plan at every TP degree
+asked, captured (forward, or forward + backward) and verified against the unsharded model. Each model runs
+in its own process (``--jobs`` at once) with an address-space cap (``--mem-gb``) and a time limit; its
+verdicts are appended to the results file as they come, so an interrupted run resumes where it stopped
+(``--fresh`` starts over; ``--models`` / ``--tp`` / ``--modes`` select a subset of what is run and shown).
+
+Verdicts: ``verifies`` (refines, with every expectation the plan states met), ``does-not-refine``,
+``inconclusive``, ``capture-error`` (graphguard refused the captured program: the operator or construct is
+named), ``cannot-build`` (the model does not build or run from a tiny config, unsharded or under HF's plan:
+HF's error is given), ``timeout``, ``out-of-memory`` and ``graphguard-error`` (a bug of graphguard's). The table
+(architecture, TP, mode, verdict, operator, wall time) and every failure's reason are printed, then the pass
+rates per TP degree and mode as the last lines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_FILE = ROOT / "examples" / "hf-zoo" / "model.py"
+MODES = ("fwd", "fwd+bwd")
+TAG = "@@hf-zoo "
+
+
+def _zoo():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("hf_zoo_model", MODEL_FILE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _op_named(text: str) -> str:
+    m = re.search(r"\b((?:aten|prims|_c10d_functional|core|c10d)\.[\w.]+)", text)
+    return m.group(1).rstrip(".") if m else "-"
+
+
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:400]
+
+
+def worker(mt: str, tps: list[int], mode: str) -> None:
+    """Verify one model at each TP degree, printing one tagged JSON line per degree."""
+    import logging
+    import warnings
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    logging.disable(logging.WARNING)
+    import graphguard
+    import graphguard.torch as ggt
+    from graphguard.errors import InputError
+    from graphguard.frontends.fx.relations import _forward_only
+    from graphguard.plugins import load_plugins
+    Z = _zoo()
+    pl = load_plugins()
+    bw = mode == "fwd+bwd"
+
+    def emit(tp, **rec):
+        print(TAG + json.dumps(dict(model=mt, cls=Z.causal_lm_classes()[mt].__name__, tp=tp, mode=mode, **rec)),
+              flush=True)
+
+    t0 = time.perf_counter()
+    try:
+        Z.spec(mt)(*Z.inputs(None, 1, mt))  # does the tiny model run at all (unsharded, eagerly)?
+    except Exception as e:
+        for tp in tps:
+            emit(tp, verdict="cannot-build", op="-", reason=f"unsharded model: {_first_line(e)}", seconds=0.0)
+        return
+    try:
+        s = ggt.capture(lambda r: Z.spec(mt), lambda r: Z.inputs(None, 1, mt), backward=bw, plugins=pl,
+                        name=f"{mt}-spec")
+    except InputError as e:
+        for tp in tps:
+            emit(tp, verdict="capture-error", op=_op_named(str(e)), reason=f"specification: {e}", seconds=0.0)
+        return
+    t_spec = time.perf_counter() - t0
+    for tp in tps:
+        t, c = time.perf_counter(), time.process_time()
+        rec = {}
+        try:
+            try:
+                d = ggt.capture(lambda r: Z.impl(r, tp, mt=mt), lambda r: Z.inputs(r, tp, mt), world_size=tp,
+                                backward=bw, plugins=pl, name=f"{mt}-tp{tp}")
+            except InputError as e:
+                msg = str(e)
+                # the model's own code failing under HF's plan (a shape error...) vs graphguard refusing a construct
+                runs = re.search(r"failed( at \S+)?: (RuntimeError|ValueError|AssertionError|IndexError|TypeError)", msg)
+                kind = "cannot-build" if "building the model" in msg or runs else "capture-error"
+                raise _Stop(kind, _op_named(msg) if kind == "capture-error" else "-", msg) from None
+            user = Z.relation(tp, bw, mt=mt)
+            try:
+                rel = ggt.input_relation(s, d, user, pl, f"<{mt}>")
+            except InputError as e:
+                if "forward does not refine" not in str(e):
+                    raise _Stop("capture-error", "-", str(e)) from None
+                # the tangents come from the forward's certificate: report where the forward stops
+                fs = ggt.Captured(_forward_only(s.doc), s.relation)
+                fd = ggt.Captured(_forward_only(d.doc), d.relation)
+                r = graphguard.verify(fs.graph(pl), fd.graph(pl), ggt.input_relation(fs, fd, user, pl), plugins=pl)
+                rec = dict(verdict=r.verdict, op=r.failure.op if r.failure else "-",
+                           reason=f"(in the forward) {r.failure.reason if r.failure else ''}",
+                           loc=r.failure.loc if r.failure else None)
+                raise _Stop(None, None, None) from None
+            r = graphguard.verify(s.graph(pl), d.graph(pl), rel, plugins=pl)
+            rec = dict(verdict="verifies" if r.verdict == "refines" else r.verdict,
+                       op=r.failure.op if r.failure else "-", reason=r.failure.reason if r.failure else "",
+                       loc=r.failure.loc if r.failure else None,
+                       n_spec=r.timings["n_spec_ops"], n_impl=r.timings["n_impl_ops"],
+                       verify_s=round(r.timings["total"], 2))
+        except _Stop as stop:
+            if stop.kind is not None:
+                rec = dict(verdict=stop.kind, op=stop.op, reason=stop.reason)
+        except InputError as e:
+            rec = dict(verdict="capture-error", op=_op_named(str(e)), reason=str(e))
+        except MemoryError:
+            rec = dict(verdict="out-of-memory", op="-", reason="over the address-space cap")
+        except Exception as e:  # graphguard's own bug: say so, go on with the next degree
+            rec = dict(verdict="graphguard-error", op=_op_named(str(e)), reason=_first_line(e))
+        emit(tp, **rec, seconds=round(time.perf_counter() - t + t_spec / len(tps), 1),
+             cpu_s=round(time.process_time() - c, 1))
+
+
+class _Stop(Exception):
+    def __init__(self, kind, op, reason):
+        super().__init__(reason)
+        self.kind, self.op, self.reason = kind, op, reason
+
+
+def _limit(mem_gb: float):
+    def f():
+        cap = int(mem_gb * 2 ** 30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    return f
+
+
+def run_one(mt: str, tps: list[int], mode: str, timeout: float, mem_gb: float) -> list[dict]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", mt, "--tp", ",".join(map(str, tps)),
+           "--modes", mode]
+    t = time.perf_counter()
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, preexec_fn=_limit(mem_gb),
+                           env=env)
+        out, err, rc = p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err, rc = "", None
+    recs = [json.loads(line[len(TAG):]) for line in out.splitlines() if line.startswith(TAG)]
+    done = {r["tp"] for r in recs}
+    wall = round(time.perf_counter() - t, 1)
+    for tp in tps:
+        if tp in done:
+            continue
+        if rc is None:
+            why = dict(verdict="timeout", op="-", reason=f"no verdict within {timeout:.0f} s")
+        elif "MemoryError" in err or "std::bad_alloc" in err or rc in (-9, 137):
+            why = dict(verdict="out-of-memory", op="-", reason=f"over the {mem_gb} GB address-space cap")
+        else:
+            last = [x for x in err.strip().splitlines() if x.strip()][-1:] or [f"exit {rc}"]
+            why = dict(verdict="graphguard-error", op=_op_named(last[0]), reason=f"worker died: {last[0][:300]}")
+        recs.append(dict(model=mt, cls="", tp=tp, mode=mode, seconds=wall, **why))
+    return recs
+
+
+def load_results(path: Path) -> dict:
+    out = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                out[(r["model"], r["tp"], r["mode"])] = r
+    return out
+
+
+def report(models: list[str], tps: list[int], modes: list[str], results: dict, classes: dict) -> None:
+    rows = [results.get((m, tp, mode)) or dict(model=m, tp=tp, mode=mode, verdict="not-run", op="-", seconds=0)
+            for m in models for tp in tps for mode in modes]
+    print(f"\n{'architecture':34} {'tp':>2} {'mode':8} {'verdict':17} {'operator':34} {'time s':>7}")
+    for r in rows:
+        arch = classes.get(r["model"], r["model"])
+        print(f"{arch:34} {r['tp']:>2} {r['mode']:8} {r['verdict']:17} {r.get('op') or '-':34} "
+              f"{r.get('seconds', 0):>7.1f}")
+    bad = [r for r in rows if r["verdict"] not in ("verifies", "not-run")]
+    if bad:
+        print("\nfailures (architecture, tp, mode: operator -- reason):")
+        for r in bad:
+            loc = f" at {r['loc']}" if r.get("loc") else ""
+            reason = " ".join(str(r.get("reason", "")).split())
+            print(f"  {classes.get(r['model'], r['model'])} tp={r['tp']} {r['mode']}: {r.get('op') or '-'}{loc} -- "
+                  f"{reason[:500]}")
+    total = sum(r.get("seconds", 0) for r in rows)
+    print(f"\nzoo: {len(classes)} *ForCausalLM classes with a base_model_tp_plan (transformers "
+          f"{_tf_version()}); shown: {len(models)}; summed wall time {total:.0f} s")
+    for tp in tps:
+        for mode in modes:
+            sel = [r for r in rows if r["tp"] == tp and r["mode"] == mode]
+            ok = sum(r["verdict"] == "verifies" for r in sel)
+            run = sum(r["verdict"] != "not-run" for r in sel)
+            print(f"pass rate tp={tp} {mode:8}: {ok}/{len(sel)} verify ({100 * ok / max(len(sel), 1):.1f} %)"
+                  + (f"; {len(sel) - run} not run yet" if run < len(sel) else ""))
+
+
+def _tf_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("transformers")
+    except Exception:
+        return "?"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="all", help="comma-separated model types (default: the whole zoo)")
+    ap.add_argument("--tp", default="2,4")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per model and mode (all TP degrees)")
+    ap.add_argument("--mem-gb", type=float, default=6.0, help="address-space cap per model process")
+    ap.add_argument("--results", default=str(ROOT / "bench" / "out" / "hf_zoo.jsonl"))
+    ap.add_argument("--fresh", action="store_true", help="ignore (and overwrite) earlier results")
+    ap.add_argument("--report-only", action="store_true", help="print the table of the results file, run nothing")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    tps = [int(x) for x in a.tp.split(",")]
+    modes = a.modes.split(",")
+    if any(m not in MODES for m in modes):
+        ap.error(f"--modes: one of {', '.join(MODES)}")
+    if a.worker:
+        for mode in modes:
+            worker(a.worker, tps, mode)
+        return 0
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import warnings
+    warnings.filterwarnings("ignore")
+    classes = {mt: cls.__name__ for mt, cls in _zoo().causal_lm_classes().items()}
+    models = list(classes) if a.models == "all" else a.models.split(",")
+    unknown = [m for m in models if m not in classes]
+    if unknown:
+        ap.error(f"--models: not in the zoo: {', '.join(unknown)} (zoo: {', '.join(classes)})")
+    print(f"zoo: {len(classes)} *ForCausalLM classes whose config has a base_model_tp_plan; running {len(models)} "
+          f"at tp {a.tp}, modes {a.modes}", flush=True)
+    path = Path(a.results)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if a.fresh and path.exists():
+        path.unlink()
+    results = load_results(path)
+    todo = [(m, mode, [tp for tp in tps if (m, tp, mode) not in results]) for m in models for mode in modes]
+    todo = [t for t in todo if t[2]] if not a.report_only else []
+    t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+
+    def one(job):
+        m, mode, tp_list = job
+        recs = run_one(m, tp_list, mode, a.timeout * len(tp_list), a.mem_gb)
+        with path.open("a") as f:
+            for r in recs:
+                f.write(json.dumps(r) + "\n")
+        for r in recs:
+            results[(r["model"], r["tp"], r["mode"])] = r
+            print(f"  {m:22} tp={r['tp']} {mode:8} {r['verdict']:17} {r.get('op') or '-'} "
+                  f"({r.get('seconds', 0):.0f} s)", flush=True)
+    with ThreadPoolExecutor(max(1, a.jobs)) as ex:
+        list(ex.map(one, todo))
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if todo:
+        print(f"ran {len(todo)} model runs in {time.perf_counter() - t0:.0f} s wall, "
+              f"{ch.ru_utime + ch.ru_stime - c0.ru_utime - c0.ru_stime:.0f} s CPU (children)")
+    report(models, tps, modes, results, classes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

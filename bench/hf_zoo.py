@@ -103,7 +103,9 @@ def worker(mt: str, tps: list[int], mode: str) -> None:
                 runs = re.search(r"failed( at \S+)?: (RuntimeError|ValueError|AssertionError|IndexError|TypeError)", msg)
                 kind = "cannot-build" if "building the model" in msg or runs else "capture-error"
                 raise _Stop(kind, _op_named(msg) if kind == "capture-error" else "-", msg) from None
-            user = Z.relation(tp, bw, mt=mt)
+            user = Z.relation(tp, bw, mt=mt)  # (only the tensors the captured program reads)
+            names = {i["name"] for i in s.doc["inputs"]}
+            user = dict(user, inputs={k: v for k, v in user["inputs"].items() if k in names})
             try:
                 rel = ggt.input_relation(s, d, user, pl, f"<{mt}>")
             except InputError as e:

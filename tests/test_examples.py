@@ -22,8 +22,11 @@ def test_examples_are_found():
 @pytest.mark.parametrize("d", EXAMPLE_DIRS + BUG_DIRS, ids=lambda d: d.name)
 def test_run_script_exit_code_and_replay(d, tmp_path):
     """run exits 0 for correct examples, 1 for bugs, from another working directory; replay agrees."""
-    if (d / "model.py").is_file() and re.search(r"^(from|import) transformers\b", (d / "model.py").read_text(), re.M):
-        pytest.importorskip("transformers")  # the one optional dependency an example may skip on
+    if (d / "model.py").is_file():
+        # optional frameworks an example may skip on: torchtitan is not a test dependency (its kept graphs are
+        # verified by tests/test_torchtitan.py)
+        for lib in re.findall(r"^(?:from|import) (transformers|torchtitan)\b", (d / "model.py").read_text(), re.M):
+            pytest.importorskip(lib)
     out = tmp_path / "result.json"
     p = subprocess.run([str(d / "run"), "--replay", "--json", str(out)], capture_output=True, text=True,
                        cwd=tmp_path)

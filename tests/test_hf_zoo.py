@@ -57,7 +57,8 @@ def test_hf_plan_forward_verifies(mt):
     assert r.r_o_lines() == GATHERED
 
 
-@pytest.mark.parametrize("mt", ["qwen3", "phi3", "mistral"])
+@pytest.mark.parametrize("mt", ["qwen3", pytest.param("phi3", marks=pytest.mark.slow),
+                                pytest.param("mistral", marks=pytest.mark.slow)])
 def test_hf_plan_forward_and_backward_verify(mt):
     """Qwen3 (q_norm/k_norm replicated_with_grad_allreduce: HF's backward hook, translated), Phi-3 (packed
     qkv_proj / gate_up_proj gathered, then rowwise_split_input), Mistral (sliding-window mask). Every

@@ -124,7 +124,7 @@ def _run(*args, env=None):
                           env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("args,env", [(["--backward"], {}), (["--world-size", "4"], {}),
+@pytest.mark.parametrize("args,env", [(["--backward"], {}), pytest.param(["--world-size", "4"], {}, marks=pytest.mark.slow),
                                       (["--backward"], {"GG_SP": "1"})],
                          ids=["tp2-backward", "tp4", "tp2-sp-backward"])
 def test_megatron_gpt_refines(args, env):

@@ -61,6 +61,7 @@ def test_tp2_sequence_parallel_forward_backward_refines():
     assert r.expect["checked"] == 11 and not r.expect["missing"]
 
 
+@pytest.mark.slow
 def test_fsdp_x_tp_forward_backward_refines():
     """SimpleFSDP (dp_shard 2) x TP 2 on a 2-D mesh: parameters all-gathered over the DP group before use,
     gradients reduce-scattered back to each rank's FSDP x TP shard."""
@@ -147,6 +148,7 @@ def test_dropped_fsdp_parameter_all_gather_is_flagged():
     assert r.failure.op == "aten.mm", r.failure
 
 
+@pytest.mark.slow
 def test_dropped_norm_gradient_all_reduce_is_flagged():
     """Under FSDP x TP with sequence parallelism each TP rank holds part of an RMSNorm weight's gradient (its
     sequence shard's); the TP all-reduce before FSDP's reduce-scatter dropped leaves partial sums

@@ -50,8 +50,9 @@ class Layout:
         import numpy as np
         from torch.distributed.tensor import Partial, Replicate, Shard
         for p in self.placements:
-            if _strided(p) and len(self.placements) == 1 and self.shape:
-                continue  # HF's packed layout on a one-dim mesh (_expr)
+            if _strided(p) and len(self.placements) == 1 and not self.shape:
+                raise InputError(f"{where}{name}: unsupported DTensor placement {p!r} (a _StridedShard on a one-dim "
+                                 f"mesh needs the tensor's global shape)")
             if type(p) not in (Shard, Replicate, Partial) and not _strided(p):
                 raise InputError(f"{where}{name}: unsupported DTensor placement {p!r} (only Shard, Replicate, "
                                  f"Partial('sum') and _StridedShard map to a relation)")
@@ -114,8 +115,9 @@ def _unstride(placements: tuple, mesh, where: str):
         later = [j for j in range(i + 1, len(placements)) if type(placements[j]) is Shard
                  and placements[j].dim == p.dim]
         if not later or math.prod(mesh.shape[j] for j in later) != p.split_factor:
-            raise InputError(f"{where}: unsupported DTensor placement {p!r} (a _StridedShard is read only as a shard "
-                             f"inside the later mesh dims' Shard({p.dim}), split_factor their mesh size)")
+            raise InputError(f"{where}: unsupported DTensor placement {p!r} (only Shard, Replicate, Partial('sum') "
+                             f"and _StridedShard map to a relation; on a mesh of several dims a _StridedShard only as "
+                             f"a shard inside the later mesh dims' Shard({p.dim}), split_factor their mesh size)")
         order.remove(i)
         order.insert(order.index(later[-1]) + 1, i)
         out[i] = Shard(p.dim)

@@ -1,4 +1,4 @@
-"""megatron-core's MoE layer (examples/incomplete/megatron-moe) and what it needs: aten.scatter.value, aten.sort.stable
+"""megatron-core's MoE layer (examples/.incomplete/megatron-moe) and what it needs: aten.scatter.value, aten.sort.stable
 and lemmas 1350-1351 (lemma_packs/aten/megatron_moe.py).
 
 The lemmas get one-line "proves" / "must not prove" tests; the operators' references are checked against
@@ -81,7 +81,7 @@ def test_sort_stable_and_scatter_value_references_match_torch():
 
 def _run(*args, env=None):
     pytest.importorskip("megatron.core")
-    return subprocess.run([str(EXAMPLES / "incomplete" / "megatron-moe" / "run"), *args], capture_output=True, text=True,
+    return subprocess.run([str(EXAMPLES / ".incomplete" / "megatron-moe" / "run"), *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})})
 
 

@@ -64,7 +64,8 @@ def test_topk_along_another_dim_does_not_cover_this_one():
 
 def test_sort_stable_and_scatter_value_references_match_torch():
     torch = pytest.importorskip("torch")
-    from lemma_packs.aten.megatron_moe import _scatter_value_ref, _sort_ref
+    from lemma_packs.aten.hf_ops import _scatter_value_ref
+    from lemma_packs.aten.megatron_moe import _sort_ref
     rng = np.random.default_rng(0)
     for _ in range(20):
         x = rng.integers(0, 3, (3, 6)).astype(np.float64)  # ties: the stable order matters

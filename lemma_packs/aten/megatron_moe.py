@@ -1,4 +1,4 @@
-"""Operators and lemmas for megatron-core's MoE layer (``examples/megatron-moe``). References: 1350-1399.
+"""Operators and lemmas for megatron-core's MoE layer (``examples/.incomplete/megatron-moe``). References: 1350-1399.
 
 Megatron's all-to-all dispatcher with ``moe_pad_expert_input_to_capacity`` works on fixed shapes: the router
 keeps, per expert, the ``capacity`` tokens of highest probability (``topk`` along the token dim, written as ones
@@ -13,38 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from graphguard.engine.lemma import L
-from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, multi_output
+from graphguard.ir.ops import AttrSpec, multi_output
 
-
-def _dim(name: str, d: int, rank: int) -> int:
-    r = max(rank, 1)
-    if not -r <= d < r:
-        fail(f"{name}: dim {d} out of range for a rank-{rank} tensor")
-    return d % r
-
-
-def _scatter_value_shape(shapes, attrs, cx):
-    x, idx = shapes
-    d = _dim("aten.scatter.value", attrs["dim"], len(x))
-    if len(idx) != len(x):
-        fail(f"aten.scatter.value: self {fmt_shape(x)} and index {fmt_shape(idx)} differ in rank")
-    for i in range(len(x)):
-        if i != d and not cx.prove("<=", idx[i], x[i]):
-            fail(f"aten.scatter.value: index {fmt_shape(idx)} exceeds self {fmt_shape(x)} on dim {i}")
-    return tuple(x)
-
-
-def _scatter_value_ref(xs, attrs):
-    x, idx = xs
-    out = x.copy()
-    if x.ndim == 0:
-        out[...] = attrs["value"]
-        return out
-    d = _dim("aten.scatter.value", attrs["dim"], x.ndim)
-    coords = list(np.indices(idx.shape))
-    coords[d] = idx.astype(np.int64)
-    out[tuple(coords)] = float(attrs["value"])
-    return out
+from .ops import _dim
 
 
 def _sort_shapes(shapes, attrs, cx):
@@ -96,7 +67,7 @@ LEMMAS = [
     L(1351, "scatter-at-every-topk-index",
       f"aten.scatter.value({_FULL}, aten.topk#1(?y, k=?k, dim=?d, largest=?l, sorted=?o), dim=?d, value=?w)"
       " => aten.full(size=?s, fill_value=?w, dtype=?t)",
-      "shape(?y) == ?s and ?k == at(?s, ?d) and ?t != None",
+      "shape(?y) == ?s and ?k == at(?s, ?d) and floating(?t)",  # a number written into an integer tensor promotes it
       examples=[{"y": [4, 3], "s": [4, 3], "k": 4, "d": 0, "l": True, "o": False, "v": 0, "t": "float32", "w": 1},
-                {"y": [2, 5], "s": [2, 5], "k": 5, "d": 1, "l": False, "o": True, "v": 0, "t": "int64", "w": 3}]),
+                {"y": [2, 5], "s": [2, 5], "k": 5, "d": 1, "l": False, "o": True, "v": 0, "t": "float64", "w": 3}]),
 ]

@@ -9,6 +9,7 @@ from pathlib import Path
 from .engine.lemma import relevant_rules, term_ops
 from .engine.egraph import Budget, EGraph
 from .engine.infer import Context, compute_out_rel, is_held
+from .engine.normalise import drop_identities
 from .engine.result import VerifyResult
 from .errors import InputError, ShapeError
 from .frontends import LoadRequest
@@ -64,6 +65,8 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
             with _collector_paused():
                 graphs.append(plugins.frontend(fe).load(req))
     g_s, g_d = graphs
+    for g in graphs:
+        drop_identities(g, reg, cx)  # x + 0, x * 1 (engine/normalise.py)
     check_relation(g_s, g_d, rel, plugins, cx)
     return g_s, g_d, rel, plugins
 

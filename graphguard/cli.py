@@ -148,7 +148,7 @@ def lemmas_check(ctx, trials, seed, refs):
     """Fuzz every lemma against the NumPy references; fails loudly on an unsound or untested one."""
     import time
 
-    from .engine.fuzz import CHECK_TRIALS, fuzz_rule
+    from .engine.fuzz import CHECK_TRIALS, check_identity, fuzz_rule
     trials = trials or CHECK_TRIALS
     pl = _plugins(ctx.find_root(), gate=False)  # the tool that shows why a pack is refused
     t0 = time.monotonic()
@@ -166,8 +166,15 @@ def lemmas_check(ctx, trials, seed, refs):
         else:
             bad += 1
             click.echo(f"FAIL  {r.id:>6} {r.lemma.name} [{r.lemma.where}]: {rep.why()}")
+    idents = 0
+    for op in (o for o in pl.registry if o.identity and not refs):  # the identity declarations (engine/normalise.py)
+        for name, n, why in check_identity(op, pl.registry, seed=seed, trials=trials):
+            idents += 1
+            bad += why is not None
+            click.echo(f"ok    {name} ({n} instances)" if why is None else f"FAIL  {name} [{op.source}]: {why}")
     lemmas_n = len({id(r.lemma) for r in rules})
-    click.echo(f"{len(rules) - bad} passed, {bad} failed ({lemmas_n} lemmas, {len(rules)} rules"
+    click.echo(f"{len(rules) + idents - bad} passed, {bad} failed ({lemmas_n} lemmas, {len(rules)} rules, "
+               f"{idents} identity declarations"
                + (f"; fewest instances: {least.instances} ({least.rule.id})" if least else "")
                + f"; {time.monotonic() - t0:.1f} s)")
     ctx.exit(1 if bad else 0)

@@ -414,3 +414,49 @@ def test_new_aten_ops_are_captured_and_match_torch(plugins):
         op = reg.get(name)
         got = op.ref([a.numpy() for a in args], {s.name: attrs.get(s.name, s.default) for s in op.attrs})
         assert np.allclose(np.asarray(got, dtype=np.float64), want.numpy().astype(np.float64)), name
+
+
+# -- identity elements (engine/normalise.py): x + 0, x * 1 dropped before proving ------------------------------
+
+def _partial_sum_from(fill, fill_op="aten.full", alpha=1):
+    """Y = X @ W in G_s; on each rank Z = C + X@r @ W@r, a partial sum started from a constant C (Y is their
+    sum: the partial results allowed)."""
+    attrs = {"size": [4, 3], "fill_value": fill, "dtype": "float32"} if fill_op == "aten.full" else \
+        {"s": fill, "dtype": "float32"}
+
+    def impl(r):
+        return [(fill_op, [], f"C@{r}", attrs), ("aten.mm", _at(r, "X", "W"), f"P@{r}", {}),
+                ("aten.add.Tensor", [f"C@{r}", f"P@{r}"], f"Z@{r}", {"alpha": alpha})]
+    return ([("aten.mm", ["X", "W"], "Y", {})], impl, {"X": [4, 4], "W": [4, 3]}, {"X": [4, 2], "W": [2, 3]},
+            {"X": "concat(X@0, X@1, dim=1)", "W": "concat(W@0, W@1, dim=0)"})
+
+
+@pytest.mark.parametrize("fill,fill_op,alpha,ok", [
+    ("0", "aten.full", 1, True),             # x.new_zeros(shape) + y
+    ("0", "aten.scalar_tensor", 1, True),    # a 0-dim zero: kept in the graph, lemma 408 drops it
+    ("1", "aten.full", 1, False),            # not the identity: 1 + y
+    ("nan", "aten.full", 1, False),          # an empty buffer read (the PyTorch frontend fills it with NaN)
+    ("0", "aten.full", 2, False),            # 0 + 2 y
+])
+def test_identity_elements_are_dropped_before_proving(plugins, fill, fill_op, alpha, ok):
+    spec, impl, shapes, shards, rel = _partial_sum_from(fill, fill_op, alpha)
+    res = _verify(plugins, spec, impl, shapes, shards, rel, allow_partial=True)
+    assert res.verdict == ("refines" if ok else "does-not-refine"), res.render()
+    if ok:
+        assert res.r_o_lines() == ["Y = sum(Z@0, Z@1)"]
+
+
+def test_identity_declarations_are_fuzzed(plugins):
+    """Every declared identity passes the fuzzer; a false one (0 - x, x * 0) is caught on a counterexample."""
+    import dataclasses
+
+    from graphguard.engine.fuzz import check_identity
+    reg = plugins.registry
+    declared = [op for op in reg if op.identity]
+    assert {"aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", "aten.div.Tensor"} <= {o.name for o in declared}
+    for op in declared:
+        assert all(why is None and n >= 20 for _, n, why in check_identity(op, reg)), op.name
+    for name, wrong in (("aten.sub.Tensor", ((0, 0, {"alpha": 1}),)), ("aten.mul.Tensor", ((1, 0, {}),)),
+                        ("aten.div.Tensor", ((0, 1, {}),))):
+        op = dataclasses.replace(reg.get(name), identity=wrong)
+        assert check_identity(op, reg)[0][2], name

@@ -383,3 +383,42 @@ def _describe(rule: Rule, shapes: dict, env: dict, dtypes: dict) -> str:
 
 def check_all(rules: list[Rule], reg: Registry, trials: int = CHECK_TRIALS, seed: int = 0) -> list[FuzzReport]:
     return [fuzz_rule(r, reg, trials=trials, seed=seed) for r in rules]
+
+
+def check_identity(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS) -> list[tuple[str, int, str | None]]:
+    """Each ``identity`` declaration of ``op`` (:mod:`graphguard.engine.normalise` drops the op where it holds)
+    fuzzed: ``op`` of x and a constant of the identity value -- of x's shape or 0-dim, in x's dtype or another
+    -- equals x wherever the result keeps x's shape and dtype, over every dtype, empty and size-1 dims, and
+    0, -0.0, inf, NaN mixed into x. Returns ``(name, instances, failure or None)`` per declaration."""
+    from ..ir.ops import normalize_attrs
+    out = []
+    for k, (pos, value, fixed) in enumerate(op.identity):
+        name = f"identity[{op.name}#{k}]"
+        rng = random.Random(seed * 7919 + k + sum(map(ord, op.name)))
+        nrng = np.random.default_rng(seed * 104729 + k + sum(map(ord, op.name)))
+        seen, failure = set(), None
+        for _ in range(40 * trials):
+            if len(seen) >= trials or failure:
+                break
+            shape = tuple(_size(rng) for _ in range(rng.randint(0, 3)))
+            dt = rng.choice(DTYPES)
+            cdt = dt if rng.random() < 0.7 else rng.choice(DTYPES)
+            cshape = shape if rng.random() < 0.7 else ()
+            attrs = dict(normalize_attrs(op, dict(fixed), op.name))
+            out_dtype = op.dtype([dt, cdt] if pos == 1 else [cdt, dt], attrs) if op.dtype else dt
+            if out_dtype != dt:
+                continue  # promoted: the op is not dropped there
+            x = _values(nrng, shape, dt, special=rng.random() < 0.35)
+            c = np.full(cshape, float(value)).astype(np.float64 if cdt in FLOATS else cdt)
+            try:
+                with np.errstate(all="ignore"):
+                    got = op.ref([x, c] if pos == 1 else [c, x], attrs)
+            except Exception:  # noqa: BLE001 -- not defined for this dtype (torch raises too)
+                continue
+            seen.add((shape, cshape, dt, cdt))
+            why = _compare(got, x)
+            if why:
+                failure = f"{op.name} of x {list(shape)} {dt} and {value} {list(cshape)} {cdt}: {why}"
+        out.append((name, len(seen), failure or (None if len(seen) >= MIN_INSTANCES else
+                                                 f"only {len(seen)} instances (needs {MIN_INSTANCES})")))
+    return out

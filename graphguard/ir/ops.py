@@ -141,6 +141,10 @@ class OpDef:
     (``add``: ``((0, 1),)``). ``scalar_factor``: the op is ``x * c`` for its number attribute of that name
     (``scale``'s ``factor``). ``reduction``: a :class:`Reduction`. ``rowwise``: a :class:`RowWise`.
     ``data_movement``: every output entry is a copy of an entry of input 0 (the other inputs are indices).
+    ``identity``: ``((input, value, attrs), ...)`` -- that input filled with ``value`` (under those attribute
+    values) makes the op return its other input (``x + 0``, ``x * 1``) where shape and dtype stay the same;
+    :mod:`graphguard.engine.normalise` drops such ops before proving, and the fuzzer checks the declaration.
+    ``fill``: an op without tensor inputs whose every entry is its number attribute of that name (a constant).
     """
     name: str
     arity: int | None
@@ -167,6 +171,8 @@ class OpDef:
     reduction: "Reduction | None" = None
     rowwise: "RowWise | None" = None
     data_movement: bool = False
+    identity: tuple = ()
+    fill: str = ""
 
     def linear_groups(self) -> tuple[tuple[int, ...], ...]:
         """``linear`` with every entry a tuple of inputs."""

@@ -52,5 +52,5 @@ OPS = [
     _unary("exp", np.exp, "Elementwise exp(x)."),
     OpDef("core.full", 0, _full_shape, lambda xs, a: np.full([int(d) for d in a["shape"]],
                                                             float(a["value"])),
-          (AttrSpec("shape", "scalars"), AttrSpec("value", "number")), doc="A constant tensor."),
+          (AttrSpec("shape", "scalars"), AttrSpec("value", "number")), doc="A constant tensor.", fill="value"),
 ]

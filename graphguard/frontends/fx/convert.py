@@ -56,10 +56,14 @@ class TGraph:
 
 IDENTITY = {"aten.clone.default", "aten.detach.default", "aten.alias.default", "aten.lift_fresh_copy.default",
             "aten.contiguous.default", "_c10d_functional.wait_tensor.default", "aten.lift_fresh.default"}
+# an empty buffer holds whatever memory held: it is filled with NaN, which poisons every result that reads it
+# (NaN + y is not y), so a program that reads an unwritten part is never certified; fully overwritten (the
+# backward of an in-place op copies into it), its contents never matter
+_UNSET = float("nan")
 FILLS = {"aten.new_zeros.default": 0, "aten.zeros_like.default": 0, "aten.new_ones.default": 1,
          "aten.ones_like.default": 1, "aten.new_full.default": None, "aten.full_like.default": None,
-         "aten.new_empty.default": 0, "aten.empty_like.default": 0, "aten.empty.memory_format": 0,
-         "aten.new_empty_strided.default": 0, "aten.empty_strided.default": 0}  # empty: never read before written (the backward of an in-place op copies into it)
+         "aten.new_empty.default": _UNSET, "aten.empty_like.default": _UNSET, "aten.empty.memory_format": _UNSET,
+         "aten.new_empty_strided.default": _UNSET, "aten.empty_strided.default": _UNSET}
 EMPTY = {"aten.empty_like.default", "aten.new_empty.default", "aten.empty.memory_format",
          "aten.empty_strided.default", "aten.new_empty_strided.default"}  # fresh buffers: contents never read
 AUTO_FUNCTIONALIZED = {"auto_functionalized", "auto_functionalized_v2"}  # in-place custom ops, functionalised

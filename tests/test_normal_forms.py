@@ -7,7 +7,7 @@ from graphguard.engine.prove import proves
 
 F = "float32"
 S = {"a": [2, 3], "b": [3], "c": [2, 3], "g": [2, 3], "x": [2, 3], "y": [2, 1, 3], "u": [1, 3], "w": [3, 4],
-     "m": [3, 2]}
+     "m": [3, 2], "e": []}
 T = "dims=[1, 0]"
 
 
@@ -53,6 +53,12 @@ PROVES = [
     ("aten.add.Tensor(a, aten.neg(b))", "aten.sub.Tensor(a, b)"),
     # 1854: (b^T a^T)^T is a @ b
     ("aten.mm(x, w)", f"permute(aten.mm(permute(w, {T}), permute(x, {T})), {T})"),
+    # 1853: the backward of ((a - y) ** 2).mean() as autograd writes it: (expand(g) / n) * (2 * (a - y) ** 1)
+    ("aten.mse_loss_backward(aten.mul.Scalar(e, other=0.5), a, c, reduction=1)",
+     "aten.mul.Tensor(aten.div.Scalar(aten.expand(aten.mul.Scalar(e, other=0.5), size=[2, 3]), other=6),"
+     " aten.mul.Scalar(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=1), other=2))"),
+    # a factor taken back: (x / 2) * (2 y) is x * y (553 folds a number into a scale, never pushes it inside)
+    ("aten.mul.Tensor(aten.mul.Scalar(x, other=0.5), aten.mul.Scalar(a, other=2))", "aten.mul.Tensor(x, a)"),
     ("aten.gelu(aten.mm(x, w), approximate=\"none\")",
      f"aten.gelu(permute(aten.mm(permute(w, {T}), permute(x, {T})), {T}), approximate=\"none\")"),
 ]
@@ -83,6 +89,15 @@ MUST_NOT = [
     ("aten.add.Tensor(a, aten.neg(c))", "aten.add.Tensor(a, c)"),
     ("aten.add.Tensor(a, aten.neg(c))", "aten.sub.Tensor(c, a)"),
     ("aten.add.Tensor(a, aten.neg(c), alpha=2)", "aten.sub.Tensor(a, c)"),
+    ("aten.mse_loss_backward(e, a, c, reduction=1)",  # 1 / n, not 2 / n
+     "aten.mul.Tensor(aten.div.Scalar(aten.expand(e, size=[2, 3]), other=6), aten.sub.Tensor(a, c))"),
+    ("aten.mse_loss_backward(e, a, c, reduction=1)",  # y - a
+     "aten.mul.Tensor(aten.div.Scalar(aten.expand(e, size=[2, 3]), other=6),"
+     " aten.mul.Scalar(aten.pow.Tensor_Scalar(aten.sub.Tensor(c, a), exponent=1), other=2))"),
+    ("aten.mse_loss_backward(e, a, c, reduction=2)",  # a sum, not a mean
+     "aten.mul.Tensor(aten.div.Scalar(aten.expand(e, size=[2, 3]), other=6),"
+     " aten.mul.Scalar(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=1), other=2))"),
+    ("aten.mul.Tensor(aten.mul.Scalar(x, other=0.5), aten.mul.Scalar(a, other=3))", "aten.mul.Tensor(x, a)"),
     ("aten.mm(x, w)", f"aten.mm(permute(w, {T}), permute(x, {T}))"),  # not transposed back
     ("aten.mm(x, m)", f"permute(aten.mm(permute(x, {T}), permute(m, {T})), {T})"),  # operands not swapped
 ]

@@ -103,6 +103,14 @@ def _gg_scale2(x):  # bug: twice the value
     return x * 2 if _gg_float(x) else x
 
 
+def _gg_neg(x):  # bug: the sign flipped
+    return -x if _gg_float(x) else x
+
+
+def _gg_detach(x):  # bug: no gradient flows back through x
+    return x.detach() if _gg_float(x) and x.requires_grad else x
+
+
 def _gg_empty_views(x):  # a fresh empty_like buffer written through two views
     if not _gg_float(x) or x.dim() == 0 or x.shape[0] < 2:
         return x
@@ -526,6 +534,12 @@ KINDS = {k.name: k for k in [
                              ast.Div: ast.Mult}[type(n.op)]())(n), "+ <-> -, * <-> /", per_example=4),
     Kind("drop-term", False, _B(ast.Add, ast.Sub), lambda n: n.left, "a + b -> a", per_example=4),
     Kind("activation", False, _is_act, _act_rw, "gelu <-> silu, relu -> gelu, softmax -> log_softmax, ...", per_example=4),
+    Kind("negate", False, _tensor_call, _helper("_gg_neg"), "a computed tensor's sign flipped", per_example=4),
+    Kind("detach", False, _tensor_call, _helper("_gg_detach"), "a computed tensor detached (its gradient lost)",
+         per_example=4),
+    Kind("swap-operands", False, _B(ast.Sub, ast.Div), _swap_binop, "a - b -> b - a, a / b -> b / a", per_example=4),
+    Kind("drop-scale", False, _scalar_operand, lambda n: n.left, "a scaled term without its factor (x * c -> x)",
+         per_example=4),
     Kind("shard-swap", False, None, None, "an input's shards concatenated in the wrong order (relation)", per_example=4),
 ]}
 EQUIVALENT = [k for k, v in KINDS.items() if v.equivalent]

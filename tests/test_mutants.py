@@ -21,6 +21,9 @@ CASES = {
     "mlp-tp/activation/1": (True, "does-not-refine"),
     "mlp-tp/shard-swap/1": (True, "does-not-refine"),  # fc1.weight's shards in the wrong order
     "mlp-tp/wrong-const/0": (False, "refines"),  # world > 2: the identity forward f skipped, not read
+    "mlp-tp/negate/3": (True, "does-not-refine"),  # a computed tensor's sign flipped
+    "mlp-tp/detach/3": (True, "missing-output"),  # a gradient no longer computed
+    "grad-accum/mse-expanded/0": (False, "refines"),  # ((a - y) ** 2).mean(), forward and backward (1853)
 }
 
 

@@ -1,4 +1,4 @@
-"""Normal forms (lemmas 1500-1507, lemma_packs/aten/normal.py): each proves the rewrite it states and must not prove
+"""Normal forms (lemmas 1500-1507, lemma_packs/aten/normal.py; 1850-1854, normal2.py): each proves the rewrite it states and must not prove
 its near misses. Also: fresh strided buffers (``new_empty_strided``, the backward of writes into views of an
 ``empty_like`` buffer) are read as the empty buffers they are."""
 import pytest
@@ -6,7 +6,9 @@ import pytest
 from graphguard.engine.prove import proves
 
 F = "float32"
-S = {"a": [2, 3], "b": [3], "c": [2, 3], "g": [2, 3], "x": [2, 3], "y": [2, 1, 3], "u": [1, 3]}
+S = {"a": [2, 3], "b": [3], "c": [2, 3], "g": [2, 3], "x": [2, 3], "y": [2, 1, 3], "u": [1, 3], "w": [3, 4],
+     "m": [3, 2], "e": []}
+T = "dims=[1, 0]"
 
 
 def st(v):
@@ -39,6 +41,26 @@ PROVES = [
     ("aten.sum.dim_IntList(reshape(a, shape=[2, 1, 3]), dim=[1], keepdim=false)", "a"),
     # 1507: mse written out
     ("aten.mse_loss(a, c, reduction=1)", "aten.mean(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=2))"),
+    # 1850: x / c for a number c is x * (1 / c)
+    ("aten.div.Scalar(a, other=4)", "aten.mul.Scalar(a, other=0.25)"),
+    ("aten.div.Scalar(a, other=4)", f"aten.div.Tensor(a, {st(4)})"),
+    # 1851: x ** 1 (the backward of x ** 2 is 2 * x ** 1 * g)
+    ("aten.pow.Tensor_Scalar(a, exponent=1)", "a"),
+    ("aten.mul.Scalar(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=1), other=2)",
+     "aten.mul.Scalar(aten.sub.Tensor(a, c), other=2)"),
+    # 1852: a + (-b) is a - b (with broadcasting)
+    ("aten.add.Tensor(a, aten.neg(c))", "aten.sub.Tensor(a, c)"),
+    ("aten.add.Tensor(a, aten.neg(b))", "aten.sub.Tensor(a, b)"),
+    # 1854: (b^T a^T)^T is a @ b
+    ("aten.mm(x, w)", f"permute(aten.mm(permute(w, {T}), permute(x, {T})), {T})"),
+    # 1853: the backward of ((a - y) ** 2).mean() as autograd writes it: (expand(g) / n) * (2 * (a - y) ** 1)
+    ("aten.mse_loss_backward(aten.mul.Scalar(e, other=0.5), a, c, reduction=1)",
+     "aten.mul.Tensor(aten.div.Scalar(aten.expand(aten.mul.Scalar(e, other=0.5), size=[2, 3]), other=6),"
+     " aten.mul.Scalar(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=1), other=2))"),
+    # a factor taken back: (x / 2) * (2 y) is x * y (553 folds a number into a scale, never pushes it inside)
+    ("aten.mul.Tensor(aten.mul.Scalar(x, other=0.5), aten.mul.Scalar(a, other=2))", "aten.mul.Tensor(x, a)"),
+    ("aten.gelu(aten.mm(x, w), approximate=\"none\")",
+     f"aten.gelu(permute(aten.mm(permute(w, {T}), permute(x, {T})), {T}), approximate=\"none\")"),
 ]
 
 MUST_NOT = [
@@ -60,6 +82,24 @@ MUST_NOT = [
     ("aten.sum.dim_IntList(x, dim=[0], keepdim=false)", "reshape(slice(x, dim=0, start=0, end=1), shape=[3])"),
     ("aten.mse_loss(a, c, reduction=1)", "aten.sum(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=2))"),
     ("aten.mse_loss(a, c, reduction=1)", "aten.mean(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=3))"),
+    ("aten.div.Scalar(a, other=4)", "aten.mul.Scalar(a, other=4)"),
+    ("aten.div.Scalar(a, other=4)", "aten.mul.Scalar(a, other=0.5)"),
+    ("aten.pow.Tensor_Scalar(a, exponent=2)", "a"),
+    ("aten.pow.Tensor_Scalar(a, exponent=-1)", "a"),
+    ("aten.add.Tensor(a, aten.neg(c))", "aten.add.Tensor(a, c)"),
+    ("aten.add.Tensor(a, aten.neg(c))", "aten.sub.Tensor(c, a)"),
+    ("aten.add.Tensor(a, aten.neg(c), alpha=2)", "aten.sub.Tensor(a, c)"),
+    ("aten.mse_loss_backward(e, a, c, reduction=1)",  # 1 / n, not 2 / n
+     "aten.mul.Tensor(aten.div.Scalar(aten.expand(e, size=[2, 3]), other=6), aten.sub.Tensor(a, c))"),
+    ("aten.mse_loss_backward(e, a, c, reduction=1)",  # y - a
+     "aten.mul.Tensor(aten.div.Scalar(aten.expand(e, size=[2, 3]), other=6),"
+     " aten.mul.Scalar(aten.pow.Tensor_Scalar(aten.sub.Tensor(c, a), exponent=1), other=2))"),
+    ("aten.mse_loss_backward(e, a, c, reduction=2)",  # a sum, not a mean
+     "aten.mul.Tensor(aten.div.Scalar(aten.expand(e, size=[2, 3]), other=6),"
+     " aten.mul.Scalar(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=1), other=2))"),
+    ("aten.mul.Tensor(aten.mul.Scalar(x, other=0.5), aten.mul.Scalar(a, other=3))", "aten.mul.Tensor(x, a)"),
+    ("aten.mm(x, w)", f"aten.mm(permute(w, {T}), permute(x, {T}))"),  # not transposed back
+    ("aten.mm(x, m)", f"permute(aten.mm(permute(x, {T}), permute(m, {T})), {T})"),  # operands not swapped
 ]
 
 
@@ -79,6 +119,16 @@ def test_every_normal_form_passes_the_fuzzer(plugins):
     refs = {lem.ref for lem in LEMMAS}
     rules = [r for r in plugins.lemmas if r.lemma.ref in refs]
     assert refs and all(1500 <= r < 1600 for r in refs) and {r.lemma.ref for r in rules} == refs
+    bad = [(r.id, rep.why()) for r in rules if not (rep := fuzz_rule(r, plugins.registry)).ok]
+    assert not bad
+
+
+def test_every_normal_form_of_normal2_passes_the_fuzzer(plugins):
+    from graphguard.engine.fuzz import fuzz_rule
+    from lemma_packs.aten.normal2 import LEMMAS
+    refs = {lem.ref for lem in LEMMAS}
+    rules = [r for r in plugins.lemmas if r.lemma.ref in refs]
+    assert refs and all(1850 <= r < 1900 for r in refs) and {r.lemma.ref for r in rules} == refs
     bad = [(r.id, rep.why()) for r in rules if not (rep := fuzz_rule(r, plugins.registry)).ok]
     assert not bad
 

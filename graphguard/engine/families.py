@@ -149,8 +149,9 @@ def scalar_factor_out(op, reg):  # f(c * a, x) -> c * f(a, x)
     of a joint group -- moves out. Through data movement (of input 0) exactly, whatever the factor and dtype: the
     same entries are multiplied."""
     n = _n_inputs(op)
-    if op.scalar_factor or not n:
-        return  # factors combine by their own lemmas
+    if op.scalar_factor or (op.scaling and n == 1) or not n:
+        return  # factors combine by their own lemmas (a factor pushed into x * c makes x * c a new class: where
+        # G_d holds y and 2 y, y = (2 y) / 2 would grow 4 y, 8 y, ... without end)
     groups = op.linear_groups()
     if op.data_movement and (0,) not in groups:
         groups += ((0,),)

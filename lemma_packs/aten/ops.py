@@ -377,9 +377,9 @@ ELEMENTWISE_OPS = [
     # (not declared a scalar_factor: moving it out of every linear op, with 403 folding factors, grows
     # factor chains without bound on DTensor's scaled biases -- examples/gpt-tp-dtensor)
     _un("mul.Scalar", lambda x, a: x * _n(a["other"]), "self * other (a number).", _with_scalar("other"), (OTHER,),
-        linear=(0,)),
+        linear=(0,), scaling=True),
     _un("div.Scalar", lambda x, a: np.true_divide(x, _n(a["other"])), "self / other (a number), true division.",
-        lambda ds, a: ds[0] if _cat(ds[0]) == 2 else "float32", (OTHER,), linear=(0,)),
+        lambda ds, a: ds[0] if _cat(ds[0]) == 2 else "float32", (OTHER,), linear=(0,), scaling=True),
     _un("pow.Tensor_Scalar", lambda x, a: np.power(x, _n(a["exponent"])), "self ** exponent (a number).",
         _with_scalar("exponent"), (AttrSpec("exponent", "number"),)),
     _un("neg", lambda x, a: np.negative(x), "-self.", linear=(0,), scaling=True),

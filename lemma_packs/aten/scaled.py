@@ -39,6 +39,8 @@ LEMMAS = [
       "aten.expand(scale(?x, factor=?f), size=?s, implicit=?i) => scale(aten.expand(?x, size=?s, implicit=?i), factor=?f)"),
     L(551, "div-of-scaled-numerator", "aten.div.Tensor(scale(?a, factor=?f), ?b) => scale(aten.div.Tensor(?a, ?b), factor=?f)"),
     L(552, "neg-of-scale", "aten.neg(scale(?x, factor=?f)) => scale(aten.neg(?x), factor=?f)"),
-    L(553, "mul-scalar-of-scale", "aten.mul.Scalar(scale(?x, factor=?f), other=?c) => scale(aten.mul.Scalar(?x, other=?c), factor=?f)",
-      "floating(dtype(?x))"),
+    # (folded, not pushed inside: scale(x * c, f) is a new class x * c, and where G_d holds y and 2 y, y = (2 y) / 2
+    # would grow 4 y, 8 y, ... without end)
+    L(553, "mul-scalar-of-scale", "aten.mul.Scalar(scale(?x, factor=?f), other=?c) => scale(?x, factor=?f * ?c)",
+      "floating(dtype(?x)) and finite(?c)"),
 ]

@@ -1,0 +1,30 @@
+"""More normal forms of the ATen pack (references 1850-1899): what autograd and users write out by hand.
+
+``x / c`` for a number c is ``x * (1 / c)`` (``div.Scalar``, as 400 does for a 0-dim constant), ``x ** 1`` is
+``x`` (the backward of ``x ** 2``), ``a + (-b)`` is ``a - b``, a transposed product ``(b^T a^T)^T`` is ``a @ b``, and
+the backward of a mean squared error written out (``2 / n * g * (a - y)``, as autograd differentiates
+``((a - y) ** 2).mean()``).
+"""
+from graphguard.engine.lemma import L
+
+LEMMAS = [
+    L(1850, "div-by-number-is-mul",
+      "aten.div.Scalar(?x, other=?c) => aten.mul.Scalar(?x, other=1 / ?c)",
+      "?c != 0 and finite(?c) and floating(dtype(?x))"),
+    L(1851, "pow-one", "aten.pow.Tensor_Scalar(?x, exponent=1) => ?x", "floating(dtype(?x))"),
+    L(1852, "add-of-neg-is-sub",
+      "aten.add.Tensor(?a, aten.neg(?b), alpha=1) => aten.sub.Tensor(?a, ?b, alpha=1)",
+      'dtype(?b) != "bool"'),
+    # (b^T a^T)^T is a @ b (matrices)
+    L(1854, "transposed-product",
+      "permute(matmul(permute(?b, dims=[1, 0]), permute(?a, dims=[1, 0])), dims=[1, 0]) => matmul(?a, ?b)"),
+    # mse_loss_backward(g, a, y) (a mean: g a 0-dim gradient) is 2 / n * g * (a - y), which autograd writes
+    # as (expand(g) / n) * (2 * (a - y) ** 1)
+    L(1853, "mse-backward-written-out",
+      "aten.mse_loss_backward(?g, ?a, ?b, reduction=1)"
+      " => aten.mul.Scalar(aten.mul.Tensor(aten.expand(?g, size=shape(?a), implicit=false), aten.sub.Tensor(?a, ?b, alpha=1)),"
+      " other=2.0 / numel(?a))",
+      "rank(?g) == 0 and shape(?a) == shape(?b) and numel(?a) > 0 and finite(2.0 / numel(?a)) and floating(dtype(?a))"
+      " and dtype(?g) == dtype(?a) and dtype(?b) == dtype(?a)",
+      examples=[{"g": [], "a": [2, 3], "b": [2, 3]}, {"g": [], "a": [4, 1], "b": [4, 1]}]),
+]

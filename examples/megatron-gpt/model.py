@@ -24,6 +24,19 @@ from graphguard.patches import megatron as gm
 BATCH, SEQ, HIDDEN, HEADS, VOCAB = 2, 8, 16, 4, 32
 LAYERS = int(os.environ.get("GG_LAYERS", "1"))
 SP = os.environ.get("GG_SP", "0") == "1"
+LABELS = os.environ.get("GG_LABELS", "0") == "1"
+
+
+class WithLabels(torch.nn.Module):
+    """The model called with ``labels=``: GPTModel's loss per token [b, s], from Megatron's own
+    vocab-parallel cross-entropy (``compute_language_model_loss``)."""
+
+    def __init__(self, gpt: GPTModel):
+        super().__init__()
+        self.gpt = gpt
+
+    def forward(self, input_ids, position_ids, attention_mask, labels):
+        return self.gpt(input_ids, position_ids, attention_mask, labels=labels)
 
 
 def _model(world: int) -> GPTModel:
@@ -33,7 +46,8 @@ def _model(world: int) -> GPTModel:
                                use_cpu_initialization=True, hidden_dropout=0.0, attention_dropout=0.0,
                                bias_dropout_fusion=False, gradient_accumulation_fusion=False,
                                masked_softmax_fusion=False, persist_layer_norm=False)
-    return GPTModel(config, get_gpt_layer_local_spec(), vocab_size=VOCAB, max_sequence_length=SEQ)
+    gpt = GPTModel(config, get_gpt_layer_local_spec(), vocab_size=VOCAB, max_sequence_length=SEQ)
+    return WithLabels(gpt) if LABELS else gpt
 
 
 def spec():
@@ -49,11 +63,17 @@ def inputs(rank, world):
     ids = torch.randint(0, VOCAB, (BATCH, SEQ))
     positions = torch.arange(SEQ).unsqueeze(0).expand(BATCH, SEQ).contiguous()
     causal = torch.triu(torch.ones(1, 1, SEQ, SEQ, dtype=torch.bool), diagonal=1)
+    if LABELS:
+        return ids, positions, causal, torch.randint(0, VOCAB, (BATCH, SEQ))
     return ids, positions, causal
 
 
 def relation(world, backward):
-    return {"inputs": gm.input_relation(lambda: _model(world), world, ["input_ids", "position_ids", "attention_mask"])}
+    names = ["input_ids", "position_ids", "attention_mask"] + (["labels"] if LABELS else [])
+    rel = {"inputs": gm.input_relation(lambda: _model(world), world, names)}
+    if LABELS:  # every label is a token of the vocabulary: what the TP=1 program's masking relies on
+        rel["ranges"] = {"labels": f"[0, {VOCAB})"}
+    return rel
 
 
 after_backward = gm.finalize_grads  # Megatron's gradient step: sums sequence-parallel LayerNorm gradients

@@ -77,7 +77,8 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
             result.failure = _failure(ctx, v, R, set(), f"search budget exhausted: {e.what}")
             return result
         result.node_stats.append(NodeStat(v.name, v.op, time.monotonic() - t0, len(explored)))
-        missing = [o for o in v.outputs if not r_v.get(o)]
+        # (an output nothing reads -- the indices of a max whose values alone are used -- constrains nothing)
+        missing = [o for o in v.outputs if not r_v.get(o) and (o in ctx.g_s.consumers or o in ctx.g_s.outputs)]
         if missing:
             # a failure after a truncated search could be an artefact of the truncation
             result.verdict = "inconclusive" if ctx.stats.get("truncated") else "does-not-refine"

@@ -1,0 +1,76 @@
+"""Lemmas for megatron-core's own vocab-parallel cross-entropy with labels (``examples/megatron-gpt``,
+``GG_LABELS=1``). References: 1310-1317.
+
+``VocabParallelCrossEntropy.calculate_predicted_logits`` (megatron/core/tensor_parallel/cross_entropy.py) on rank
+r, owning vocabulary columns [s, e) of the logits: ``mask = (target < s) | (target >= e)``, ``local = target - s``
+with ``local[mask] = 0``, the target's logit ``logits_2d[arange, local.view(-1)]`` viewed back as the target's
+[s, b] and zeroed where masked; the ranks' results are all-reduced. Unlike ``vocab.py`` (476-479, for 1-D
+targets) the mask lives on the [s, b] targets and the lookup on their flattened view.
+
+The program at tensor-parallel size 1 masks too, with [0, V): its mask is nothing, and its lookup before the
+zeroing the target's logit itself, *when every label lies in [0, V)*. That is a fact about the input, which a
+relation file states in ``ranges:`` (``labels: "[0, 32)"``); conditions read it with ``vmin`` / ``vend``
+(every value in [vmin, vend)). A comparison that no value in range satisfies is all false (1310, 1311);
+or-ing and index_put-ing an all-false mask change nothing (1312-1314), nor does subtracting 0 (1317); a lookup
+of the target's logit whose ids lie in [0, V) is its masked form (1316), which splits over the vocabulary
+columns like 477 (1315, for any ids).
+"""
+from graphguard.engine.lemma import L
+
+_FALSE = 'aten.full(size={z}, fill_value=0, dtype="bool")'
+_MASK = "aten.bitwise_or.Tensor(aten.lt.Scalar({t}, other={s}), aten.ge.Scalar({t}, other={e}))"
+_LOCAL = (f"aten.index_put(aten.sub.Tensor({{t}}, aten.scalar_tensor(s={{s}}, dtype=int64)), {_MASK},"
+          " aten.full(size=[], fill_value=0, dtype=int64))")
+_ZERO = "aten.full(size=[], fill_value=0, dtype=float32)"
+# Megatron's predicted logits of logits x [m, cols] for targets t (any shape of m entries), ids in [s, e)
+_LOOKUP = f"aten.index.Tensor({{x}}, aten.arange.start(start=0, end={{m}}), reshape({_LOCAL}, shape={{u}}))"
+_PREDICTED = f"aten.index_put(reshape({_LOOKUP}, shape={{w}}), {_MASK}, {_ZERO})"
+
+
+def _pred(x, t, s, e, m, u, w):
+    return _PREDICTED.format(x=x, t=t, s=s, e=e, m=m, u=u, w=w)
+
+
+_CA, _CAB = "size(?a, 1)", "size(?a, 1) + size(?b, 1)"
+_SPLIT_EXAMPLES = [{"a": [n, a], "b": [n, b], "t": t, "m": n, "u": [n], "w": t, "s": s, "e": s + a + b}
+                   for n, a, b, s, t in ((6, 2, 3, 1, [3, 2]), (4, 2, 2, 0, [2, 2]), (2, 1, 3, 4, [1, 2]),
+                                         (6, 3, 1, 2, [2, 3]), (3, 2, 2, 0, [3, 1]), (4, 4, 4, 0, [4]))]
+
+LEMMAS = [
+    L(1310, "less-than-below-range-is-false",
+      f"aten.lt.Scalar(?t, other=?s) => {_FALSE.format(z='shape(?t)')}", "finite(?s) and vmin(?t) >= ?s",
+      examples=[{"t": [2, 3], "s": 0, "t:range": (0, 4)}, {"t": [3], "s": 2, "t:range": (2, 9)}]),
+    L(1311, "at-least-range-end-is-false",
+      f"aten.ge.Scalar(?t, other=?e) => {_FALSE.format(z='shape(?t)')}", "finite(?e) and vend(?t) <= ?e",
+      examples=[{"t": [2, 3], "e": 4, "t:range": (0, 4)}, {"t": [3], "e": 6, "t:range": (-2, 5)}]),
+    L(1312, "or-with-all-false",
+      f"aten.bitwise_or.Tensor(?a, {_FALSE.format(z='?z')}) => ?a", "?z == shape(?a) and dtype(?a) == \"bool\"",
+      examples=[{"a": [2, 3], "z": [2, 3]}, {"a": [4], "z": [4]}]),
+    L(1313, "all-false-or",
+      f"aten.bitwise_or.Tensor({_FALSE.format(z='?z')}, ?a) => ?a", "?z == shape(?a) and dtype(?a) == \"bool\"",
+      examples=[{"a": [2, 3], "z": [2, 3]}, {"a": [4], "z": [4]}]),
+    # x[mask] = v with a mask of x's shape that selects nothing
+    L(1314, "index-put-at-no-entry",
+      f"aten.index_put(?x, {_FALSE.format(z='?z')}, ?v, accumulate=?c, absent=[]) => ?x",
+      "?z == shape(?x) and rank(?v) == 0",
+      examples=[{"x": [2, 3], "z": [2, 3], "v": [], "c": False}, {"x": [4], "z": [4], "v": [], "c": True}]),
+    # the ranks' masked lookups over their column shards add up to the masked lookup of the whole (any ids)
+    L(1315, "megatron-predicted-logits-of-vocab-shards",
+      f"{_pred('concat(?a, ?b, dim=1)', '?t', '?s', '?e', '?m', '?u', '?w')}"
+      f" => sum({_pred('?a', '?t', '?s', '?s + ' + _CA, '?m', '[?m]', 'shape(?t)')},"
+      f" {_pred('?b', '?t', '?s + ' + _CA, '?e', '?m', '[?m]', 'shape(?t)')})",
+      f"?u == [?m] and ?w == shape(?t) and ?m == numel(?t) and ?m == size(?a, 0) and rank(?a) == 2"
+      f" and ?s // 1 == ?s and ?e - ?s == {_CAB} and {_CA} >= 1 and size(?b, 1) >= 1",
+      index={"t": "?e + 2"}, examples=_SPLIT_EXAMPLES),
+    # ids all in [0, cols): a plain lookup of the target's logit is its masked form over all the columns
+    L(1316, "lookup-of-ids-in-range-is-megatron-masked-lookup",
+      "aten.index.Tensor(?x, aten.arange.start(start=0, end=?m), reshape(?t, shape=?u))"
+      f" => reshape({_pred('?x', '?t', 0, 'size(?x, 1)', '?m', '[?m]', 'shape(?t)')}, shape=[?m])",
+      "?u == [?m] and ?m == numel(?t) and rank(?x) == 2 and vmin(?t) >= 0 and vend(?t) <= size(?x, 1)",
+      examples=[{"x": [n, c], "t": t, "m": n, "u": [n], "t:range": r}
+                for n, c, t, r in ((6, 4, [3, 2], (0, 4)), (4, 3, [2, 2], (1, 3)), (2, 5, [2], (0, 5)),
+                                   (6, 2, [2, 3], (0, 2)))]),
+    # Megatron's ids t - s at s = 0 (rank 0's shard, and the whole vocabulary at TP=1)
+    L(1317, "minus-zero", "aten.sub.Tensor(?x, aten.scalar_tensor(s=0, dtype=?t), alpha=?a) => ?x",
+      "finite(?a) and (dtype(?x) == ?t or (floating(dtype(?x)) and not floating(?t)))"),
+]

@@ -27,16 +27,12 @@ SP = os.environ.get("GG_SP", "0") == "1"
 LABELS = os.environ.get("GG_LABELS", "0") == "1"
 
 
-class WithLabels(torch.nn.Module):
-    """The model called with ``labels=``: GPTModel's loss per token [b, s], from Megatron's own
-    vocab-parallel cross-entropy (``compute_language_model_loss``)."""
-
-    def __init__(self, gpt: GPTModel):
-        super().__init__()
-        self.gpt = gpt
+class GPTWithLabels(GPTModel):
+    """GPTModel called with ``labels=``: its loss per token [b, s], from Megatron's own vocab-parallel
+    cross-entropy (``compute_language_model_loss``); the labels are the model's fourth input."""
 
     def forward(self, input_ids, position_ids, attention_mask, labels):
-        return self.gpt(input_ids, position_ids, attention_mask, labels=labels)
+        return super().forward(input_ids, position_ids, attention_mask, labels=labels)
 
 
 def _model(world: int) -> GPTModel:
@@ -46,8 +42,8 @@ def _model(world: int) -> GPTModel:
                                use_cpu_initialization=True, hidden_dropout=0.0, attention_dropout=0.0,
                                bias_dropout_fusion=False, gradient_accumulation_fusion=False,
                                masked_softmax_fusion=False, persist_layer_norm=False)
-    gpt = GPTModel(config, get_gpt_layer_local_spec(), vocab_size=VOCAB, max_sequence_length=SEQ)
-    return WithLabels(gpt) if LABELS else gpt
+    return (GPTWithLabels if LABELS else GPTModel)(config, get_gpt_layer_local_spec(), vocab_size=VOCAB,
+                                                   max_sequence_length=SEQ)
 
 
 def spec():

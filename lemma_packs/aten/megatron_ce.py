@@ -1,5 +1,5 @@
 """Lemmas for megatron-core's own vocab-parallel cross-entropy with labels (``examples/megatron-gpt``,
-``GG_LABELS=1``). References: 1310-1317.
+``GG_LABELS=1``). References: 1310-1319.
 
 ``VocabParallelCrossEntropy.calculate_predicted_logits`` (megatron/core/tensor_parallel/cross_entropy.py) on rank
 r, owning vocabulary columns [s, e) of the logits: ``mask = (target < s) | (target >= e)``, ``local = target - s``
@@ -25,6 +25,17 @@ _ZERO = "aten.full(size=[], fill_value=0, dtype=float32)"
 # Megatron's predicted logits of logits x [m, cols] for targets t (any shape of m entries), ids in [s, e)
 _LOOKUP = f"aten.index.Tensor({{x}}, aten.arange.start(start=0, end={{m}}), reshape({_LOCAL}, shape={{u}}))"
 _PREDICTED = f"aten.index_put(reshape({_LOOKUP}, shape={{w}}), {_MASK}, {_ZERO})"
+
+# its backward: grad_2d[arange, local.view(-1)] -= 1 - mask.view(-1).float() (softmax minus the one-hot of the
+# target on the rank owning it)
+_ROWS = "aten.arange.start(start=0, end={m})"
+_IDS = f"reshape({_LOCAL}, shape={{u}})"
+_ONE_HOT = (f"aten.index_put({{x}}, {_ROWS}, {_IDS}, aten.sub.Tensor(aten.index.Tensor({{x}}, {_ROWS}, {_IDS}),"
+            f" aten.rsub.Scalar(aten._to_copy(reshape({_MASK}, shape={{u}}), dtype=float32), other=1)))")
+
+
+def _one_hot(x, t, s, e, m, u="[?m]"):
+    return _ONE_HOT.format(x=x, t=t, s=s, e=e, m=m, u=u)
 
 
 def _pred(x, t, s, e, m, u, w):
@@ -68,6 +79,25 @@ LEMMAS = [
       f" => reshape({_pred('?x', '?t', 0, 'size(?x, 1)', '?m', '[?m]', 'shape(?t)')}, shape=[?m])",
       "?u == [?m] and ?m == numel(?t) and rank(?x) == 2 and vmin(?t) >= 0 and vend(?t) <= size(?x, 1)",
       examples=[{"x": [n, c], "t": t, "m": n, "u": [n], "t:range": r}
+                for n, c, t, r in ((6, 4, [3, 2], (0, 4)), (4, 3, [2, 2], (1, 3)), (2, 5, [2], (0, 5)),
+                                   (6, 2, [2, 3], (0, 2)))]),
+    # the backward: the ranks' one-hot updates of their column shards are the columns of the whole one's (any ids)
+    L(1318, "megatron-one-hot-update-of-vocab-shards",
+      f"{_one_hot('concat(?a, ?b, dim=1)', '?t', '?s', '?e', '?m', '?u')}"
+      f" => concat({_one_hot('?a', '?t', '?s', '?s + ' + _CA, '?m')}, {_one_hot('?b', '?t', '?s + ' + _CA, '?e', '?m')},"
+      f" dim=1)",
+      f"?u == [?m] and ?m == numel(?t) and ?m == size(?a, 0) and rank(?a) == 2 and ?s // 1 == ?s and ?e - ?s == {_CAB}"
+      f" and {_CA} >= 1 and size(?b, 1) >= 1 and floating(dtype(?a)) and floating(dtype(?b))",
+      index={"t": "?e + 2"}, examples=[{k: v for k, v in x.items() if k != "w"} for x in _SPLIT_EXAMPLES]),
+    # ids all in [0, cols): x[arange, ids] -= 1 - 0 (the TP=1 program, its mask all false) is the masked update
+    L(1319, "one-hot-update-of-ids-in-range-is-megatron-masked-update",
+      "aten.index_put(?x, aten.arange.start(start=0, end=?m), reshape(?t, shape=?u),"
+      " aten.sub.Tensor(aten.index.Tensor(?x, aten.arange.start(start=0, end=?m), reshape(?t, shape=?u)),"
+      f" aten.rsub.Scalar(aten._to_copy(reshape({_FALSE.format(z='?z')}, shape=?u), dtype=float32), other=1)))"
+      f" => {_one_hot('?x', '?t', 0, 'size(?x, 1)', '?m')}",
+      "?u == [?m] and ?m == numel(?t) and ?z == shape(?t) and rank(?x) == 2 and floating(dtype(?x))"
+      " and vmin(?t) >= 0 and vend(?t) <= size(?x, 1)",
+      examples=[{"x": [n, c], "t": t, "m": n, "u": [n], "z": t, "t:range": r}
                 for n, c, t, r in ((6, 4, [3, 2], (0, 4)), (4, 3, [2, 2], (1, 3)), (2, 5, [2], (0, 5)),
                                    (6, 2, [2, 3], (0, 2)))]),
     # Megatron's ids t - s at s = 0 (rank 0's shard, and the whole vocabulary at TP=1)

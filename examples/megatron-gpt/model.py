@@ -2,9 +2,12 @@
 linears, its attention and MLP), tensor-parallel on graphguard's fake process group, against the same model at
 tensor-parallel size 1.
 
-``GG_SP=1`` turns on sequence parallelism; ``GG_LAYERS`` sets the number of layers (1). The model's output is
-its vocabulary-parallel logits [s, b, V/W] (``parallel_output=True``): the word embedding is Megatron's
-``VocabParallelEmbedding`` and the output layer its column-parallel linear. Megatron's CUDA assumptions are
+``GG_SP=1`` turns on sequence parallelism; ``GG_LAYERS`` sets the number of layers (1). The model is called
+with ``labels``: its output is the loss per token [b, s] from Megatron's own vocab-parallel cross-entropy
+(``GG_LABELS=0``: no labels, the output is the vocabulary-parallel logits [s, b, V/W], ``parallel_output=True``).
+The word embedding is Megatron's ``VocabParallelEmbedding`` and the output layer its column-parallel linear.
+The relation states ``ranges: labels: "[0, V)"`` -- every label is a token of the vocabulary -- which the TP=1
+program's masking of out-of-vocabulary labels needs to equal the ranks' sum of masked lookups. Megatron's CUDA assumptions are
 patched by :mod:`graphguard.patches.megatron` (:func:`~graphguard.patches.megatron.initialize`), which changes
 no value the model computes. Weights are initialised on the CPU from one seed: every rank's shard is a slice of
 the TP=1 model's tensor, as the input relation (read off Megatron's own parameter attributes) states.
@@ -24,7 +27,7 @@ from graphguard.patches import megatron as gm
 BATCH, SEQ, HIDDEN, HEADS, VOCAB = 2, 8, 16, 4, 32
 LAYERS = int(os.environ.get("GG_LAYERS", "1"))
 SP = os.environ.get("GG_SP", "0") == "1"
-LABELS = os.environ.get("GG_LABELS", "0") == "1"
+LABELS = os.environ.get("GG_LABELS", "1") == "1"
 
 
 class GPTWithLabels(GPTModel):

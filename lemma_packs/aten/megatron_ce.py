@@ -1,5 +1,5 @@
 """Lemmas for megatron-core's own vocab-parallel cross-entropy with labels (``examples/megatron-gpt``,
-``GG_LABELS=1``). References: 1310-1319.
+``GG_LABELS=1``). References: 1310-1322.
 
 ``VocabParallelCrossEntropy.calculate_predicted_logits`` (megatron/core/tensor_parallel/cross_entropy.py) on rank
 r, owning vocabulary columns [s, e) of the logits: ``mask = (target < s) | (target >= e)``, ``local = target - s``
@@ -100,6 +100,26 @@ LEMMAS = [
       examples=[{"x": [n, c], "t": t, "m": n, "u": [n], "z": t, "t:range": r}
                 for n, c, t, r in ((6, 4, [3, 2], (0, 4)), (4, 3, [2, 2], (1, 3)), (2, 5, [2], (0, 5)),
                                    (6, 2, [2, 3], (0, 2)))]),
+    # a mean's backward: a number broadcast, then divided by the tokens -- the number divided, then broadcast, as
+    # a product with the inverse (as 400), whose factors fold (403) with Megatron's 1 / micro-batches
+    L(1320, "div-of-broadcast-number",
+      "aten.div.Scalar(aten.expand(?x, size=?s, implicit=?i), other=?c)"
+      " => aten.expand(aten.mul.Scalar(?x, other=1 / ?c), size=?s, implicit=?i)",
+      "rank(?x) == 0 and ?c != 0 and finite(?c) and floating(dtype(?x))",
+      examples=[{"x": [], "s": [2, 3], "i": False, "c": 8}, {"x": [], "s": [4], "i": False, "c": 3}]),
+    # a number broadcast (a mean's backward) splits where a narrower copy of it exists (as 421, whose split dims
+    # are size-1 dims of x; a number has none: every dim of its copy is new)
+    L(1321, "expand-of-number-splits-at-narrower-copy",
+      "aten.expand(?x, size=?s, implicit=?i) => concat(aten.expand(?x, size=?t, implicit=?i),"
+      " aten.expand(?x, size=set_at(?s, narrower_dim(?s, ?t), at(?s, narrower_dim(?s, ?t)) - at(?t, narrower_dim(?s, ?t))),"
+      " implicit=?i), dim=narrower_dim(?s, ?t))",
+      "rank(?x) == 0 and narrower_dim(?s, ?t) >= 0", when="aten.expand(?x, size=?t, implicit=?i)",
+      examples=[{"x": [], "s": [4, 3], "t": [1, 3], "i": False}, {"x": [], "s": [2, 8], "t": [2, 3], "i": False},
+                {"x": [], "s": [5], "t": [2], "i": False}]),
+    # a gradient known up to a factor (scaled.py) through Megatron's attention-mask backward: zeros stay zeros
+    L(1322, "masked-fill-zero-of-scale",
+      "aten.masked_fill.Scalar(scale(?x, factor=?f), ?m, value=0) => scale(aten.masked_fill.Scalar(?x, ?m, value=0), factor=?f)",
+      "floating(dtype(?x))"),
     # Megatron's ids t - s at s = 0 (rank 0's shard, and the whole vocabulary at TP=1)
     L(1317, "minus-zero", "aten.sub.Tensor(?x, aten.scalar_tensor(s=0, dtype=?t), alpha=?a) => ?x",
       "finite(?a) and (dtype(?x) == ?t or (floating(dtype(?x)) and not floating(?t)))"),

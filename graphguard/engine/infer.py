@@ -74,6 +74,10 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
             r_v, explored = compute_node_out_rel(ctx, v, R)
         except BudgetExceeded as e:
             result.node_stats.append(NodeStat(v.name, v.op, time.monotonic() - t0, 0))
+            before = [deferred[t] for t in v.inputs if t in deferred]
+            if before:  # (reading a deferred tensor: the failure is where deferring began)
+                result.failure, result.verdict = min(before, key=lambda b: order[b[1][0].node])[1]
+                return result
             result.verdict = "inconclusive"
             result.failure = _failure(ctx, v, R, set(), f"search budget exhausted: {e.what}")
             return result

@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+import graphguard
 from conftest import EXAMPLES, run_cli
 from graphguard.engine.fuzz import fuzz_rule
 from graphguard.engine.lemma import L, build_rules
@@ -226,3 +227,58 @@ def test_megatron_grad_accum_scaled_by_megatron_refines_forward_and_backward():
     p = _run(EXAMPLES / "bugs" / "megatron-grad-accum-scale" / "run", "--backward", env={"GG_BUG": "0"})
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "expected relations: all" in p.stdout
+
+
+# -- lemmas 1320-1324: a mean's backward over micro-batches, scaled gradients, the MoE capacity mask ---------------
+
+def test_mean_backward_over_micro_batches_is_their_halves():
+    """A number broadcast over the whole batch / 16 is the micro-batches' broadcasts of half of it / 8."""
+    half = "aten.div.Scalar(aten.expand(aten.mul.Scalar(T, other=0.5), size=[1, 8], implicit=false), other=8)"
+    assert proves("aten.div.Scalar(aten.expand(T, size=[2, 8], implicit=false), other=16)",
+                  f"concat({half}, {half}, dim=0)", {"T": []})
+
+
+def test_mean_backward_over_micro_batches_without_the_half_is_not():
+    whole = "aten.div.Scalar(aten.expand(T, size=[1, 8], implicit=false), other=8)"
+    assert not proves("aten.div.Scalar(aten.expand(T, size=[2, 8], implicit=false), other=16)",
+                      f"concat({whole}, {whole}, dim=0)", {"T": []})
+
+
+def test_masked_fill_with_zero_keeps_a_factor_but_not_with_another_value():
+    sh, dt = {"X": [2, 3], "M": [2, 3]}, {"M": "bool"}
+    assert proves("aten.masked_fill.Scalar(scale(X, factor=0.5), M, value=0)",
+                  "scale(aten.masked_fill.Scalar(X, M, value=0), factor=0.5)", sh, dtypes=dt)
+    assert not proves("aten.masked_fill.Scalar(scale(X, factor=0.5), M, value=1)",
+                      "scale(aten.masked_fill.Scalar(X, M, value=1), factor=0.5)", sh, dtypes=dt)
+
+
+def test_product_with_an_all_true_mask_is_the_tensor():
+    mask = 'aten._to_copy(aten.full(size=[2, 3], fill_value={}, dtype=float32), dtype="bool")'
+    assert proves(f"aten.mul.Tensor(X, {mask.format(1)})", "X", {"X": [2, 3]})
+    assert not proves(f"aten.mul.Tensor(X, {mask.format(0)})", "X", {"X": [2, 3]})
+
+
+# -- the engine: an operator without a clean expression is carried to its readers; a failure stays where it began --
+
+def _chain(tmp_path, impl_other):
+    """G_s: Y = T < 0, Z = float(Y); each rank: T < impl_other, then float()."""
+    def graph(name, sfx, other):
+        return {"graphguard": 1, "name": name, "inputs": [{"name": f"T{s}", "shape": [4], "dtype": "int64"} for s in sfx],
+                "nodes": [n for s in sfx for n in (
+                    {"name": f"lt{s}", "op": "aten.lt.Scalar", "inputs": [f"T{s}"], "outputs": [f"Y{s}"],
+                     "attrs": {"other": other}},
+                    {"name": f"cp{s}", "op": "aten._to_copy", "inputs": [f"Y{s}"], "outputs": [f"Z{s}"],
+                     "attrs": {"dtype": "float32"}})],
+                "outputs": [f"Z{s}" for s in sfx], **({"world_size": 2} if sfx[0] else {})}
+    (tmp_path / "s.gg.json").write_text(json.dumps(graph("s", [""], 0)))
+    (tmp_path / "d.gg.json").write_text(json.dumps(graph("d", ["@0", "@1"], impl_other)))
+    return graphguard.verify(tmp_path / "s.gg.json", tmp_path / "d.gg.json", {"inputs": {"T": ["T@0", "T@1"]}})
+
+
+def test_a_failure_carried_to_the_reader_is_reported_where_it_began(tmp_path):
+    r = _chain(tmp_path, 1)
+    assert r.verdict == "does-not-refine" and r.failure.node == "lt"
+
+
+def test_the_same_chain_with_the_same_comparison_refines(tmp_path):
+    assert _chain(tmp_path, 0).verdict == "refines"

@@ -1,5 +1,5 @@
 """Lemmas for megatron-core's own vocab-parallel cross-entropy with labels (``examples/megatron-gpt``,
-``GG_LABELS=1``). References: 1310-1322.
+``GG_LABELS=1``). References: 1310-1324.
 
 ``VocabParallelCrossEntropy.calculate_predicted_logits`` (megatron/core/tensor_parallel/cross_entropy.py) on rank
 r, owning vocabulary columns [s, e) of the logits: ``mask = (target < s) | (target >= e)``, ``local = target - s``
@@ -120,6 +120,12 @@ LEMMAS = [
     L(1322, "masked-fill-zero-of-scale",
       "aten.masked_fill.Scalar(scale(?x, factor=?f), ?m, value=0) => scale(aten.masked_fill.Scalar(?x, ?m, value=0), factor=?f)",
       "floating(dtype(?x))"),
+    # Megatron's MoE capacity mask when the capacity covers every token (1351): all true, a product changes nothing
+    L(1323, "bool-copy-of-zero-or-one-fill",
+      'aten._to_copy(aten.full(size=?s, fill_value=?v, dtype=?a), dtype="bool") => aten.full(size=?s, fill_value=?v, dtype="bool")',
+      "?v == 0 or ?v == 1"),
+    L(1324, "times-all-true", 'aten.mul.Tensor(?x, aten.full(size=?s, fill_value=1, dtype="bool")) => ?x',
+      "?s == shape(?x) and floating(dtype(?x))"),
     # Megatron's ids t - s at s = 0 (rank 0's shard, and the whole vocabulary at TP=1)
     L(1317, "minus-zero", "aten.sub.Tensor(?x, aten.scalar_tensor(s=0, dtype=?t), alpha=?a) => ?x",
       "finite(?a) and (dtype(?x) == ?t or (floating(dtype(?x)) and not floating(?t)))"),

@@ -282,3 +282,14 @@ def test_a_failure_carried_to_the_reader_is_reported_where_it_began(tmp_path):
 
 def test_the_same_chain_with_the_same_comparison_refines(tmp_path):
     assert _chain(tmp_path, 0).verdict == "refines"
+
+
+def test_tokens_permuted_by_the_sorted_all_ones_mask_are_the_tokens_repeated_per_expert():
+    mask = 'aten._to_copy(aten._to_copy(aten.full(size=[8, 4], fill_value=1, dtype=float32), dtype="bool"), dtype="int8")'
+    order = f"reshape(aten.sort.stable#1(permute({mask}, dims=[1, 0]), stable=true, dim=1, descending=true), shape=[32])"
+    repeated = "reshape(aten.expand(reshape(concat(A, B, dim=0), shape=[1, 8, 8]), size=[4, 8, 8], implicit=false), shape=[32, 8])"
+    sh = {"A": [4, 8], "B": [4, 8]}
+    assert proves(f"aten.index_select(concat(A, B, dim=0), {order}, dim=0)", repeated, sh)
+    # a mask of zeros and ones sorts otherwise: not the tokens in order
+    mixed = order.replace('aten.full(size=[8, 4], fill_value=1, dtype=float32)', "M")
+    assert not proves(f"aten.index_select(concat(A, B, dim=0), {mixed}, dim=0)", repeated, {**sh, "M": [8, 4]})

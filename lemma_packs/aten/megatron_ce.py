@@ -1,5 +1,5 @@
 """Lemmas for megatron-core's own vocab-parallel cross-entropy with labels (``examples/megatron-gpt``,
-``GG_LABELS=1``). References: 1310-1324.
+``GG_LABELS=1``). References: 1310-1327.
 
 ``VocabParallelCrossEntropy.calculate_predicted_logits`` (megatron/core/tensor_parallel/cross_entropy.py) on rank
 r, owning vocabulary columns [s, e) of the logits: ``mask = (target < s) | (target >= e)``, ``local = target - s``
@@ -13,7 +13,12 @@ relation file states in ``ranges:`` (``labels: "[0, 32)"``); conditions read it 
 (every value in [vmin, vend)). A comparison that no value in range satisfies is all false (1310, 1311);
 or-ing and index_put-ing an all-false mask change nothing (1312-1314), nor does subtracting 0 (1317); a lookup
 of the target's logit whose ids lie in [0, V) is its masked form (1316), which splits over the vocabulary
-columns like 477 (1315, for any ids).
+columns like 477 (1315, for any ids); its backward likewise (1318, 1319).
+
+Also here, for the other megatron-core examples: a mean's backward over micro-batches and a factor through
+Megatron's attention-mask backward (1320-1322, ``examples/bugs/megatron-grad-accum-scale``), and Megatron's MoE
+capacity mask when the capacity covers every token and the token permutation it gives (1323-1327,
+``examples/.incomplete/megatron-moe``).
 """
 from graphguard.engine.lemma import L
 
@@ -120,10 +125,28 @@ LEMMAS = [
     L(1322, "masked-fill-zero-of-scale",
       "aten.masked_fill.Scalar(scale(?x, factor=?f), ?m, value=0) => scale(aten.masked_fill.Scalar(?x, ?m, value=0), factor=?f)",
       "floating(dtype(?x))"),
-    # Megatron's MoE capacity mask when the capacity covers every token (1351): all true, a product changes nothing
-    L(1323, "bool-copy-of-zero-or-one-fill",
-      'aten._to_copy(aten.full(size=?s, fill_value=?v, dtype=?a), dtype="bool") => aten.full(size=?s, fill_value=?v, dtype="bool")',
-      "?v == 0 or ?v == 1"),
+    # Megatron's MoE capacity mask when the capacity covers every token (1351): all true, a product changes nothing;
+    # its stable sort (the token permutation) the tokens in order for each expert (examples/.incomplete/megatron-moe)
+    L(1323, "copy-of-zero-or-one-fill",
+      "aten._to_copy(aten.full(size=?s, fill_value=?v, dtype=?a), dtype=?b) => aten.full(size=?s, fill_value=?v, dtype=?b)",
+      "(?v == 0 or ?v == 1) and ?b != None"),
+    L(1325, "permute-of-fill",
+      "permute(aten.full(size=?s, fill_value=?v, dtype=?a), dims=?p) => aten.full(size=[at(?s, at(?p, 0)), at(?s, at(?p, 1))], fill_value=?v, dtype=?a)",
+      "len(?s) == 2 and len(?p) == 2"),
+    # the stable sort of equal entries keeps their order: the indices are 0..n-1 along the dim
+    L(1326, "stable-sort-of-fill-is-arange",
+      "aten.sort.stable#1(aten.full(size=?s, fill_value=?v, dtype=?a), stable=true, dim=1, descending=?q)"
+      " => aten.expand(reshape(aten.arange(end=at(?s, 1)), shape=[1, at(?s, 1)]), size=?s, implicit=false)",
+      "len(?s) == 2 and finite(?v)"),
+    # x[i] for i = 0..n-1 repeated e times: x repeated e times
+    L(1327, "index-select-of-repeated-arange",
+      "aten.index_select(?x, reshape(aten.expand(reshape(aten.arange(end=?n), shape=?u), size=?s, implicit=?i), shape=?w), dim=0)"
+      " => reshape(aten.expand(reshape(?x, shape=[1, size(?x, 0), size(?x, 1)]), size=[at(?s, 0), size(?x, 0), size(?x, 1)],"
+      " implicit=false), shape=[at(?s, 0) * size(?x, 0), size(?x, 1)])",
+      "rank(?x) == 2 and ?n == size(?x, 0) and ?u == [1, ?n] and len(?s) == 2 and at(?s, 1) == ?n"
+      " and ?w == [at(?s, 0) * ?n]",
+      examples=[{"x": [4, 3], "n": 4, "u": [1, 4], "s": [3, 4], "i": False, "w": [12]},
+                {"x": [2, 5], "n": 2, "u": [1, 2], "s": [2, 2], "i": False, "w": [4]}]),
     L(1324, "times-all-true", 'aten.mul.Tensor(?x, aten.full(size=?s, fill_value=1, dtype="bool")) => ?x',
       "?s == shape(?x) and floating(dtype(?x))"),
     # Megatron's ids t - s at s = 0 (rank 0's shard, and the whole vocabulary at TP=1)

@@ -117,6 +117,14 @@ def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, 
             if dt is not None and dt != g_s.tensors[name].dtype:
                 raise InputError(f"{at(name)}: relation for {name} has dtype {dt} but {name} has "
                                  f"{g_s.tensors[name].dtype}")
+    for name, (lo, hi) in rel.ranges.items():
+        line, col = rel.range_positions.get(name, (0, 0))
+        where = f"{src}:{line}:{col}" if line else src
+        if name not in g_s.inputs:
+            raise InputError(f"{where}: ranges: '{name}' is not an input of the specification {g_s.source}")
+        dt = g_s.tensors[name].dtype
+        if not dt.startswith(("int", "uint")):
+            raise InputError(f"{where}: ranges: '{name}' has dtype {dt}; only integer inputs take a value range")
     for name, (line, col) in rel.allow_partial.items():
         if name not in g_s.outputs:
             raise InputError(f"{src}:{line}:{col}: allow_partial: '{name}' is not an output of the specification "
@@ -159,7 +167,7 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
             for t in g.node_terms(n):
                 term_ops(t, ops)
     eg = EGraph(plugins.registry, relevant_rules(plugins.lemmas, ops), cx, g_d.shape, ops,
-                lambda t: g_d.tensors[t].dtype)
+                lambda t: g_d.tensors[t].dtype, value_ranges(g_d, rel.leaf_ranges(), plugins.registry).get)
     ctx = Context(g_s, g_d, eg, budget or Budget())
     result = compute_out_rel(ctx, rel.inputs, partial_allowed(rel, allow_partial))
     t_end = time.monotonic()
@@ -195,6 +203,27 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
         do_replay(result, g_s, g_d, rel, plugins.registry, seed=seed, dtype=replay_dtype)
         result.timings["replay"] = time.monotonic() - t_replay
     return result
+
+
+def value_ranges(g: Graph, ranges: dict[str, tuple[int, int]], reg) -> dict[str, tuple[int, int]]:
+    """The stated value ranges of ``g``'s inputs carried forward through data movement (every output entry a
+    copy of an entry of input 0) and concat/identity: the tensors holding only values of ranged inputs."""
+    if not ranges:
+        return {}
+    out = dict(ranges)
+    for n in g.topo_order():
+        op = reg.get(n.op)
+        if op is None or len(n.outputs) != 1:
+            continue
+        if op.data_movement:
+            ins = [out.get(n.inputs[0])] if n.inputs else [None]
+        elif n.op in ("core.concat", "core.identity"):
+            ins = [out.get(i) for i in n.inputs]
+        else:
+            continue
+        if ins and None not in ins:
+            out[n.outputs[0]] = (min(r[0] for r in ins), max(r[1] for r in ins))
+    return out
 
 
 def partial_allowed(rel: RelationFile, allow_partial=False) -> bool | frozenset[str]:

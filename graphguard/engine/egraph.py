@@ -148,6 +148,7 @@ class Snapshot:
         self._clean: dict[Any, dict] = {}
         self._inv_parents: dict | None = None  # class -> classes holding reshape/permute/identity of it
         self._dtype: dict[Any, str | None] = {}  # e-class -> dtype (computed when a condition asks)
+        self._range: dict[Any, tuple | None] = {}  # e-class -> [lo, hi) of its values (likewise)
         self._compute_shapes()
         # a class holding scale(x, 1/n) is a share of x: n different tensors of it add up to x
         self._shares: dict[Any, list[ENode]] = {}
@@ -250,6 +251,41 @@ class Snapshot:
             found = {min(found)}  # float widths: the dtype rules approximate torch's promotion, and no
             # reference tells widths apart (a condition asks floating(), not which width)
         out = found.pop() if len(found) == 1 else None
+        if _busy is None or out is not None:
+            memo[c] = out
+        return out
+
+    def vrange(self, c, _busy: set | None = None) -> tuple[int, int] | None:
+        """[lo, hi) holding every value of e-class ``c``: the intersection of its tensors' stated ranges, or
+        what its data movement e-nodes carry over from their input (every entry is a copy of one of it; a
+        concat's entries are its parts'); None where unknown (conditions reading it then do not hold)."""
+        memo = self._range
+        if c in memo:
+            return memo[c]
+        nodes = self.classes.get(c, ())
+        found = []
+        lr = self.eg.leaf_range
+        for nd in nodes:
+            if nd.op == "T":
+                r = lr(nd.attrs) if lr is not None else None
+                if r is not None:
+                    found.append(r)
+        busy = set() if _busy is None else _busy
+        busy.add(c)
+        for nd in nodes:
+            if nd.op == "T" or any(ch in busy for ch in nd.children):
+                continue
+            op = self.eg.reg.get(nd.op)
+            if op.data_movement:
+                ins = [self.vrange(nd.children[0], busy)]
+            elif nd.op in ("core.concat", "core.identity"):
+                ins = [self.vrange(ch, busy) for ch in nd.children]
+            else:
+                continue
+            if ins and None not in ins:
+                found.append((min(r[0] for r in ins), max(r[1] for r in ins)))
+        busy.discard(c)
+        out = (max(r[0] for r in found), min(r[1] for r in found)) if found else None
         if _busy is None or out is not None:
             memo[c] = out
         return out
@@ -436,7 +472,8 @@ class EGraph:
 
     def __init__(self, reg: Registry, rules: list[Rule], cx: S.Constraints,
                  leaf_shape: Callable[[str], tuple], ops: set[str] | None = None,
-                 leaf_dtype: Callable[[str], str] | None = None):
+                 leaf_dtype: Callable[[str], str] | None = None,
+                 leaf_range: Callable[[str], tuple[int, int] | None] | None = None):
         """``ops``: the operators terms will use (besides the rules' own); only those are declared --
         every declared constructor is a table that each (push) copies. ``leaf_dtype``: the dtypes of the
         tensors (lemma conditions may read them; unknown without it)."""
@@ -445,6 +482,7 @@ class EGraph:
         self.cx = cx
         self.leaf_shape = leaf_shape
         self.leaf_dtype = leaf_dtype
+        self.leaf_range = leaf_range  # [lo, hi) of a tensor's integer values, where the relation states one
         self._eg = eb.EGraph()
         self._ops_by_cname: dict[str, tuple[OpDef, int]] = {}
         self._match_rels: set[str] = set()  # relations collecting the matches of non-native rules
@@ -651,9 +689,11 @@ class EGraph:
 
     def _apply_matches(self, snap: Snapshot, stats: dict) -> int:
         merged = 0
-        ctx = EvalContext(lambda h: snap.shape(h.cls), self.cx, self.reg.functions, lambda h: snap.dtype(h.cls))
+        ctx = EvalContext(lambda h: snap.shape(h.cls), self.cx, self.reg.functions, lambda h: snap.dtype(h.cls),
+                          lambda h: snap.vrange(h.cls))
         # sides over _Slot variables
-        slot_ctx = EvalContext(lambda h: h.cls.shape, self.cx, self.reg.functions, lambda h: h.cls.dtype)
+        slot_ctx = EvalContext(lambda h: h.cls.shape, self.cx, self.reg.functions, lambda h: h.cls.dtype,
+                               lambda h: h.cls.vrange)
         shape = snap._shape
         seen = self._seen
         values: dict[tuple, Any] = {}  # (attribute kind, egglog value) -> decoded attribute
@@ -688,11 +728,15 @@ class EGraph:
                 tk = (r.id, tuple(shape[c] for c in key[first:first + nt]), tuple(env[v] for v, _, _ in aspecs))
                 if r.reads_dtype:
                     tk += (tuple(snap.dtype(c) for c in key[first:first + nt]),)
+                if r.reads_range:
+                    tk += (tuple(snap.vrange(c) for c in key[first:first + nt]),)
                 tmpl = self._side_cache.get(tk, _MISSING)
                 if tmpl is _MISSING:
                     ck = (r.id, tuple(shape[env[v].cls] for v in tv), tuple(env[v] for v in av))
                     if r.reads_dtype:
                         ck += (tuple(snap.dtype(env[v].cls) for v in tv),)
+                    if r.reads_range:
+                        ck += (tuple(snap.vrange(env[v].cls) for v in tv),)
                     ok = self._cond_cache.get(ck)
                     if ok is None:
                         ok = self._cond_cache[ck] = check_condition(r, env, ctx)
@@ -701,7 +745,8 @@ class EGraph:
                         slots = dict(env)
                         for v in tvars:
                             slots[v] = Hole(_Slot(v, shape[env[v].cls],
-                                                  snap.dtype(env[v].cls) if r.reads_dtype else None))
+                                                  snap.dtype(env[v].cls) if r.reads_dtype else None,
+                                                  snap.vrange(env[v].cls) if r.reads_range else None))
                         try:
                             tmpl = (instantiate(r.rhs, slots, slot_ctx, self.reg),
                                     None if rooted else instantiate(r.lhs, slots, slot_ctx, self.reg))
@@ -729,6 +774,7 @@ class _Slot:
     name: str
     shape: tuple
     dtype: str | None = None
+    vrange: tuple | None = None
 
 
 _MISSING = object()

@@ -293,7 +293,9 @@ def _fuzz(rule: Rule, reg: Registry, trials: int, attempts: int, seed: int) -> F
                 env[v] = _draw_attr(rng, op.attr_spec(attr), rank, pool)
         dtypes = _draw_dtypes(rng, rule.tvars)
         dtypes.update({v: "int64" for v in index})
-        ctx = EvalContext(lambda leaf: shapes[leaf.name], cx, reg.functions, lambda leaf: dtypes[leaf.name])
+        ranges = _draw_ranges(rng, rule, sd, dtypes)
+        ctx = EvalContext(lambda leaf: shapes[leaf.name], cx, reg.functions, lambda leaf: dtypes[leaf.name],
+                          lambda leaf: ranges.get(leaf.name))
         try:
             # built as a loaded graph is (dims normalised), then matched again: the condition sees what the
             # e-graph would bind
@@ -311,15 +313,20 @@ def _fuzz(rule: Rule, reg: Registry, trials: int, attempts: int, seed: int) -> F
         if not check_condition(rule, lenv, ctx):
             continue
         key = (tuple(shapes[v] for v in rule.tvars), tuple(repr(lenv[v]) for v in rule.avars),
-               tuple(dtypes[v] for v in rule.tvars))
+               tuple(dtypes[v] for v in rule.tvars), tuple(sorted(ranges.items())))
         if key in seen:
             continue
         values = {v: _values(nrng, shapes[v], dtypes[v]) for v in rule.tvars}
-        try:  # index tensors: integers where the left side is defined
+        try:  # index tensors: integers where the left side is defined (and in their range, if drawn one)
             for v, bound in index.items():
-                values[v] = nrng.integers(0, max(int(evaluate(bound, lenv, ctx)), 1), shapes[v])
+                end = max(int(evaluate(bound, lenv, ctx)), 1)
+                lo, hi = ranges.get(v, (0, end))
+                values[v] = nrng.integers(max(lo, 0), min(hi, end), shapes[v])  # (ValueError where empty)
         except _ERRORS:
             continue
+        for v, (lo, hi) in ranges.items():  # values in the range the condition was told
+            if v not in index:
+                values[v] = nrng.integers(max(lo, 0) if dtypes[v] == "uint8" else lo, hi, shapes[v]).astype(dtypes[v])
         try:
             with np.errstate(all="ignore"):
                 a = term_eval(lhs, values.__getitem__, reg)
@@ -329,8 +336,9 @@ def _fuzz(rule: Rule, reg: Registry, trials: int, attempts: int, seed: int) -> F
         special = None
         if rng.random() < 0.35:
             special = dict(values)
-            special.update({v: _values(nrng, shapes[v], dtypes[v], True) for v in rule.tvars if v not in index})
-        where = _describe(rule, shapes, lenv, dtypes)
+            special.update({v: _values(nrng, shapes[v], dtypes[v], True) for v in rule.tvars
+                            if v not in index and v not in ranges})
+        where = _describe(rule, shapes, lenv, dtypes, ranges)
         try:
             rhs = instantiate(rule.rhs, lenv, ctx, reg)
             rshape = term_shape(rhs, shapes.__getitem__, reg, cx)
@@ -375,8 +383,34 @@ def _fuzz(rule: Rule, reg: Registry, trials: int, attempts: int, seed: int) -> F
     return rep
 
 
-def _describe(rule: Rule, shapes: dict, env: dict, dtypes: dict) -> str:
-    parts = [f"?{v}: {dtypes[v]}{list(s)}" for v, s in shapes.items()]
+def _draw_ranges(rng: random.Random, rule: Rule, sd: dict | None, dtypes: dict) -> dict[str, tuple[int, int]]:
+    """For a rule whose condition reads value ranges (vmin/vend): a [lo, hi) for most of its integer tensor
+    variables (a seed's ``"t:range": (lo, hi)`` first), which their values are then drawn in; float variables
+    become int64 more often than not, so that the condition can hold."""
+    if not rule.reads_range:
+        return {}
+    out = {}
+    for v in rule.tvars:
+        seeded = sd.get(f"{v}:range") if sd is not None else None
+        if seeded is None and rng.random() < 0.15:
+            continue
+        if dtypes[v] not in INTS and dtypes[v] != "bool" and (seeded is not None or rng.random() < 0.7):
+            dtypes[v] = rng.choice(("int64", "int64", "int32"))
+        if dtypes[v] not in INTS:
+            continue
+        if seeded is not None:
+            out[v] = (int(seeded[0]), int(seeded[1]))
+        else:
+            lo = rng.randint(-3, 6)
+            out[v] = (lo, lo + rng.randint(1, 8))
+        if dtypes[v] == "uint8" and out[v][1] <= 0:
+            del out[v]
+    return out
+
+
+def _describe(rule: Rule, shapes: dict, env: dict, dtypes: dict, ranges: dict | None = None) -> str:
+    parts = [f"?{v}: {dtypes[v]}{list(s)}" + (f" in [{ranges[v][0]}, {ranges[v][1]})" if ranges and v in ranges else "")
+             for v, s in shapes.items()]
     parts += [f"?{v}={env[v]!s}" for v in rule.avars if not v.startswith("__")]
     return "{" + ", ".join(parts) + "}"
 

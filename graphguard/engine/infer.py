@@ -54,6 +54,7 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
     order = {n.name: i for i, n in enumerate(ctx.g_s.topo_order())}
     replica_aliases(ctx, R)
     const_size: dict[str, int] = {}  # G_s tensor known as a constant term -> (at most) that term's size
+    deferred: dict[str, tuple] = {}  # G_s tensor known only as an op of clean terms -> (depth, (failure, verdict))
     for v in ctx.g_s.topo_order():
         t0 = time.monotonic()
         if all(t in const_size or not list(leaves(R[t][0])) for t in v.inputs):
@@ -73,19 +74,41 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
             r_v, explored = compute_node_out_rel(ctx, v, R)
         except BudgetExceeded as e:
             result.node_stats.append(NodeStat(v.name, v.op, time.monotonic() - t0, 0))
+            before = [deferred[t] for t in v.inputs if t in deferred]
+            if before:  # (reading a deferred tensor: the failure is where deferring began)
+                result.failure, result.verdict = min(before, key=lambda b: order[b[1][0].node])[1]
+                return result
             result.verdict = "inconclusive"
             result.failure = _failure(ctx, v, R, set(), f"search budget exhausted: {e.what}")
             return result
         result.node_stats.append(NodeStat(v.name, v.op, time.monotonic() - t0, len(explored)))
-        missing = [o for o in v.outputs if not r_v.get(o)]
+        # (an output nothing reads -- the indices of a max whose values alone are used -- constrains nothing)
+        missing = [o for o in v.outputs if not r_v.get(o) and (o in ctx.g_s.consumers or o in ctx.g_s.outputs)]
         if missing:
             # a failure after a truncated search could be an artefact of the truncation
-            result.verdict = "inconclusive" if ctx.stats.get("truncated") else "does-not-refine"
+            verdict = "inconclusive" if ctx.stats.get("truncated") else "does-not-refine"
             why = f"no clean expression over G_d tensors for {', '.join(missing)}"
             origins = sorted({scaled_from[t].name for t in v.inputs if t in scaled_from})
             if origins:
                 why += f" (inputs known only up to a constant factor since {', '.join(origins)})"
-            result.failure = _failure(ctx, v, R, explored, why)
+            failure = _failure(ctx, v, R, explored, why)
+            before = [deferred[t] for t in v.inputs if t in deferred]
+            depth = 1 + max((d for d, _ in before), default=0)
+            if verdict == "does-not-refine" and depth <= MAX_DEFERRED and not (set(missing) & set(ctx.g_s.outputs)):
+                # deferred: the outputs stay the operator applied to its inputs' expressions (exact, not clean)
+                # for the operators that read them -- the ranks may compute a fused form (Megatron's
+                # x[i] -= y reads x[i], which no rank holds whole); a failure there is reported here
+                first = min(before, key=lambda b: order[b[1][0].node]) if before else None
+                subst = {t: R[t][0] for t in v.inputs}
+                for o, term in zip(v.outputs, ctx.g_s.node_terms(v)):
+                    if o in missing:
+                        r_v[o] = [_substitute(term, subst)]
+                        deferred[o] = (depth, first[1] if first else (failure, verdict))
+                R.update(r_v)
+                continue
+            if before:  # an operator reading a deferred tensor: the failure is where deferring began
+                failure, verdict = min(before, key=lambda b: order[b[1][0].node])[1]
+            result.verdict, result.failure = verdict, failure
             return result
         R.update(r_v)
         _track_scaled(v, r_v, scaled_from, order)
@@ -117,6 +140,7 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
     return result
 
 
+MAX_DEFERRED = 2  # operators in a row whose outputs are carried as terms to their readers (no clean expression)
 MAX_CONSTANT_TERM = 256  # operators in a G_s constant's term (its tree, as every function on terms walks it)
 
 

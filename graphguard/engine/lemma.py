@@ -86,6 +86,7 @@ class Rule:
     index: dict = None  # index tensor variable -> the bound of its values (an attribute expression)
     cond_vars: tuple = ()  # (tensor vars, attr vars) the condition reads: its value depends on their shapes/values only
     reads_dtype: bool = False  # the condition or the right side calls dtype(): it depends on dtypes too
+    reads_range: bool = False  # ... calls vmin()/vend(): it depends on the stated value ranges too
 
     @property
     def ref(self) -> int:
@@ -330,7 +331,7 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
         rid = f"L{lem.ref}{'.' + lem.variant if lem.variant else ''}{suffix}"
         rules.append(Rule(lem, rid, lhs, rhs, cond, lem.exists, tv, avars, native, when=when,
                           index=index, cond_vars=(tuple(v for v in tv if v in cv), tuple(v for v in avars if v in cv)),
-                          reads_dtype="dtype" in rcalls))
+                          reads_dtype="dtype" in rcalls, reads_range=bool(rcalls & RANGE_FUNCTIONS)))
     return rules
 
 
@@ -372,11 +373,19 @@ class EvalContext:
     """How to read a bound tensor variable's shape; the constraint oracle."""
 
     def __init__(self, shape_of: Callable[[Any], tuple], cx: S.Constraints, functions: dict | None = None,
-                 dtype_of: Callable[[Any], str | None] | None = None):
+                 dtype_of: Callable[[Any], str | None] | None = None,
+                 range_of: Callable[[Any], tuple[int, int] | None] | None = None):
         self.shape_of = shape_of
         self.cx = cx
         self.functions = {**FUNCTIONS, **functions} if functions else FUNCTIONS  # + plugins' (Registry.functions)
         self.dtype_of = dtype_of  # a binding's dtype; None (or a None answer): unknown, dtype() does not decide
+        self.range_of = range_of  # a binding's [lo, hi) of values (relation files' ranges:); None: unknown
+
+    def vrange(self, t) -> tuple[int, int]:
+        r = self.range_of(t) if self.range_of is not None else None
+        if r is None:
+            raise ValueError("value range unknown")
+        return r
 
     def dtype(self, t) -> str:
         d = self.dtype_of(t) if self.dtype_of is not None else None
@@ -440,7 +449,12 @@ FUNCTIONS: dict[str, Callable] = {
     # the size expand(x, size) takes where x.repeat(r) repeats only dims of size 1 (() where it does more)
     "repeat_size": lambda ctx, x, r: _repeat_size(tuple(ctx.shape_of(x)), tuple(r)),
     "drop_at": lambda ctx, p, i: tuple(x for k, x in enumerate(p) if k != int(i)),
+    # every value of integer tensor t lies in [vmin(t), vend(t)): a relation file's ranges: (undecided, so the
+    # condition fails, where none is stated)
+    "vmin": lambda ctx, t: ctx.vrange(t)[0],
+    "vend": lambda ctx, t: ctx.vrange(t)[1],
 }
+RANGE_FUNCTIONS = frozenset({"vmin", "vend"})
 
 
 def _dimset(p) -> tuple[int, ...]:

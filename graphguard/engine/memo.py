@@ -4,7 +4,7 @@ What Listing 2 finds for a G_s operator ``v`` depends on: ``v`` (its operator, i
 which of its outputs G_s outputs), the relations of its inputs, the aliases of the G_d tensors those name, and
 the part of G_d that the frontier looks at -- the related tensors, the operators filed under them (operator,
 attributes, inputs, outputs) and every tensor seen there: its shape, dtype, rank, whether it is constant
-(then the operator defining it too), related, or a G_d output. :class:`Problem` writes all of that with the
+(then the operator defining it too), related, or a G_d output, and its stated value range. :class:`Problem` writes all of that with the
 tensors numbered in the order they are met, so two operators whose problems read the same are the same
 problem up to the names of their tensors. Lemmas read shapes and attributes, never names; names only break
 ties between equally good expressions. A result found for one problem, renamed, therefore rests on G_d facts
@@ -86,13 +86,14 @@ class Problem:
             return i
 
         g_d, const, watch, d_out = self.ctx.g_d, self.const, self.watch, self.d_out
+        lr = self.ctx.egraph.leaf_range  # (stated value ranges: conditions may read them)
         seen: list[Any] = []
         i = 0
         while i < len(names):
             t = names[i]
             info = g_d.tensors[t]
             rel = related(i, t)
-            item: list[Any] = [info.shape, info.dtype, rank_of(t), t in d_out, rel]
+            item: list[Any] = [info.shape, info.dtype, rank_of(t), t in d_out, rel, lr(t) if lr else None]
             if t in const:
                 p = g_d.producer[t]
                 item.append((p.op, _attrs(p.attrs), tuple(num(x) for x in p.inputs), tuple(num(o) for o in p.outputs)))

@@ -459,8 +459,8 @@ def _symbol_needs(e: Term, g: Graph, reg: Registry, data: set[str]) -> list[str]
 
 def _inputs(g_s: Graph, g_d: Graph, rel: RelationFile, reg: Registry, sv: dict, seed: int,
             dtype: str) -> tuple[dict, dict]:
-    """Random G_d inputs, stored as for ``dtype``, made consistent with R_i, and each G_s input's expression
-    over them (built when first read)."""
+    """Random G_d inputs, stored as for ``dtype``, made consistent with R_i (an input with a stated value range
+    drawn in it), and each G_s input's expression over them (built when first read)."""
     rng = np.random.default_rng(seed)
     d_env = {t: _random(_shape(g_d, t, sv), g_d.tensors[t].dtype, rng, dtype) for t in g_d.inputs}
     fixed: dict = {}  # G_d input -> which of its elements a relation has set
@@ -468,6 +468,8 @@ def _inputs(g_s: Graph, g_d: Graph, rel: RelationFile, reg: Registry, sv: dict, 
     for name in g_s.inputs:
         exprs = [_concrete_attrs(e, sv) for e in rel.inputs[name]]
         val = term_eval(exprs[0], d_env.__getitem__, reg)
+        if name in rel.ranges:  # values drawn in the input's stated range (ranges:)
+            val = rng.integers(*rel.ranges[name], size=np.shape(val)).astype(np.asarray(val).dtype)
         _assign(exprs[0], val, d_env, fixed, reg)  # the first relation: marks the parts it reads as set
         for e in exprs[1:]:
             _assign(e, val, d_env, fixed, reg)

@@ -21,13 +21,23 @@ A relation file (YAML)::
     expect:                         # optional: relations the user expects in R_o
       F: concat(F@0, F@1, dim=0)
     allow_partial: [L]              # optional: outputs G_d may leave as partial results (a sum over ranks)
+    ranges:                         # optional: integer inputs' values, "[lo, hi)" or "[lo, hi]" (quoted)
+      labels: "[0, 128)"
 
 An output of G_s must be *held* by G_d (its R_o expression uses data movement alone); ``allow_partial`` names
 the outputs that may stay cross-rank sums or maxima of the ranks' partial results, as does an ``expect:``
 that is one. A file given to ``--expect`` needs no ``inputs:``.
+
+``ranges:`` states what values an integer input of G_s takes (every element lies in the range): lemma
+conditions may read it (``vmin(?t)``, ``vend(?t)``: see :mod:`graphguard.engine.lemma`), the lemma fuzzer
+checks such lemmas on values drawn in a range, and ``--replay`` draws the input's values in it. It is an
+assumption about the inputs, like the relation itself: a range only ever narrows what may be assumed (a
+tensor with no range has none), and the G_d tensors that hold the input's values -- its relation's leaves
+reached through concat, permute, reshape and identity alone -- take the same range.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -39,7 +49,7 @@ from lark.exceptions import UnexpectedInput, VisitError
 from ..errors import InputError, ShapeError
 from ..inputfile import MAX_DEPTH, nesting, read_text
 from . import scalar as S
-from .expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, Leaf, PVar, Term, app
+from .expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, App, Leaf, PVar, Term, app
 from .ops import Registry, coerce_attr, parse_number
 from .scalar import Constraints, SymbolInfo
 
@@ -326,12 +336,45 @@ class RelationFile:
     symbols: dict[str, SymbolInfo] = field(default_factory=dict)
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
     allow_partial: dict[str, tuple[int, int]] = field(default_factory=dict)  # output -> (line, column)
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # input -> [lo, hi) of its values
+    range_positions: dict[str, tuple[int, int]] = field(default_factory=dict)  # input -> (line, column)
 
     def constraints(self) -> Constraints:
         cx = Constraints()
         for info in self.symbols.values():
             cx.declare(info)
         return cx
+
+    def leaf_ranges(self) -> dict[str, tuple[int, int]]:
+        """The value ranges of G_d tensors that the stated ones give: a leaf of an input's relation reached
+        through data movement that keeps every entry (concat, permute, reshape, identity) holds only values
+        of the input; a leaf under a slice, a sum or any other op gets nothing. Ranges met twice intersect."""
+        out: dict[str, tuple[int, int]] = {}
+
+        def walk(e: Term, r: tuple[int, int]) -> None:
+            if isinstance(e, Leaf):
+                old = out.get(e.name)
+                out[e.name] = r if old is None else (max(old[0], r[0]), min(old[1], r[1]))
+            elif isinstance(e, App) and e.op in RANGE_KEEPING:
+                for a in e.args:
+                    walk(a, r)
+        for name, r in self.ranges.items():
+            for e in self.inputs.get(name, ()):
+                walk(e, r)
+        return out
+
+
+RANGE_KEEPING = frozenset({"core.concat", "core.permute", "core.reshape", "core.identity"})
+_RANGE = re.compile(r"\s*\[\s*([-+]?[0-9]{1,18})\s*,\s*([-+]?[0-9]{1,18})\s*([)\]])\s*")
+
+
+def parse_range(text: str) -> tuple[int, int] | None:
+    """``"[lo, hi)"`` or ``"[lo, hi]"`` (integers) as the half-open ``(lo, hi)``; None if malformed or empty."""
+    m = _RANGE.fullmatch(text)
+    if m is None:
+        return None
+    lo, hi = int(m.group(1)), int(m.group(2)) + (1 if m.group(3) == "]" else 0)
+    return (lo, hi) if lo < hi else None
 
 
 class _Loader(yaml.SafeLoader):
@@ -419,7 +462,7 @@ def _exprs(node, source: str, reg: Registry) -> list[Term]:
     return out
 
 
-SECTIONS = ("inputs", "symbols", "expect", "allow_partial")
+SECTIONS = ("inputs", "symbols", "expect", "allow_partial", "ranges")
 
 
 def parse_relation_text(text: str, source: str, reg: Registry, need_inputs: bool = True) -> RelationFile:
@@ -431,7 +474,7 @@ def parse_relation_text(text: str, source: str, reg: Registry, need_inputs: bool
                          f"mapping)")
     if not isinstance(root, yaml.MappingNode):
         raise InputError(f"{source}:1:1: a relation file is a mapping with 'inputs:' (and optional 'symbols:', "
-                         f"'expect:', 'allow_partial:')")
+                         f"'expect:', 'allow_partial:', 'ranges:')")
     sections = {}
     for k, v in root.value:
         key = _key(k, source)
@@ -491,6 +534,20 @@ def parse_relation_text(text: str, source: str, reg: Registry, need_inputs: bool
                 raise InputError(f"{source}:{it.start_mark.line + 1}:{it.start_mark.column + 1}: 'allow_partial' "
                                  f"lists output names: allow_partial: [y, ...]")
             rel.allow_partial[str(it.value)] = (it.start_mark.line + 1, it.start_mark.column + 1)
+    if "ranges" in sections:
+        node = sections["ranges"]
+        if not isinstance(node, yaml.MappingNode):
+            raise InputError(f"{source}:{node.start_mark.line + 1}: 'ranges' must map input names to value ranges "
+                             f"like \"[0, 128)\"")
+        for k, v in node.value:
+            name = _key(k, source)
+            where = f"{source}:{v.start_mark.line + 1}:{v.start_mark.column + 1}"
+            r = parse_range(str(v.value)) if isinstance(v, yaml.ScalarNode) else None
+            if r is None:
+                raise InputError(f"{where}: the range of '{name[:60]}' must be a non-empty \"[lo, hi)\" or "
+                                 f"\"[lo, hi]\" of integers (quoted)")
+            rel.ranges[name] = r
+            rel.range_positions[name] = (k.start_mark.line + 1, k.start_mark.column + 1)
     if "inputs" not in sections and need_inputs:
         raise InputError(f"{source}: the relation file has no 'inputs:' section")
     return rel

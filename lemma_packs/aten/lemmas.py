@@ -10,6 +10,7 @@ from graphguard.engine.lemma import L
 
 from .lemmas_more import LEMMAS as MORE
 from .megatron import LEMMAS as MEGATRON
+from .megatron_ce import LEMMAS as MEGATRON_CE
 from .megatron_moe import LEMMAS as MEGATRON_MOE
 from .hf import LEMMAS as HF
 from .moe import LEMMAS as MOE
@@ -175,4 +176,4 @@ VIEWS = [
       examples=[{"x": [2, 1, 3], "s": [2, 4, 3], "t": [2, 1, 3], "i": False}]),
 ]
 
-LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_MOE + TITAN + NORMAL + NORMAL2 + HF + MORE
+LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_CE + MEGATRON_MOE + TITAN + NORMAL + NORMAL2 + HF + MORE

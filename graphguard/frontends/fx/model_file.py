@@ -5,7 +5,7 @@ A model file is plain Python defining::
     def spec():                 -> torch.nn.Module     # the sequential model
     def impl(rank, world):      -> torch.nn.Module     # rank's part of the distributed model
     def inputs(rank, world):    -> tuple of tensors    # rank is None for the sequential model
-    def relation(world, backward): -> dict             # {"inputs": {name: expr or [exprs]}, "symbols": ...}
+    def relation(world, backward): -> dict             # {"inputs": {name: expr or [exprs]}, "symbols": ..., "ranges": ...}
 
 ``relation`` is optional where the program states its sharding (DTensor placements, see
 :mod:`.relations`); it may also be the path of a relation file (``relation = "relation.yaml"``, next to the

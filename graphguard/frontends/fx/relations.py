@@ -45,6 +45,8 @@ def input_relation(spec, impl, user: dict | None = None, plugins=None, where: st
               **user.get("expect", {})}
     if expect:
         rel["expect"] = expect
+    if user.get("ranges"):  # (value ranges of integer inputs: kept as the user wrote them)
+        rel["ranges"] = dict(user["ranges"])
     partial = user.get("allow_partial")
     if partial:  # (kept as the user wrote it)
         rel["allow_partial"] = [partial] if isinstance(partial, str) else list(partial)

@@ -2,8 +2,8 @@
 PyTorch module on the fake process group and verified end to end: one correct form that must prove and one
 broken form that must not.
 
-- the embedding written ``W[ids]`` (``aten.index.Tensor``) behind a vocabulary-parallel mask built with
-  ``ge`` / ``lt`` / ``bitwise_and`` on the ids, rows multiplied by the mask, then all-reduced;
+- the embedding written ``W[ids]`` (``aten.index.Tensor``) against Megatron's vocabulary-parallel masked
+  lookups, all-reduced (the same for ids in [0, V): a relation's ``ranges:``);
 - a half-precision (fp16 / bf16) model whose partial sums start from a zero buffer of the model's dtype;
 - a ``mean`` loss per micro-batch, the two averaged;
 - an output written through a view of an ``empty_like`` buffer passed as ``out=``;
@@ -49,27 +49,41 @@ class Embedding(torch.nn.Module):
 
 
 class VocabParallelEmbedding(Embedding):
+    """Megatron's ``VocabParallelEmbedding.forward`` with the lookup written ``weight[ids]``."""
     def __init__(self, rank, lower_slip=0):
         super().__init__(V // W)
         self.start, self.end, self.slip = rank * (V // W), (rank + 1) * (V // W), lower_slip
 
     def forward(self, ids):
-        mask = torch.bitwise_and(ids >= self.start + self.slip, ids < self.end)
-        local = (ids - self.start) * mask
-        rows = self.weight[local] * mask.unsqueeze(-1)
-        return funcol.all_reduce(rows, "sum", dist.group.WORLD)
+        mask = (ids < self.start + self.slip) | (ids >= self.end)
+        masked = ids.clone() - self.start
+        masked[mask] = 0
+        out = self.weight[masked]
+        out[mask, :] = 0.0
+        return funcol.all_reduce(out, "sum", dist.group.WORLD)
 
 
 def _ids():
     return (torch.tensor([0, 3, 4, 7, 5, 1]),)
 
 
-def test_index_embedding_of_unbounded_ids_is_not_the_masked_lookups():
-    """Must not prove: ``W[ids]`` reads row V-1 for id -1, where every rank's mask is false (a zero row): without
-    a stated id range the two differ, so the correct-looking program is rightly not certified."""
-    r = _verify(Embedding(V), lambda rank: VocabParallelEmbedding(rank), _ids(), lambda rank: _ids(),
-                {"weight": _cat("weight", 0), "ids": _rep("ids")}, {"out0": "out0@0"})
-    assert r.verdict == "does-not-refine" and r.failure.op == "aten.index.Tensor", r.render()
+@pytest.mark.parametrize("ranges,slip,ok", [
+    ({"ids": "[0, 8)"}, 0, True),    # token ids of a vocabulary of 8
+    (None, 0, False),                # W[-1] is row 7, where every rank's mask gives a zero row
+    ({"ids": "[-1, 8)"}, 0, False),  # a range that allows -1 says the same
+    ({"ids": "[0, 8)"}, 1, False),   # rank 1's lower bound one too high: the token of id 4 gets a zero row
+])
+def test_vocab_parallel_embedding_written_as_index(ranges, slip, ok):
+    """``W[ids]`` against Megatron's masked per-rank lookups, all-reduced: the same only for ids in [0, V),
+    which the relation's ``ranges:`` states (lemma 1630 makes the index an embedding there)."""
+    rel = {"weight": _cat("weight", 0), "ids": _rep("ids")}
+    s = ggt.capture(lambda r: Embedding(V), lambda r: _ids())
+    d = ggt.capture(lambda rank: VocabParallelEmbedding(rank, slip * rank), lambda rank: _ids(), world_size=W)
+    doc = {"inputs": rel, "expect": {"out0": "out0@0"}, **({"ranges": ranges} if ranges else {})}
+    r = graphguard.verify(s.graph(), d.graph(), doc, replay=ok)
+    assert r.verdict == ("refines" if ok else "does-not-refine"), r.render()
+    if not ok:
+        assert r.failure.op == "aten.index.Tensor"
 
 
 # -- half precision: partial sums from a zero buffer of the model's dtype ------------------------------------
@@ -198,3 +212,17 @@ def test_reading_unwritten_parts_of_empty_buffers_is_not_certified():
     r = _verify(spec, lambda rank: HalfWritten(), x, lambda rank: x, {"x": "x@0"}, {"out0": "out0@0"}, world=1,
                 replay=False)
     assert r.verdict == "does-not-refine", r.render()
+
+
+@pytest.mark.parametrize("cond,ok", [
+    ('rank(?w) == 2 and vmin(?i) >= 0 and vend(?i) <= size(?w, 0)', True),
+    ('rank(?w) == 2 and vend(?i) <= size(?w, 0)', False),  # negative ids: index reads from the end
+])
+def test_index_as_embedding_needs_the_ids_range(plugins, cond, ok):
+    """Lemma 1630's condition and a weaker one through the fuzzer (values drawn in the stated range)."""
+    from graphguard.engine.fuzz import fuzz_rule
+    from graphguard.engine.lemma import L, build_rules
+    rule = ("aten.index.Tensor(?w, ?i, absent=[])"
+            " => aten.embedding(?w, ?i, padding_idx=-1, scale_grad_by_freq=false, sparse=false)")
+    (r,) = build_rules(L(9001, "index-as-embedding", rule, cond + ' and dtype(?i) == "int64"'), plugins.registry)
+    assert fuzz_rule(r, plugins.registry).ok == ok

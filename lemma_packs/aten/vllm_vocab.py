@@ -55,4 +55,17 @@ LEMMAS = [
       examples=[{"a": [a, 3], "b": [b, 3], "i": [t], "u": [t, 1], "s": s, "e": s + a + b, "n": n, "o": n - a - b}
                 for a, b, t, s, n in ((2, 3, 7, 1, 8), (1, 2, 3, 0, 3), (4, 4, 5, 4, 16), (3, 1, 6, 2, 6),
                                       (2, 2, 4, 0, 9))]),
+    # a padded vocabulary: vLLM pads the table to a multiple of 64 rows per rank, so the last shard ends in
+    # A + B - n padding rows past the n real ones, and that rank's shard is [A, n) with the added offset
+    # A - (A + B - n) = n - B. The padding rows are read for ids in [n, A + B) alone -- by the whole table, not
+    # by the ranks, which mask them -- so the lemma needs the ids in [0, n): a relation file's ranges: (the
+    # token ids of a vocabulary of n). ?n is what rank 0 compares ids with for its (empty) added range.
+    L(1622, "embedding-of-padded-vocab-shards-vllm",
+      "aten.embedding(concat(?a, ?b, dim=0), ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
+      f" => sum({lookup('?a', '?i', 0, _A, '?n', f'?n - {_A}', _U)},"
+      f" {lookup('?b', '?i', _A, '?n', '?n', f'?n - {_B}', _U)})",
+      f"rank(?a) == 2 and {_A} >= 1 and ?n // 1 == ?n and {_A} < ?n and ?n < {_AB} and {_IDS}"
+      " and vmin(?i) >= 0 and vend(?i) <= ?n", when="aten.lt.Scalar(?i, other=?n)", index={"i": _AB},
+      examples=[{"a": [a, 4], "b": [b, 4], "i": [t], "n": n}
+                for a, b, t, n in ((3, 3, 5, 5), (2, 4, 4, 3), (4, 4, 6, 7), (1, 3, 3, 2))]),
 ]

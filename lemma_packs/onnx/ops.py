@@ -6,7 +6,7 @@ Conventions shared with the frontend (``graphguard/frontends/onnx/convert.py``):
 * inputs: the node's tensor inputs in order; shape-carrying inputs read from constants (``ReduceSum``'s axes,
   ``Expand``'s shape) become attributes; ONNX attributes keep their names, typed (``keepdims`` a bool, dtypes as
   numpy-style names: ``Cast``'s ``to`` is the attribute ``dtype``), except ``LayerNormalization``'s ``axis``,
-  given as ``axes``: every normalised dim, ``[axis, rank)``;
+  given as ``normalized_shape``: the input's shape from ``axis`` on (as ATen's layer norm states it);
 * data movement never reaches this dialect: Transpose -> ``core.permute``, Reshape / Flatten / Squeeze /
   Unsqueeze -> ``core.reshape``, Concat -> ``core.concat``, step-1 Slice -> ``core.slice``, Split ->
   ``core.split``, Identity -> ``core.identity``; Shape, and any op whose inputs are all constants, is folded.
@@ -23,7 +23,7 @@ from fractions import Fraction
 import numpy as np
 
 from graphguard.ir import scalar as S
-from graphguard.ir.ops import AttrSpec, OpDef, Reduction, RowWise, fail, fmt_shape, numel
+from graphguard.ir.ops import AttrSpec, OpDef, Reduction, RowWise, fail, fmt_shape, numel, promote
 
 OPSET = 20  # the one-node models' opset (Gelu needs 20; ReduceSum/ReduceMean take axes as an input there)
 
@@ -172,12 +172,12 @@ def _reduce_shape(name):
 
 def _layer_norm_shape(shapes, a, cx):
     x, w, b = shapes
-    axes = a["axes"]
-    if not axes or tuple(axes) != tuple(range(axes[0], len(x))):
-        fail(f"onnx.LayerNormalization: axes {list(axes)} are not the trailing dims of a rank-{len(x)} tensor")
-    row = tuple(x[axes[0]:])
+    row = tuple(a["normalized_shape"])
+    if len(row) == 0 or len(row) > len(x) or not all(cx.prove("==", u, v) for u, v in zip(row, x[len(x) - len(row):])):
+        fail(f"onnx.LayerNormalization: normalized_shape {fmt_shape(row)} is not the trailing shape of "
+             f"{fmt_shape(x)}")
     for t in (w, b):
-        if broadcast_shapes("onnx.LayerNormalization", [row, t], cx) != row or len(t) > len(row):
+        if len(t) > len(row) or broadcast_shapes("onnx.LayerNormalization", [row, t], cx) != row:
             fail(f"onnx.LayerNormalization: scale/bias {fmt_shape(t)} does not broadcast to the rows "
                  f"{fmt_shape(row)}")
     return tuple(x)
@@ -228,8 +228,9 @@ def _reduce_onnx(a):
     return {"keepdims": int(a["keepdims"])}, (("axes", tuple(a["axes"] or ())),)
 
 
-def _layer_norm_onnx(a):
-    return {"axis": int(a["axes"][0]), "epsilon": float(a["epsilon"])}, ()
+def _layer_norm_ref(xs, a):
+    axis = xs[0].ndim - len(a["normalized_shape"])
+    return run_onnx("LayerNormalization", xs, {"axis": axis, "epsilon": float(a["epsilon"])})
 
 
 def _float_in(name):
@@ -241,11 +242,9 @@ def _float_in(name):
 
 
 def _same_dtypes(name):
-    def f(ds, a):
-        if len(set(ds)) > 1:
-            fail(f"{name}: inputs of different dtypes {', '.join(ds)} (ONNX needs one)")
-        return ds[0] if ds else "float32"
-    return f
+    """ONNX gives both inputs one dtype (the frontend's graphs always do); terms the lemmas build may combine
+    two (a partial sum of two dtypes): NumPy promotes them, as the reference computes."""
+    return lambda ds, a: promote(*ds)
 
 
 # =================================================================================================
@@ -304,10 +303,10 @@ OPS = [
           linear=(0,), dtype=_float_in("onnx.ReduceMean")),
     OpDef("onnx.ReduceMax", 1, _reduce_shape("onnx.ReduceMax"), _ref("ReduceMax", _reduce_onnx), (AXES, KEEPDIMS),
           doc="Max over axes (none: every dim).", reduction=Reduction("axes", "keepdims", "core.max")),
-    OpDef("onnx.LayerNormalization", 3, _layer_norm_shape, _ref("LayerNormalization", _layer_norm_onnx),
-          (AttrSpec("axes", "ints", dim_of=0), AttrSpec("epsilon", "number", Fraction(1, 100000))),
-          doc="(x - mean) / sqrt(var + epsilon) * scale + bias over the trailing dims axes (output Y only).",
-          rowwise=RowWise("axes"), dtype=_float_in("onnx.LayerNormalization")),
+    OpDef("onnx.LayerNormalization", 3, _layer_norm_shape, _layer_norm_ref,
+          (AttrSpec("normalized_shape", "scalars"), AttrSpec("epsilon", "number", Fraction(1, 100000))),
+          doc="(x - mean) / sqrt(var + epsilon) * scale + bias over the trailing dims of normalized_shape "
+              "(output Y only).", rowwise=RowWise("normalized_shape"), dtype=_float_in("onnx.LayerNormalization")),
     OpDef("onnx.Expand", 1, _expand_shape, lambda xs, a: np.broadcast_to(xs[0], _ints(a["shape"])).copy(), (SHAPE,),
           doc="Broadcast to shape (the output shape, read from the constant shape input).", broadcast=True,
           data_movement=True),

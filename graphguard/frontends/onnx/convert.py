@@ -478,7 +478,8 @@ class Converter:
         ax = ax + r if ax < 0 else ax
         if not 0 <= ax < r:
             self.error(f"axis {a.get('axis', -1)} out of range for a rank-{r} input")
-        y = self.op("onnx.LayerNormalization", ins[:3], out, axes=list(range(ax, r)),
+        y = self.op("onnx.LayerNormalization", ins[:3], out,
+                    normalized_shape=[d if isinstance(d, int) else S.text(d) for d in ins[0].shape[ax:]],
                     epsilon=_num(a.get("epsilon", 1e-5)))
         return [y]
 

@@ -55,6 +55,11 @@ class Val:
         self.shape, self.dtype, self.name, self.const, self.init = tuple(shape), dtype, name, const, init
 
 
+def dims_text(shape) -> list:
+    """A shape as graph files write it: integers, and symbolic dims as text."""
+    return [d if isinstance(d, int) else S.text(d) for d in shape]
+
+
 def _num(v) -> str:
     if isinstance(v, (bool, np.bool_)):
         return str(int(v))
@@ -124,7 +129,7 @@ class Converter:
         if v.init is not None:
             name = ident(v.init)
             self.taken.add(name)
-            self.out.inputs.append({"name": self.full(name), "shape": list(v.shape), "dtype": v.dtype})
+            self.out.inputs.append({"name": self.full(name), "shape": dims_text(v.shape), "dtype": v.dtype})
             v.name = name
             return name
         flat = np.asarray(v.const).reshape(-1)
@@ -217,7 +222,7 @@ class Converter:
             if name in self.taken:
                 raise InputError(f"{self.source}: two inputs are named '{name}'")
             self.taken.add(name)
-            self.out.inputs.append({"name": self.full(name), "shape": list(shape), "dtype": dtype})
+            self.out.inputs.append({"name": self.full(name), "shape": dims_text(shape), "dtype": dtype})
             self.env[i.name] = Val(shape, dtype, name=name)
         for t in g.initializer:
             if ident(t.name) in self.taken:
@@ -293,8 +298,7 @@ class Converter:
             perm = list(a.get("perm", range(len(x.shape) - 1, -1, -1)))
             return [self.op("core.permute", [x], out, dims=perm)]
         if op in ("Reshape", "Flatten", "Unsqueeze", "Squeeze"):
-            return [self.op("core.reshape", [x], out, shape=[S.text(d) if not isinstance(d, int) else d
-                                                              for d in self.new_shape(op, x, ins, a)])]
+            return [self.op("core.reshape", [x], out, shape=dims_text(self.new_shape(op, x, ins, a)))]
         if op == "Concat":
             if "axis" not in a:
                 self.error("needs attribute axis")
@@ -310,8 +314,7 @@ class Converter:
             r = max(len(shape), len(x.shape))
             xs, ss = (1,) * (r - len(x.shape)) + x.shape, [1] * (r - len(shape)) + shape
             target = [d if s == 1 else s for d, s in zip(xs, ss)]
-            return [self.op("onnx.Expand", [x], out, shape=[S.text(d) if not isinstance(d, int) else d
-                                                            for d in target])]
+            return [self.op("onnx.Expand", [x], out, shape=dims_text(target))]
         if op == "Cast":
             to = a.get("to")
             if to not in DTYPE_OF:
@@ -362,9 +365,10 @@ class Converter:
             if -1 in out:
                 k = out.index(-1)
                 rest = numel([d for d in out if d != -1])
-                if rest == 0:
-                    self.error(f"shape {target}: -1 next to a zero dim")
-                out[k] = S.norm(S.sym(numel(x.shape)) / S.sym(rest))
+                total = numel(x.shape)
+                if rest == 0 or (isinstance(total, int) and isinstance(rest, int) and total % rest):
+                    self.error(f"cannot reshape {dims_text(x.shape)} to {target}")
+                out[k] = S.norm(S.sym(total) / S.sym(rest))
             return out
         if op == "Flatten":
             ax = int(a.get("axis", 1))
@@ -479,7 +483,7 @@ class Converter:
         if not 0 <= ax < r:
             self.error(f"axis {a.get('axis', -1)} out of range for a rank-{r} input")
         y = self.op("onnx.LayerNormalization", ins[:3], out,
-                    normalized_shape=[d if isinstance(d, int) else S.text(d) for d in ins[0].shape[ax:]],
+                    normalized_shape=dims_text(ins[0].shape[ax:]),
                     epsilon=_num(a.get("epsilon", 1e-5)))
         return [y]
 

@@ -193,6 +193,17 @@ def test_references_are_onnx_reference_evaluator(tmp_path, plugins):
         np.testing.assert_allclose(got[f"out{k}"], wv, rtol=1e-4, atol=1e-5)
 
 
+def test_split_to_sequence_and_sequence_at(tmp_path, plugins):
+    """torch.onnx.export writes tensor.split(n) as SplitToSequence + SequenceAt with constant positions."""
+    n = helper.make_node
+    m = model([n("SplitToSequence", ["x", "n"], ["seq"], axis=-1), n("SequenceAt", ["seq", "one"], ["y"])],
+              [vi("x", [2, 6])], [vi("y", [2, 2])], [ints("one", 1), numpy_helper.from_array(np.asarray(2), "n")])
+    g = load_spec(plugins, save(tmp_path, "seq.onnx", m))
+    (sl,) = [nd for nd in g.nodes if nd.op == "core.slice" and nd.outputs[0] in
+             {i for d in g.nodes for i in d.inputs}]
+    assert dict(sl.attrs) == {"dim": 1, "start": 2, "end": 4}
+
+
 # -- malformed input: exit 2, one line naming the file and the node ------------------------------------
 
 def bad_models():
@@ -222,6 +233,8 @@ def bad_models():
     yield "collective-in-spec", model([n("AllReduce", ["x"], ["y"], domain="com.microsoft")], x, y, ms=True), \
         "may hold no collective"
     yield "shape-mismatch", model([n("Add", ["x", "z"], ["y"])], x + [vi("z", [3])], y), "do not broadcast"
+    yield "sequence-use", model([n("SplitToSequence", ["x"], ["s"], axis=0), n("Relu", ["s"], ["y"])], x, y), \
+        "sequences are read only by SequenceAt"
     yield "no-outputs", model([n("Relu", ["x"], ["y"])], x, []), "no outputs"
 
 

@@ -30,6 +30,14 @@ def test_onnx_mlp_tp_refines(tmp_path):
     assert "out0 = out0@0" in r.stdout and "replay: ok" in r.stdout and "expected relations: all 2 found" in r.stdout
 
 
+def test_onnx_block_tp_refines(tmp_path):
+    """A transformer block (attention + MLP) at TP 2: heads split across ranks, two all-reduces."""
+    files = capture(EXAMPLES / "onnx-block-tp" / "model.py", tmp_path)
+    r = verify(files, "--replay")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "out0 = out0@1" in r.stdout and "replay: ok" in r.stdout
+
+
 def test_onnx_missing_allreduce_is_flagged(tmp_path):
     files = capture(EXAMPLES / "bugs" / "onnx-mlp-missing-allreduce" / "model.py", tmp_path)
     r = verify(files)

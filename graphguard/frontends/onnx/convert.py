@@ -255,6 +255,8 @@ class Converter:
             if i not in self.env:
                 self.error(f"input '{i}' is used before it is defined")
             ins.append(self.env[i])
+        if any(isinstance(v, list) for v in ins) and n.op_type != "SequenceAt":
+            self.error("sequences are read only by SequenceAt with a constant position")
         if n.domain in ONNX_DOMAINS:
             outs = self.onnx_node(n, ins)
         elif n.domain == MS_DOMAIN:
@@ -309,6 +311,15 @@ class Converter:
             return [self.slice(x, ins, out)]
         if op == "Split":
             return self.split(x, ins, a, out, len(n.output))
+        if op == "SplitToSequence":
+            return [self.split_to_sequence(x, ins, a, out)]
+        if op == "SequenceAt":
+            if not isinstance(x, list):
+                self.error("reads a sequence that is not SplitToSequence's")
+            (k,) = self.ints_of(n.input[1], "SequenceAt's position") or [None]
+            if not -len(x) <= k < len(x):
+                self.error(f"position {k} is outside the sequence of {len(x)}")
+            return [x[k]]
         if op == "Expand":
             shape = self.ints_of(n.input[1], "Expand's shape")
             r = max(len(shape), len(x.shape))
@@ -458,6 +469,35 @@ class Converter:
         for s in sizes:
             vals.append(self.op("core.slice", [x], out, dim=ax, start=start, end=start + s))
             start += s
+        return vals
+
+    def split_to_sequence(self, x: Val, ins: list, a: dict, out: str) -> list:
+        """The pieces, as a Python list (SequenceAt with a constant position picks one; nothing else reads it)."""
+        r = len(x.shape)
+        ax = int(a.get("axis", 0))
+        ax = ax + r if ax < 0 else ax
+        if not 0 <= ax < r or not isinstance(x.shape[ax], int):
+            self.error(f"axis {a.get('axis', 0)} is not a static dim of a rank-{r} input")
+        n = x.shape[ax]
+        if len(ins) > 1 and ins[1] is not None:
+            split = self.const_of(self.node.input[1], "SplitToSequence's split")
+            sizes = [int(v) for v in split.reshape(-1)]
+            if split.ndim == 0:
+                if sizes[0] <= 0:
+                    self.error(f"split {sizes[0]} is not positive")
+                sizes = [min(sizes[0], n - i) for i in range(0, n, sizes[0])]
+            squeeze = False
+        else:
+            sizes, squeeze = [1] * n, not a.get("keepdims", 1)
+        if sum(sizes) != n or any(v < 0 for v in sizes):
+            self.error(f"split sizes {sizes} do not add up to dim {ax} of size {n}")
+        vals, start = [], 0
+        for v in sizes:
+            piece = self.op("core.slice", [x], out, dim=ax, start=start, end=start + v)
+            if squeeze:
+                piece = self.op("core.reshape", [piece], out, shape=dims_text(x.shape[:ax] + x.shape[ax + 1:]))
+            vals.append(piece)
+            start += v
         return vals
 
     def reduce(self, n, op: str, x: Val, ins: list, a: dict, out: str) -> Val:

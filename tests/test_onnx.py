@@ -87,36 +87,34 @@ def test_tp_mlp_refines(tmp_path):
     assert "REFINES" in r.stdout and "out0 = out0@0" in r.stdout and "replay: ok" in r.stdout
 
 
-def test_tp_mlp_one_model_for_every_rank_needs_its_collectives(tmp_path):
+def verify_here(plugins, spec, impl, rel, **kw):
+    import graphguard
+    return graphguard.verify(str(spec), [str(p) for p in impl], str(rel), frontend="onnx", plugins=plugins, **kw)
+
+
+def test_tp_mlp_without_its_all_reduce_is_flagged_at_the_add(tmp_path, plugins):
     spec, impl, rel = write_mlp(tmp_path, allreduce=False)
-    r = run_cli("verify", "--frontend", "onnx", "--spec", spec, "--impl", *impl, "--relation", rel)
-    assert r.returncode == 1, r.stdout + r.stderr
-    assert "stopped at G_s operator onnx.Add (node 'z'" in r.stdout
-    assert "y = sum(y@0, y@1)" in r.stdout
+    r = verify_here(plugins, spec, impl, rel)
+    assert r.exit_code == 1 and r.failure.op == "onnx.Add" and r.failure.node == "z", r.render()
+    assert "y = sum(y@0, y@1)" in r.render()
 
 
-def test_one_model_with_world_size(tmp_path):
+def test_one_model_with_world_size(tmp_path, plugins):
     spec = save(tmp_path, "spec.onnx", mlp(1, None))
-    m = mlp(2, 0)
-    # one model on every rank: with replicated weights the ranks compute the same function (w1 whole)
-    for t in m.graph.initializer:
-        full = w(t.name, {"w1": [16, 8], "b1": [16], "w2": [8, 16], "b2": [8]}[t.name])
-        t.CopyFrom(full)
+    m = mlp(1, 0)  # the full MLP and an all-reduce, on every rank
     impl = save(tmp_path, "impl.onnx", m)
     rel = tmp_path / "rel.yaml"
     rel.write_text("inputs:\n" + "".join(f"  {n}: [{n}@0, {n}@1]\n" for n in ("x", "w1", "b1", "w2", "b2")))
-    r = run_cli("verify", "--frontend", "onnx", "--spec", spec, "--impl", impl, "--world-size", "2",
-                "--relation", rel)
-    # each rank all-reduces a full result: out = relu(2 y + b2) -- not the spec's
-    assert r.returncode == 1, r.stdout + r.stderr
+    r = verify_here(plugins, spec, [impl], rel, world_size=2)
+    # each rank all-reduces a full result: out = relu(2 y + b2), not the spec's
+    assert r.exit_code == 1 and r.failure.node == "z", r.render()
 
 
-def test_dump_names_inputs_initializers_and_symbols(tmp_path):
-    p = save(tmp_path, "spec.onnx", mlp(1, None))
-    r = run_cli("dump", "--frontend", "onnx", "--role", "spec", p)
-    assert r.returncode == 0, r.stderr
-    assert "input x: float32[B, 4, 8]" in r.stdout and "input w1: float32[16, 8]" in r.stdout
-    assert "core.permute(w1, dims=[1, 0])" in r.stdout and "out0" in r.stdout
+def test_dump_names_inputs_initializers_and_symbols(tmp_path, plugins):
+    g = load_spec(plugins, save(tmp_path, "spec.onnx", mlp(1, None)))
+    assert g.inputs == ["x", "w1", "b1", "w2", "b2"] and g.outputs == ["out0"]
+    assert [str(d) for d in g.tensors["x"].shape] == ["B", "4", "8"]
+    assert [(n.op, n.inputs) for n in g.nodes][:1] == [("core.permute", ["w1"])]
 
 
 # -- a transformer block's operators: shapes against onnx.shape_inference -------------------------------
@@ -298,9 +296,9 @@ def test_all_gather_is_stitched(tmp_path, plugins):
     spec = model([n("MatMul", ["x", "w"], ["y"])], [vi("x", [2, 4]), vi("w", [4, 6])], [vi("y", [2, 6])])
     rel = tmp_path / "rel.yaml"
     rel.write_text("inputs:\n  x: [x@0, x@1]\n  w: concat(w@0, w@1, dim=1)\nexpect:\n  out0: [out0@0, out0@1]\n")
-    r = run_cli("verify", "--frontend", "onnx", "--spec", save(tmp_path, "s.onnx", spec), "--impl",
-                *[save(tmp_path, f"r{k}.onnx", m) for k, m in enumerate(ranks)], "--relation", rel, "--replay")
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = verify_here(plugins, save(tmp_path, "s.onnx", spec), [save(tmp_path, f"r{k}.onnx", m)
+                                                               for k, m in enumerate(ranks)], rel, replay=True)
+    assert r.exit_code == 0, r.render()
 
 
 # -- the pack's lemmas: fuzzed against the ReferenceEvaluator references; proofs and must-not-proves -----

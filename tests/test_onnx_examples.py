@@ -20,6 +20,12 @@ def verify(files, *extra):
                    "--relation", files["relation"], *extra)
 
 
+def verify_here(plugins, files, **kw):
+    import graphguard
+    return graphguard.verify(str(files["spec"]), files["impl"].split(), str(files["relation"]), frontend="onnx",
+                             plugins=plugins, **kw)
+
+
 def test_onnx_mlp_tp_refines(tmp_path):
     files = capture(EXAMPLES / "onnx-mlp-tp" / "model.py", tmp_path)
     import onnx
@@ -30,20 +36,20 @@ def test_onnx_mlp_tp_refines(tmp_path):
     assert "out0 = out0@0" in r.stdout and "replay: ok" in r.stdout and "expected relations: all 2 found" in r.stdout
 
 
-def test_onnx_block_tp_refines(tmp_path):
+def test_onnx_block_tp_refines(tmp_path, plugins):
     """A transformer block (attention + MLP) at TP 2: heads split across ranks, two all-reduces."""
     files = capture(EXAMPLES / "onnx-block-tp" / "model.py", tmp_path)
-    r = verify(files, "--replay")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "out0 = out0@1" in r.stdout and "replay: ok" in r.stdout
+    r = verify_here(plugins, files, replay=True)
+    assert r.exit_code == 0, r.render()
+    assert "out0 = out0@1" in r.render() and "replay: ok" in r.render()
 
 
-def test_onnx_missing_allreduce_is_flagged(tmp_path):
+def test_onnx_missing_allreduce_is_flagged(tmp_path, plugins):
     files = capture(EXAMPLES / "bugs" / "onnx-mlp-missing-allreduce" / "model.py", tmp_path)
-    r = verify(files)
-    assert r.returncode == 1, r.stdout + r.stderr
-    assert "stopped at G_s operator onnx.Add (node 'add'" in r.stdout
-    assert "linear_1 = sum(linear_1@0, linear_1@1)" in r.stdout
+    r = verify_here(plugins, files)
+    assert r.exit_code == 1, r.render()
+    assert r.failure.op == "onnx.Add" and r.failure.node == "add", r.render()
+    assert "linear_1 = sum(linear_1@0, linear_1@1)" in r.render()
 
 
 def test_backward_capture_is_refused(tmp_path):

@@ -356,3 +356,29 @@ def test_proves(lhs, rhs):
 ])
 def test_must_not_prove(lhs, rhs):
     assert not proves(lhs, rhs, dict(SH, S1=[3, 3], S2=[3, 3], c3=[3]))
+
+
+def test_mutated_models_give_one_line_errors(tmp_path, plugins):
+    """Random byte mutations of a valid model: each loads or fails with one InputError line, never a traceback."""
+    import random
+
+    from graphguard.errors import GraphGuardError
+    data = block().SerializeToString()
+    rng = random.Random(0)
+    p = tmp_path / "m.onnx"
+    for _ in range(300):
+        b = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            k = rng.randrange(len(b))
+            r = rng.random()
+            if r < 0.6:
+                b[k] = rng.randrange(256)
+            elif r < 0.8:
+                del b[k:k + rng.randint(1, 20)]
+            else:
+                b[k:k] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        p.write_bytes(bytes(b))
+        try:
+            plugins.frontend("onnx").load(LoadRequest([str(p)], "spec", plugins.registry, Constraints()))
+        except GraphGuardError as e:
+            assert "\n" not in str(e), str(e)

@@ -42,7 +42,10 @@ DTYPE_OF = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "in
             18: "float8_e4m3fnuz", 19: "float8_e5m2", 20: "float8_e5m2fnuz"}
 
 
-def ident(s: str) -> str:
+def ident(s: str | bytes) -> str:
+    """A tensor name of the IR for an ONNX name (a name that is not UTF-8 text arrives as bytes)."""
+    if isinstance(s, bytes):
+        s = s.decode("utf-8", "replace")
     s = re.sub(r"[^A-Za-z0-9_.]", "_", s)
     return s if re.match(r"[A-Za-z_]", s) else "t" + s
 
@@ -244,6 +247,11 @@ class Converter:
         return self.out
 
     def convert(self, n) -> None:
+        texts = (n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute))
+        raw = [t for t in texts if isinstance(t, bytes)]
+        if raw:
+            raise InputError(f"{self.source}: node {ident(n.name)!r}: a name that is not UTF-8 text "
+                             f"({ident(raw[0])[:40]!r})")
         for a in n.attribute:
             if a.type in (5, 10):  # GRAPH, GRAPHS
                 self.error("subgraphs (If, Loop, Scan) are not supported yet")

@@ -10,9 +10,9 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")
 
 
-def capture(model, out):
+def capture(model, out, **kw):
     from graphguard.frontends.onnx.capture import capture_model_file
-    return capture_model_file(model, out, 2)
+    return capture_model_file(model, out, 2, **kw)
 
 
 def verify(files, *extra):
@@ -42,6 +42,17 @@ def test_onnx_block_tp_refines(tmp_path, plugins):
     r = verify_here(plugins, files, replay=True)
     assert r.exit_code == 0, r.render()
     assert "out0 = out0@1" in r.render() and "replay: ok" in r.render()
+
+
+def test_onnx_block_tp_at_opset_17_refines(tmp_path, plugins):
+    """Opset 17: no Gelu operator; the exporter writes it with Erf, Mul, Div and Add of constants."""
+    import onnx
+    files = capture(EXAMPLES / "onnx-block-tp" / "model.py", tmp_path, opset=17)
+    m = onnx.load(files["spec"])
+    assert [o.version for o in m.opset_import if o.domain == ""] == [17]
+    assert "Erf" in {n.op_type for n in m.graph.node}
+    r = verify_here(plugins, files)
+    assert r.exit_code == 0, r.render()
 
 
 def test_onnx_missing_allreduce_is_flagged(tmp_path, plugins):

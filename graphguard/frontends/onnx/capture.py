@@ -1,7 +1,8 @@
 """``graphguard capture --frontend onnx MODEL.py --world-size N -o DIR``: export a PyTorch model file to ONNX.
 
 The model file is the fx route's (``spec()``, ``impl(rank, world)``, ``inputs(rank, world)``,
-``relation(world, backward)``, optional ``expect(world, backward)``; see ``examples/onnx-mlp-tp/model.py``).
+``relation(world, backward)``, optional ``expect(world, backward)`` and ``onnx_opset``, the opset to export with;
+see ``examples/onnx-mlp-tp/model.py``).
 Each program is exported with ``torch.onnx.export(..., dynamo=True, optimize=False)`` -- unoptimised, so
 parameters stay initializers under their own names (the optimiser folds ``Transpose(weight)`` into a new
 constant ``val_N``) -- the sequential one on a one-rank fake process group, rank r's on a fake process group of
@@ -92,7 +93,7 @@ def _load(path: Path):
     return mod
 
 
-def export(build, args, rank: int, world: int, table: dict, out: Path, where: str) -> None:
+def export(build, args, rank: int, world: int, table: dict, out: Path, where: str, opset: int | None = None) -> None:
     """Export ``build()`` on ``args`` as rank ``rank`` of a fake process group of ``world`` ranks to ``out``."""
     import torch
     import torch.distributed as dist
@@ -103,7 +104,7 @@ def export(build, args, rank: int, world: int, table: dict, out: Path, where: st
         with contextlib.redirect_stdout(io.StringIO()), torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             prog = torch.onnx.export(model, tuple(args), dynamo=True, optimize=False, verbose=False,
-                                     custom_translation_table=table)
+                                     custom_translation_table=table, opset_version=opset)
         prog.save(str(out))
     except InputError:
         raise
@@ -114,7 +115,10 @@ def export(build, args, rank: int, world: int, table: dict, out: Path, where: st
         dist.destroy_process_group()
 
 
-def capture_model_file(path, out_dir, world_size: int, backward: bool = False, plugins=None) -> dict:
+def capture_model_file(path, out_dir, world_size: int, backward: bool = False, plugins=None,
+                       opset: int | None = None) -> dict:
+    """Export and write the files; ``opset`` (or the model file's ``onnx_opset``, an int) is the default-domain
+    opset to export with (the exporter's default, 20 for torch 2.13, when None)."""
     path = Path(path)
     if backward:
         raise InputError(f"{path}: the onnx frontend captures forward programs only (--backward is fx's)")
@@ -124,12 +128,15 @@ def capture_model_file(path, out_dir, world_size: int, backward: bool = False, p
     import logging
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # its notes on skipped torchvision ops
     table = translation_table(world_size)
-    export(mod.spec, mod.inputs(None, world_size), 0, 1, table, out / "spec.onnx", f"{path}: spec()")
+    opset = opset or getattr(mod, "onnx_opset", None)
+    if opset is not None and (isinstance(opset, bool) or not isinstance(opset, int)):
+        raise InputError(f"{path}: onnx_opset must be an integer, got {opset!r}")
+    export(mod.spec, mod.inputs(None, world_size), 0, 1, table, out / "spec.onnx", f"{path}: spec()", opset)
     impl = []
     for r in range(world_size):
         f = out / f"impl.rank{r}.onnx"
         export(lambda: mod.impl(r, world_size), mod.inputs(r, world_size), r, world_size, table, f,
-               f"{path}: impl({r}, {world_size})")
+               f"{path}: impl({r}, {world_size})", opset)
         impl.append(f)
     rel = mod.relation(world_size, False)
     if not isinstance(rel, dict) or not isinstance(rel.get("inputs"), dict):

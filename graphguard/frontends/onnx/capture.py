@@ -101,7 +101,8 @@ def export(build, args, rank: int, world: int, table: dict, out: Path, where: st
     dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
     try:
         model = build().eval()  # an inference program (ONNX Runtime's use); no dropout
-        with contextlib.redirect_stdout(io.StringIO()), torch.no_grad(), warnings.catch_warnings():
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), torch.no_grad(), \
+                warnings.catch_warnings():  # the exporter's progress notes
             warnings.simplefilter("ignore")
             prog = torch.onnx.export(model, tuple(args), dynamo=True, optimize=False, verbose=False,
                                      custom_translation_table=table, opset_version=opset)
@@ -126,7 +127,8 @@ def capture_model_file(path, out_dir, world_size: int, backward: bool = False, p
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     import logging
-    logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # its notes on skipped torchvision ops
+    for name in ("torch.onnx", "onnxscript"):  # notes on skipped torchvision ops, opset conversion fallbacks
+        logging.getLogger(name).setLevel(logging.ERROR)
     table = translation_table(world_size)
     opset = opset or getattr(mod, "onnx_opset", None)
     if opset is not None and (isinstance(opset, bool) or not isinstance(opset, int)):

@@ -233,6 +233,7 @@ def bad_models():
     yield "shape-mismatch", model([n("Add", ["x", "z"], ["y"])], x + [vi("z", [3])], y), "do not broadcast"
     yield "sequence-use", model([n("SplitToSequence", ["x"], ["s"], axis=0), n("Relu", ["s"], ["y"])], x, y), \
         "sequences are read only by SequenceAt"
+    yield "squeeze-symbolic", model([n("Squeeze", ["x"], ["y"])], [vi("x", ["B", 1])], y), "Squeeze without axes"
     yield "no-outputs", model([n("Relu", ["x"], ["y"])], x, []), "no outputs"
 
 

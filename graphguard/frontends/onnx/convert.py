@@ -408,6 +408,8 @@ class Converter:
             return out
         # Squeeze
         if not axes:
+            if not all(isinstance(d, int) for d in x.shape):
+                self.error("Squeeze without axes of a tensor with symbolic dims (which are 1 decides at run time)")
             axes = [k for k, d in enumerate(x.shape) if d == 1]
         axes = [k + r if k < 0 else k for k in axes]
         if any(not 0 <= k < r for k in axes) or any(not self.cx.prove("==", x.shape[k], 1) for k in axes):

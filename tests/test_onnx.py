@@ -383,3 +383,17 @@ def test_mutated_models_give_one_line_errors(tmp_path, plugins):
             plugins.frontend("onnx").load(LoadRequest([str(p)], "spec", plugins.registry, Constraints()))
         except GraphGuardError as e:
             assert "\n" not in str(e), str(e)
+
+
+@pytest.mark.parametrize("param", ["__import__('os').system('touch PWNED')", "B" * 5000, "1e999999", "x**99999999"])
+def test_dim_params_are_data(tmp_path, plugins, param):
+    """A dim_param is read by graphguard's scalar grammar (never evaluated): a symbol, or a one-line error."""
+    from graphguard.errors import GraphGuardError
+    p = save(tmp_path, "m.onnx", model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [param, 2])],
+                                       [vi("y", [param, 2])]))
+    try:
+        g = load_spec(plugins, p)
+        assert len(g.tensors["x"].shape) == 2
+    except GraphGuardError as e:
+        assert "\n" not in str(e) and str(p) in str(e)
+    assert not (tmp_path / "PWNED").exists() and not any(tmp_path.parent.glob("PWNED"))

@@ -3,12 +3,13 @@ lemmas (a plugin; entry point ``onnx-ops``: ``onnx`` is the frontend)."""
 from graphguard.hookspecs import hookimpl
 
 from .lemmas import LEMMAS
+from .more_ops import MORE_OPS
 from .ops import OPS
 
 
 @hookimpl
 def graphguard_ops():
-    return OPS
+    return OPS + MORE_OPS
 
 
 @hookimpl

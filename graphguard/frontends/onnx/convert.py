@@ -58,6 +58,14 @@ class Val:
         self.shape, self.dtype, self.name, self.const, self.init = tuple(shape), dtype, name, const, init
 
 
+def numpy_helper_to_array(t) -> np.ndarray:
+    from onnx import numpy_helper
+    try:
+        return numpy_helper.to_array(t)
+    except Exception:
+        raise InputError("a malformed tensor attribute") from None
+
+
 def dims_text(shape) -> list:
     """A shape as graph files write it: integers, and symbolic dims as text."""
     return [d if isinstance(d, int) else S.text(d) for d in shape]
@@ -328,6 +336,34 @@ class Converter:
             if not -len(x) <= k < len(x):
                 self.error(f"position {k} is outside the sequence of {len(x)}")
             return [x[k]]
+        if op == "ConstantOfShape":
+            shape = self.ints_of(n.input[0], "ConstantOfShape's shape")
+            if any(d < 0 for d in shape):
+                self.error(f"negative size in {shape}")
+            value = np.zeros([1], dtype=np.float32)
+            if "value" in a:
+                value = numpy_helper_to_array(a["value"])
+            dtype = DTYPE_OF.get(int(a["value"].data_type)) if "value" in a else "float32"
+            if dtype is None or value.size != 1:
+                self.error("value must be a one-element tensor of a supported type")
+            if int(np.prod(shape)) <= KNOWN_MAX:
+                c = np.full(shape, value.reshape(-1)[0])
+                return [Val(tuple(shape), dtype, const=c.astype(np.float64) if c.dtype.kind == "f" else c)]
+            name = self.emit("onnx.ConstantFill", [], out, shape=shape, value=_num(value.reshape(-1)[0]), dtype=dtype)
+            return [Val(tuple(shape), dtype, name=name)]
+        if op == "Range":
+            if len(ins) != 3:
+                self.error("needs start, limit and delta")
+            vals = [self.const_of(i, "Range's inputs") for i in n.input]
+            if vals[2].reshape(-1)[0] == 0:
+                self.error("delta 0")
+            c = np.arange(*(v.reshape(-1)[0] for v in vals))
+            if c.size > KNOWN_MAX:
+                self.error("a Range of more than 4096 entries is not supported yet")
+            return [Val(c.shape, ins[0].dtype, const=c.astype(np.float64) if c.dtype.kind == "f" else c)]
+        if op == "Trilu":
+            k = self.ints_of(n.input[1], "Trilu's k")[0] if len(ins) > 1 and ins[1] is not None else 0
+            return [self.op("onnx.Trilu", [x], out, upper=bool(a.get("upper", 1)), k=k)]
         if op == "Expand":
             shape = self.ints_of(n.input[1], "Expand's shape")
             r = max(len(shape), len(x.shape))

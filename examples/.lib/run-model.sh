@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Shared by examples that hold a model file: capture it (graphguard capture), then verify.
-#   run-model.sh MODEL.py [--frontend fx|hlo] [--world-size N] [--backward] [extra graphguard verify options]
+#   run-model.sh MODEL.py [--frontend fx|hlo|onnx] [--world-size N] [--backward] [extra graphguard verify options]
 # fx (default): a PyTorch model file; hlo: a JAX model file (the pre-partition HLO, the module after XLA's SPMD
-# partitioner and the relation the shardings state).
+# partitioner and the relation the shardings state); onnx: a PyTorch model file exported with torch.onnx.export.
 set -euo pipefail
 model="$1"; shift
 ws=2; bw=(); args=(); fe=fx
@@ -20,6 +20,9 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 if [ "$fe" = hlo ]; then
   files=(--frontend hlo --spec "$out/spec.hlo.pb" --impl "$out/impl.hlo.pb")
+elif [ "$fe" = onnx ]; then
+  files=(--frontend onnx --spec "$out/spec.onnx" --impl)
+  for ((r = 0; r < ws; r++)); do files+=("$out/impl.rank$r.onnx"); done
 else
   files=(--spec "$out/spec.gg.json" --impl "$out/impl.gg.json")
 fi

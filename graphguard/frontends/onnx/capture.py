@@ -1,0 +1,149 @@
+"""``graphguard capture --frontend onnx MODEL.py --world-size N -o DIR``: export a PyTorch model file to ONNX.
+
+The model file is the fx route's (``spec()``, ``impl(rank, world)``, ``inputs(rank, world)``,
+``relation(world, backward)``, optional ``expect(world, backward)`` and ``onnx_opset``, the opset to export with;
+see ``examples/onnx-mlp-tp/model.py``).
+Each program is exported with ``torch.onnx.export(..., dynamo=True, optimize=False)`` -- unoptimised, so
+parameters stay initializers under their own names (the optimiser folds ``Transpose(weight)`` into a new
+constant ``val_N``) -- the sequential one on a one-rank fake process group, rank r's on a fake process group of
+N ranks initialised as r (one process, no GPU). PyTorch's functional collectives are exported as ONNX Runtime's
+``com.microsoft`` contrib ops through the exporter's ``custom_translation_table``:
+
+    _c10d_functional.all_reduce(x, "sum", group)                 -> com.microsoft AllReduce(x)
+    _c10d_functional.all_gather_into_tensor(x, group_size, group) -> com.microsoft AllGather(x, axis=0, group_size)
+    _c10d_functional.wait_tensor(x)                              -> Identity(x)
+
+Their ONNX schemas ship only in ONNX Runtime's distributed build, so they are registered here (``onnx.defs``,
+as ONNX Runtime declares them) before exporting. Collectives over every rank only: the group of a collective is
+not recorded in the ONNX ops (ONNX Runtime runs them on its one world communicator). Written: ``spec.onnx``,
+``impl.rank<r>.onnx`` for every rank and ``relation.yaml`` (the model file's relation and expectations).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import re
+import sys
+import warnings
+from pathlib import Path
+
+from graphguard.errors import InputError
+from graphguard.ir.relation import relation_yaml
+
+MS = "com.microsoft"
+
+
+def _register_schemas() -> None:
+    from onnx import defs
+    from onnx.defs import OpSchema
+    var = OpSchema.FormalParameterOption.Variadic
+    types = ["tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)"]
+    for name, attrs in (("AllReduce", []),
+                        ("AllGather", [OpSchema.Attribute("axis", OpSchema.AttrType.INT, "the axis to gather on"),
+                                       OpSchema.Attribute("group_size", OpSchema.AttrType.INT, "ranks gathered")])):
+        if defs.has(name, MS):
+            continue
+        defs.register_schema(OpSchema(
+            name, MS, 1, inputs=[OpSchema.FormalParameter("input", "T", param_option=var)],
+            outputs=[OpSchema.FormalParameter("output", "T", param_option=var)],
+            type_constraints=[("T", types, "float tensors")], attributes=attrs))
+
+
+def translation_table(world: int) -> dict:
+    """The exporter's translations of PyTorch's functional collectives into ``com.microsoft`` ops."""
+    import onnxscript
+    import torch
+    from onnxscript import opset18 as op
+    _register_schemas()
+    ms = onnxscript.values.Opset(MS, 1)
+
+    def all_reduce(x, reduce_op: str, group_name: str):
+        if reduce_op != "sum":
+            raise ValueError(f"all_reduce with reduce_op={reduce_op!r}: com.microsoft AllReduce only sums")
+        return ms.AllReduce(x)
+
+    def all_gather(x, group_size: int, group_name: str):
+        return ms.AllGather(x, axis=0, group_size=group_size)
+
+    def wait(x):
+        return op.Identity(x)
+
+    f = torch.ops._c10d_functional
+    return {f.all_reduce.default: all_reduce, f.all_gather_into_tensor.default: all_gather,
+            f.wait_tensor.default: wait}
+
+
+def _load(path: Path):
+    if not path.is_file():
+        raise InputError(f"{path}: no such model file")
+    name = "graphguard_onnx_model_" + re.sub(r"\W", "_", str(path.resolve().with_suffix("")))
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:  # the user's code: say what failed, in one line
+        why = type(e).__name__ + (f": {str(e).splitlines()[0]}" if str(e).strip() else "")
+        raise InputError(f"{path}: cannot run the model file: {why}") from None
+    for fn in ("spec", "impl", "inputs", "relation"):
+        if not callable(getattr(mod, fn, None)):
+            raise InputError(f"{path}: an ONNX capture's model file defines spec(), impl(rank, world), "
+                             f"inputs(rank, world) and relation(world, backward); {fn}() is missing")
+    return mod
+
+
+def export(build, args, rank: int, world: int, table: dict, out: Path, where: str, opset: int | None = None) -> None:
+    """Export ``build()`` on ``args`` as rank ``rank`` of a fake process group of ``world`` ranks to ``out``."""
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: F401  (registers "fake")
+    dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
+    try:
+        model = build().eval()  # an inference program (ONNX Runtime's use); no dropout
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), torch.no_grad(), \
+                warnings.catch_warnings():  # the exporter's progress notes
+            warnings.simplefilter("ignore")
+            prog = torch.onnx.export(model, tuple(args), dynamo=True, optimize=False, verbose=False,
+                                     custom_translation_table=table, opset_version=opset)
+        prog.save(str(out))
+    except InputError:
+        raise
+    except Exception as e:
+        msg = str(e).strip().splitlines()
+        raise InputError(f"{where}: torch.onnx.export failed: {type(e).__name__}: {msg[0] if msg else ''}") from None
+    finally:
+        dist.destroy_process_group()
+
+
+def capture_model_file(path, out_dir, world_size: int, backward: bool = False, plugins=None,
+                       opset: int | None = None) -> dict:
+    """Export and write the files; ``opset`` (or the model file's ``onnx_opset``, an int) is the default-domain
+    opset to export with (the exporter's default, 20 for torch 2.13, when None)."""
+    path = Path(path)
+    if backward:
+        raise InputError(f"{path}: the onnx frontend captures forward programs only (--backward is fx's)")
+    mod = _load(path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    import logging
+    for name in ("torch.onnx", "onnxscript"):  # notes on skipped torchvision ops, opset conversion fallbacks
+        logging.getLogger(name).setLevel(logging.ERROR)
+    table = translation_table(world_size)
+    opset = opset or getattr(mod, "onnx_opset", None)
+    if opset is not None and (isinstance(opset, bool) or not isinstance(opset, int)):
+        raise InputError(f"{path}: onnx_opset must be an integer, got {opset!r}")
+    export(mod.spec, mod.inputs(None, world_size), 0, 1, table, out / "spec.onnx", f"{path}: spec()", opset)
+    impl = []
+    for r in range(world_size):
+        f = out / f"impl.rank{r}.onnx"
+        export(lambda: mod.impl(r, world_size), mod.inputs(r, world_size), r, world_size, table, f,
+               f"{path}: impl({r}, {world_size})", opset)
+        impl.append(f)
+    rel = mod.relation(world_size, False)
+    if not isinstance(rel, dict) or not isinstance(rel.get("inputs"), dict):
+        raise InputError(f"{path}: relation must give a mapping like {{'inputs': {{name: expression}}}}")
+    if callable(getattr(mod, "expect", None)):
+        rel = dict(rel, expect=mod.expect(world_size, False))
+    (out / "relation.yaml").write_text(relation_yaml(rel))
+    return {"spec": out / "spec.onnx", "impl": " ".join(map(str, impl)), "relation": out / "relation.yaml"}

@@ -298,6 +298,7 @@ CASES = [
     ("convolution", [f(1, 4, 5, 6), f(2, 2, 2, 3)], {"stride": [1, 2], "padding": [1, 0], "dilation": [1, 1],
                                                      "transposed": False, "output_padding": [0, 0], "groups": 2,
                                                      "absent": [2]}),
+    ("_conj", [f(2, 3)], {}),
     ("linalg_solve_triangular", [f(2, 4, 4), f(2, 4, 3)], {"upper": False, "unitriangular": True}),
     ("linalg_solve_triangular", [f(4, 4) + 4 * np.eye(4), f(3, 2, 4)], {"upper": True, "left": False}),
     ("convolution_backward", [f(2, 6, 12), f(2, 6, 9), f(6, 1, 4)],

@@ -236,6 +236,7 @@ ZOO_OPS = [
           dtype=lambda ds, a: promote(*ds)),
     _bin("polar", lambda r, t, a: r * np.cos(t) + 1j * (r * np.sin(t)),
          "The complex number abs * (cos(angle) + i sin(angle)) (broadcasting).", dtype=_polar_dtype),
+    _un("_conj", lambda x, a: np.conj(x), "Complex conjugate (real tensors unchanged).", linear=(0,)),
     OpDef("aten.view_as_complex", 1, _view_as_complex_shape,
           lambda xs, a: xs[0][..., 0] + 1j * xs[0][..., 1],
           doc="Pairs along the last dim (of size 2) read as complex numbers (real, imaginary).",

@@ -199,6 +199,9 @@ def load_results(path: Path) -> dict:
 def report(models: list[str], tps: list[int], modes: list[str], results: dict, classes: dict) -> None:
     rows = [results.get((m, tp, mode)) or dict(model=m, tp=tp, mode=mode, verdict="not-run", op="-", seconds=0)
             for m in models for tp in tps for mode in modes]
+    # where HF's own code fails under HF's plan, the operator its error names (a DTensor mixed with a tensor...)
+    rows = [dict(r, op=_op_named(str(r.get("reason", "")))) if r["verdict"] == "cannot-build" and
+            (r.get("op") or "-") == "-" else r for r in rows]
     print(f"\n{'architecture':34} {'tp':>2} {'mode':8} {'verdict':17} {'operator':34} {'time s':>7}")
     for r in rows:
         arch = classes.get(r["model"], r["model"])
@@ -206,10 +209,14 @@ def report(models: list[str], tps: list[int], modes: list[str], results: dict, c
               f"{r.get('seconds', 0):>7.1f}")
     bad = [r for r in rows if r["verdict"] not in ("verifies", "not-run")]
     if bad:
-        print("\nfailures (architecture, tp, mode: operator -- reason):")
+        print("\nfailures (architecture, tp, mode: operator -- reason; cannot-build: HF's model code or HF's plan "
+              "fails to run, HF's own error):")
         for r in bad:
             loc = f" at {r['loc']}" if r.get("loc") else ""
             reason = " ".join(str(r.get("reason", "")).split())
+            if r["verdict"] == "cannot-build" and "mixed torch.Tensor and DTensor" in reason:
+                reason = ("HF's plan makes a parameter a DTensor that HF's code combines with plain tensors (the "
+                          "plan's style does not fit that parameter): " + reason)
             print(f"  {classes.get(r['model'], r['model'])} tp={r['tp']} {r['mode']}: {r.get('op') or '-'}{loc} -- "
                   f"{reason[:500]}")
     total = sum(r.get("seconds", 0) for r in rows)

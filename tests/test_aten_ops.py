@@ -298,7 +298,10 @@ CASES = [
     ("convolution", [f(1, 4, 5, 6), f(2, 2, 2, 3)], {"stride": [1, 2], "padding": [1, 0], "dilation": [1, 1],
                                                      "transposed": False, "output_padding": [0, 0], "groups": 2,
                                                      "absent": [2]}),
-    ("_conj", [f(2, 3)], {}),
+    ("_conj", [f(2, 3) + 1j * f(2, 3)], {}),
+    ("polar", [pos(2, 3), f(3)], {}),
+    ("view_as_complex", [f(2, 3, 2)], {}),
+    ("view_as_real", [f(2, 3) + 1j * f(2, 3)], {}),
     ("linalg_solve_triangular", [f(2, 4, 4), f(2, 4, 3)], {"upper": False, "unitriangular": True}),
     ("linalg_solve_triangular", [f(4, 4) + 4 * np.eye(4), f(3, 2, 4)], {"upper": True, "left": False}),
     ("convolution_backward", [f(2, 6, 12), f(2, 6, 9), f(6, 1, 4)],
@@ -442,7 +445,7 @@ def test_against_torch(name, ins, attrs):
     for op, t in zip(outs, expected):
         if t is None:  # output_mask switched it off
             continue
-        e = t.numpy()
+        e = t.resolve_conj().numpy()
         assert tuple(op.shape(in_shapes, norm, cx)) == e.shape, op.name
         dt = op.dtype(in_dtypes, norm) if op.dtype else (in_dtypes[0] if in_dtypes else "float32")
         assert dt == _dtype_name(t), op.name
@@ -450,7 +453,7 @@ def test_against_torch(name, ins, attrs):
             continue
         r = np.asarray(op.ref([x.copy() for x in ins], norm))
         assert r.shape == e.shape, op.name
-        if e.dtype.kind == "f":
+        if e.dtype.kind in "fc":
             np.testing.assert_allclose(r, e, rtol=1e-6, atol=1e-9, err_msg=op.name)
         else:
             assert r.dtype == e.dtype, op.name

@@ -146,3 +146,18 @@ def test_fuzzer_draws_complex_values_and_catches_wrong_complex_lemmas(plugins, r
     (r, *_) = build_rules(L(9001, "bogus", rule), plugins.registry)
     rep = fuzz_rule(r, plugins.registry, trials=25)
     assert not rep.ok and rep.instances == 0 and "differ" in rep.why()
+
+
+class _LoopOverHits(torch.nn.Module):
+    def forward(self, x):  # an eager MoE's loop over the experts hit (LongCat-Flash)
+        out = torch.zeros_like(x)
+        for i in (x.sum(0) > 0).nonzero():
+            out = out + x * i
+        return out
+
+
+def test_a_loop_over_data_dependent_hits_is_refused_saying_why():
+    from graphguard.errors import InputError
+    with pytest.raises(InputError, match=r"test_hf_zoo_ops.py:\d+: GuardOnDataDependentSymNode: .* branches or loops "
+                                         r"on tensor values there"):
+        ggt.capture(lambda r: _LoopOverHits(), (torch.randn(3, 4),))

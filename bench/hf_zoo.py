@@ -2,15 +2,18 @@
 """Benchmark (run by hand): HF transformers' whole tensor-parallel-plan zoo, verified model by model.
 
     python3 bench/hf_zoo.py [--models qwen3,phi3] [--tp 2,4] [--modes fwd,fwd+bwd] [--jobs 1]
-                            [--timeout 900] [--mem-gb 6] [--results bench/out/hf_zoo.jsonl] [--fresh]
+                            [--timeout 900] [--mem-gb 6] [--results bench/out/hf_zoo.jsonl] [--fresh | --rerun]
 
 The zoo is every ``transformers.*ForCausalLM`` whose config class carries a ``base_model_tp_plan`` (its
 size, the denominator, is printed first). Each model is built from a tiny random config
 (``examples/hf-zoo/model.py``: nothing is downloaded), distributed with HF's own plan at every TP degree
-asked, captured (forward, or forward + backward) and verified against the unsharded model. Each model runs
+asked, captured (forward, or forward + backward) and verified against the unsharded model. Forward alone is
+inference, as generation runs it: no parameter requires grad (HF code that is only wrong for training, such
+as Llama-4's in-place add to a rowwise output, fails in forward + backward). Each model runs
 in its own process (``--jobs`` at once) with an address-space cap (``--mem-gb``) and a time limit; its
 verdicts are appended to the results file as they come, so an interrupted run resumes where it stopped
-(``--fresh`` starts over; ``--models`` / ``--tp`` / ``--modes`` select a subset of what is run and shown).
+(``--fresh`` starts over, ``--rerun`` runs the selected models again, replacing their verdicts; ``--models`` /
+``--tp`` / ``--modes`` select a subset of what is run and shown).
 
 Verdicts: ``verifies`` (refines, with every expectation the plan states met), ``does-not-refine``,
 ``inconclusive``, ``capture-error`` (graphguard refused the captured program: the operator or construct is
@@ -71,6 +74,9 @@ def worker(mt: str, tps: list[int], mode: str) -> None:
     pl = load_plugins()
     bw = mode == "fwd+bwd"
 
+    def used(m):  # forward alone is inference (as generation runs): no parameter records autograd history
+        return m if bw else m.requires_grad_(False)
+
     def emit(tp, **rec):
         print(TAG + json.dumps(dict(model=mt, cls=Z.causal_lm_classes()[mt].__name__, tp=tp, mode=mode, **rec)),
               flush=True)
@@ -83,7 +89,7 @@ def worker(mt: str, tps: list[int], mode: str) -> None:
             emit(tp, verdict="cannot-build", op="-", reason=f"unsharded model: {_first_line(e)}", seconds=0.0)
         return
     try:
-        s = ggt.capture(lambda r: Z.spec(mt), lambda r: Z.inputs(None, 1, mt), backward=bw, plugins=pl,
+        s = ggt.capture(lambda r: used(Z.spec(mt)), lambda r: Z.inputs(None, 1, mt), backward=bw, plugins=pl,
                         name=f"{mt}-spec")
     except InputError as e:
         for tp in tps:
@@ -95,7 +101,7 @@ def worker(mt: str, tps: list[int], mode: str) -> None:
         rec = {}
         try:
             try:
-                d = ggt.capture(lambda r: Z.impl(r, tp, mt=mt), lambda r: Z.inputs(r, tp, mt), world_size=tp,
+                d = ggt.capture(lambda r: used(Z.impl(r, tp, mt=mt)), lambda r: Z.inputs(r, tp, mt), world_size=tp,
                                 backward=bw, plugins=pl, name=f"{mt}-tp{tp}")
             except InputError as e:
                 msg = str(e)
@@ -193,6 +199,9 @@ def load_results(path: Path) -> dict:
 def report(models: list[str], tps: list[int], modes: list[str], results: dict, classes: dict) -> None:
     rows = [results.get((m, tp, mode)) or dict(model=m, tp=tp, mode=mode, verdict="not-run", op="-", seconds=0)
             for m in models for tp in tps for mode in modes]
+    # where HF's own code fails under HF's plan, the operator its error names (a DTensor mixed with a tensor...)
+    rows = [dict(r, op=_op_named(str(r.get("reason", "")))) if r["verdict"] == "cannot-build" and
+            (r.get("op") or "-") == "-" else r for r in rows]
     print(f"\n{'architecture':34} {'tp':>2} {'mode':8} {'verdict':17} {'operator':34} {'time s':>7}")
     for r in rows:
         arch = classes.get(r["model"], r["model"])
@@ -200,10 +209,14 @@ def report(models: list[str], tps: list[int], modes: list[str], results: dict, c
               f"{r.get('seconds', 0):>7.1f}")
     bad = [r for r in rows if r["verdict"] not in ("verifies", "not-run")]
     if bad:
-        print("\nfailures (architecture, tp, mode: operator -- reason):")
+        print("\nfailures (architecture, tp, mode: operator -- reason; cannot-build: HF's model code or HF's plan "
+              "fails to run, HF's own error):")
         for r in bad:
             loc = f" at {r['loc']}" if r.get("loc") else ""
             reason = " ".join(str(r.get("reason", "")).split())
+            if r["verdict"] == "cannot-build" and "mixed torch.Tensor and DTensor" in reason:
+                reason = ("HF's plan makes a parameter a DTensor that HF's code combines with plain tensors (the "
+                          "plan's style does not fit that parameter): " + reason)
             print(f"  {classes.get(r['model'], r['model'])} tp={r['tp']} {r['mode']}: {r.get('op') or '-'}{loc} -- "
                   f"{reason[:500]}")
     total = sum(r.get("seconds", 0) for r in rows)
@@ -236,6 +249,9 @@ def main(argv=None) -> int:
     ap.add_argument("--mem-gb", type=float, default=6.0, help="address-space cap per model process")
     ap.add_argument("--results", default=str(ROOT / "bench" / "out" / "hf_zoo.jsonl"))
     ap.add_argument("--fresh", action="store_true", help="ignore (and overwrite) earlier results")
+    ap.add_argument("--rerun", action="store_true",
+                    help="run the selected models again even where the results file has their verdicts (the "
+                         "new verdicts are appended and replace the old ones; other results are kept)")
     ap.add_argument("--report-only", action="store_true", help="print the table of the results file, run nothing")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -262,7 +278,7 @@ def main(argv=None) -> int:
     if a.fresh and path.exists():
         path.unlink()
     results = load_results(path)
-    todo = [(m, mode, [tp for tp in tps if (m, tp, mode) not in results]) for m in models for mode in modes]
+    todo = [(m, mode, [tp for tp in tps if a.rerun or (m, tp, mode) not in results]) for m in models for mode in modes]
     todo = [t for t in todo if t[2]] if not a.report_only else []
     t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
 

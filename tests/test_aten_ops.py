@@ -283,6 +283,33 @@ CASES = [
     ("log1p", [pos(4)], {}),
     ("expm1", [f(2, 3)], {}),
     ("scatter.value", [f(3, 5), np.array([[1, 3], [0, 0], [4, 2]]), ], {"dim": 1, "value": 1}),
+    # (HF's TP-plan zoo: rounded positions, short convolutions of linear-attention layers)
+    ("floor", [f(2, 3) * 3], {}),
+    ("floor", [i(9, 4)], {}),
+    ("div.Tensor_mode", [f(2, 3) * 4, pos(3)], {"rounding_mode": "floor"}),
+    ("div.Tensor_mode", [f(2, 3) * 4, -pos(2, 1)], {"rounding_mode": "trunc"}),
+    ("div.Tensor_mode", [i(9, 2, 3) - 4, i(3, 3) + 1], {"rounding_mode": "trunc"}),
+    ("div.Tensor_mode", [i(9, 2, 3) - 4, -i(3, 3) - 1], {"rounding_mode": "floor"}),
+    ("div.Tensor_mode", [i(9, 4), i(3, 4) + 1], {}),
+    ("convolution", [f(2, 6, 9), f(6, 1, 4)], {"stride": [1], "padding": [3], "dilation": [1], "transposed": False,
+                                               "output_padding": [0], "groups": 6, "absent": [2]}),
+    ("convolution", [f(2, 6, 9), f(4, 3, 3), f(4)], {"stride": [2], "padding": [1], "dilation": [2],
+                                                     "transposed": False, "output_padding": [0], "groups": 2}),
+    ("convolution", [f(1, 4, 5, 6), f(2, 2, 2, 3)], {"stride": [1, 2], "padding": [1, 0], "dilation": [1, 1],
+                                                     "transposed": False, "output_padding": [0, 0], "groups": 2,
+                                                     "absent": [2]}),
+    ("_conj", [f(2, 3) + 1j * f(2, 3)], {}),
+    ("polar", [pos(2, 3), f(3)], {}),
+    ("view_as_complex", [f(2, 3, 2)], {}),
+    ("view_as_real", [f(2, 3) + 1j * f(2, 3)], {}),
+    ("linalg_solve_triangular", [f(2, 4, 4), f(2, 4, 3)], {"upper": False, "unitriangular": True}),
+    ("linalg_solve_triangular", [f(4, 4) + 4 * np.eye(4), f(3, 2, 4)], {"upper": True, "left": False}),
+    ("convolution_backward", [f(2, 6, 12), f(2, 6, 9), f(6, 1, 4)],
+     {"bias_sizes": [6], "stride": [1], "padding": [3], "dilation": [1], "transposed": False, "output_padding": [0],
+      "groups": 6, "output_mask": [1, 1, 1]}),
+    ("convolution_backward", [f(2, 4, 4), f(2, 6, 9), f(4, 3, 3)],
+     {"bias_sizes": [4], "stride": [2], "padding": [1], "dilation": [2], "transposed": False, "output_padding": [0],
+      "groups": 2, "output_mask": [1, 1, 1]}),
     ("bitwise_or.Tensor", [b(2, 3), b(3)], {}),
     ("bitwise_and.Tensor", [i(8, 4), i(8, 4)], {}),
     ("bitwise_not", [b(4)], {}),
@@ -418,7 +445,7 @@ def test_against_torch(name, ins, attrs):
     for op, t in zip(outs, expected):
         if t is None:  # output_mask switched it off
             continue
-        e = t.numpy()
+        e = t.resolve_conj().numpy()
         assert tuple(op.shape(in_shapes, norm, cx)) == e.shape, op.name
         dt = op.dtype(in_dtypes, norm) if op.dtype else (in_dtypes[0] if in_dtypes else "float32")
         assert dt == _dtype_name(t), op.name
@@ -426,7 +453,7 @@ def test_against_torch(name, ins, attrs):
             continue
         r = np.asarray(op.ref([x.copy() for x in ins], norm))
         assert r.shape == e.shape, op.name
-        if e.dtype.kind == "f":
+        if e.dtype.kind in "fc":
             np.testing.assert_allclose(r, e, rtol=1e-6, atol=1e-9, err_msg=op.name)
         else:
             assert r.dtype == e.dtype, op.name

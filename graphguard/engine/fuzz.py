@@ -38,6 +38,7 @@ CHECK_TRIALS = 25
 FLOATS = ("float64", "float32", "float16", "bfloat16")
 INTS = ("int64", "int32", "int8", "uint8")
 DTYPES = FLOATS + INTS + ("bool",)
+COMPLEX = ("complex128", "complex64")
 SPECIAL = (0.0, -0.0, math.inf, -math.inf, math.nan, 1e-30, -1e-30, 1e30, -1e30)
 # number attributes: exact values, as a graph holds them (a float is its binary value)
 FACTORS = tuple(Fraction(x) for x in (0, 1, 2, 3, -1, -2, 0.5, 0.25, -0.75, 1.5, 3e-10, -3e-10, 1e-30, 1e30, 7))
@@ -146,9 +147,13 @@ def _vary_seed(rng: random.Random, seed: dict, rule: Rule) -> dict:
     return out
 
 
-def _draw_dtypes(rng: random.Random, names: list[str]) -> dict[str, str]:
+def _draw_dtypes(rng: random.Random, names: list[str], complex_too: bool = False) -> dict[str, str]:
     """One dtype for every tensor (any of them), or float widths mixed (references compute every float dtype
-    in float64, so a lemma may not rely on a width; integer and bool operands come from the op's rule)."""
+    in float64, so a lemma may not rely on a width; integer and bool operands come from the op's rule).
+    ``complex_too``: also complex dtypes (for patterns no real dtype makes well-formed: ``view_as_real(?a)``)."""
+    if complex_too and rng.random() < 0.5:
+        d = rng.choice(COMPLEX)
+        return {v: d for v in names}
     u = rng.random()
     if u < 0.45:
         return {v: "float64" for v in names}
@@ -176,6 +181,8 @@ def _round_to(x: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _values(nrng: np.random.Generator, shape: tuple, dtype: str, special: bool = False) -> np.ndarray:
+    if dtype in COMPLEX:
+        return _values(nrng, shape, "float64", special) + 1j * _values(nrng, shape, "float64", special)
     if dtype == "bool":
         return nrng.random(shape) < 0.5
     if dtype in INTS:
@@ -207,6 +214,8 @@ def _compare(a, b, special: bool = False, scale: float = 0.0) -> str | None:
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape:
         return f"value shapes differ ({list(a.shape)} vs {list(b.shape)})"
+    if "c" in (a.dtype.kind, b.dtype.kind):  # complex: real and imaginary parts, each compared
+        a, b = (np.stack([np.real(v), np.imag(v)], -1) for v in (a, b))
     if a.dtype.kind in "biu" and b.dtype.kind in "biu":
         if not np.array_equal(a, b):
             return f"integer values differ (max |diff| {np.max(np.abs(a.astype(np.int64) - b.astype(np.int64)))})"
@@ -252,6 +261,7 @@ def _fuzz(rule: Rule, reg: Registry, trials: int, attempts: int, seed: int) -> F
     seeds = list(rule.lemma.examples)
     seen: set = set()
     index = dict(rule.index or {})
+    complex_too = False
     for attempt in range(attempts):
         if rep.instances >= want:
             break
@@ -291,7 +301,8 @@ def _fuzz(rule: Rule, reg: Registry, trials: int, attempts: int, seed: int) -> F
                 env[v] = sd[v] if not isinstance(sd[v], list) else tuple(sd[v])
             else:
                 env[v] = _draw_attr(rng, op.attr_spec(attr), rank, pool)
-        dtypes = _draw_dtypes(rng, rule.tvars)
+        complex_too = complex_too or (attempt == 300 and not rep.instances)  # no real instance in 300 tries
+        dtypes = _draw_dtypes(rng, rule.tvars, complex_too)
         dtypes.update({v: "int64" for v in index})
         ranges = _draw_ranges(rng, rule, sd, dtypes)
         ctx = EvalContext(lambda leaf: shapes[leaf.name], cx, reg.functions, lambda leaf: dtypes[leaf.name],

@@ -36,6 +36,7 @@ DTYPES = frozenset((
 
 _INTS = ("uint8", "int8", "int16", "int32", "int64")
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
+_FLOAT_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
 
 
 def dtype_category(d: str) -> int:
@@ -65,6 +66,10 @@ def promote(*dtypes: str) -> str:
         if set(known) == {"uint8", "int8"}:
             return "int16"
         return max(known, key=_INTS.index) if known else ds[0]
+    cplx = [d for d in ds if d.startswith("complex")]
+    if cplx:  # complex with real floats: the complex type as wide as the widest of them
+        bits = max([int(d[7:]) for d in cplx] + [2 * _FLOAT_BITS.get(d, 0) for d in ds if d not in cplx])
+        return f"complex{64 if bits == 32 and 'bfloat16' in ds else bits}"  # (no complex bfloat16)
     known = [d for d in ds if d in _FLOATS]
     if set(known) == {"float16", "bfloat16"}:
         return "float32"

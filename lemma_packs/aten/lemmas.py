@@ -21,6 +21,7 @@ from .scaled import LEMMAS as SCALED
 from .vllm_vocab import LEMMAS as VLLM_VOCAB
 from .titan import LEMMAS as TITAN
 from .vocab import LEMMAS as VOCAB
+from .zoo import LEMMAS as ZOO
 
 BRIDGES = [
     L(301, "mm-is-matmul", "aten.mm(?a, ?b) <=> matmul(?a, ?b)"),
@@ -177,4 +178,4 @@ VIEWS = [
       examples=[{"x": [2, 1, 3], "s": [2, 4, 3], "t": [2, 1, 3], "i": False}]),
 ]
 
-LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_CE + MEGATRON_MOE + TITAN + NORMAL + NORMAL2 + RANGES + HF + MORE
+LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_CE + MEGATRON_MOE + TITAN + NORMAL + NORMAL2 + RANGES + HF + MORE + ZOO

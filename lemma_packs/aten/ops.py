@@ -1220,3 +1220,6 @@ OPS += [  # HF transformers' causal mask (examples/hf-llama-tp)
 
 from .hf_ops import HF_OPS  # noqa: E402  (ops HF transformers' models need)
 OPS += HF_OPS
+
+from .zoo_ops import ZOO_OPS  # noqa: E402  (ops of HF's TP-plan zoo: floor, rounded division, convolution)
+OPS += ZOO_OPS

@@ -231,8 +231,12 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         while (root.__cause__ or root.__context__) is not None:  # (TorchDynamo's wrappers: the error met)
             root = root.__cause__ or root.__context__
         loc = loc_from_stack(str(e))  # (TorchDynamo's message ends with the user's frames)
+        hint = ""
+        if type(root).__name__ == "GuardOnDataDependentSymNode":
+            hint = (" (the program branches or loops on tensor values there -- .item(), int(t), a loop over the "
+                    "experts hit --, which no single graph captures; write it with shapes known before it runs)")
         raise InputError(f"{where} failed{f' at {loc}' if loc else ''}: {type(root).__name__}: "
-                         f"{(str(root).strip().splitlines() or [''])[0]}") from None
+                         f"{(str(root).strip().splitlines() or [''])[0]}{hint}") from None
     outs = out if isinstance(out, (list, tuple)) else (out,)
     if backward:
         tensors = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]

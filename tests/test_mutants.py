@@ -24,6 +24,11 @@ CASES = {
     "mlp-tp/negate/3": (True, "does-not-refine"),  # a computed tensor's sign flipped
     "mlp-tp/detach/3": (True, "missing-output"),  # a gradient no longer computed
     "grad-accum/mse-expanded/0": (False, "refines"),  # ((a - y) ** 2).mean(), forward and backward (1853)
+    # written through views of an empty buffer: a slice of the zero-padded partial sums is x = x + 0 (never taken
+    # apart by the algebra of sums)
+    "grad-accum/empty-views/1": (False, "refines"),
+    "grad-accum/stack-sum/0": (False, "refines"),  # torch.stack(losses).sum(): slices of expand(g) (1855)
+    "grad-accum/wrong-slice/1": (True, "does-not-refine"),
 }
 
 

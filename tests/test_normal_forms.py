@@ -1,4 +1,4 @@
-"""Normal forms (lemmas 1500-1507, lemma_packs/aten/normal.py; 1850-1854, normal2.py): each proves the rewrite it states and must not prove
+"""Normal forms (lemmas 1500-1507, lemma_packs/aten/normal.py; 1850-1855, normal2.py): each proves the rewrite it states and must not prove
 its near misses. Also: fresh strided buffers (``new_empty_strided``, the backward of writes into views of an
 ``empty_like`` buffer) are read as the empty buffers they are."""
 import pytest
@@ -53,6 +53,11 @@ PROVES = [
     ("aten.add.Tensor(a, aten.neg(b))", "aten.sub.Tensor(a, b)"),
     # 1854: (b^T a^T)^T is a @ b
     ("aten.mm(x, w)", f"permute(aten.mm(permute(w, {T}), permute(x, {T})), {T})"),
+    # 1855: a slice of an expand along a broadcast dim (the share of torch.stack(losses).sum()'s gradient)
+    ("reshape(slice(aten.expand(reshape(e, shape=[1]), size=[2], implicit=false), dim=0, start=1, end=2), shape=[])",
+     "e"),
+    ("slice(aten.expand(u, size=[4, 3], implicit=false), dim=0, start=1, end=3)", "aten.expand(u, size=[2, 3], implicit=false)"),
+    ("slice(aten.expand(b, size=[2, 3], implicit=false), dim=0, start=0, end=1)", "aten.expand(b, size=[1, 3], implicit=false)"),
     # 1853: the backward of ((a - y) ** 2).mean() as autograd writes it: (expand(g) / n) * (2 * (a - y) ** 1)
     ("aten.mse_loss_backward(aten.mul.Scalar(e, other=0.5), a, c, reduction=1)",
      "aten.mul.Tensor(aten.div.Scalar(aten.expand(aten.mul.Scalar(e, other=0.5), size=[2, 3]), other=6),"
@@ -98,6 +103,12 @@ MUST_NOT = [
      "aten.mul.Tensor(aten.div.Scalar(aten.expand(e, size=[2, 3]), other=6),"
      " aten.mul.Scalar(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=1), other=2))"),
     ("aten.mul.Tensor(aten.mul.Scalar(x, other=0.5), aten.mul.Scalar(a, other=3))", "aten.mul.Tensor(x, a)"),
+    # 1855 only along a dim the input is broadcast in
+    ("slice(aten.expand(u, size=[4, 3], implicit=false), dim=1, start=0, end=2)",
+     "aten.expand(slice(u, dim=1, start=1, end=3), size=[4, 2], implicit=false)"),
+    ("slice(aten.expand(y, size=[2, 4, 3], implicit=false), dim=0, start=0, end=1)",
+     "aten.expand(slice(y, dim=0, start=1, end=2), size=[1, 4, 3], implicit=false)"),
+    ("slice(aten.expand(u, size=[4, 3], implicit=false), dim=0, start=1, end=3)", "aten.expand(u, size=[3, 3], implicit=false)"),
     ("aten.mm(x, w)", f"aten.mm(permute(w, {T}), permute(x, {T}))"),  # not transposed back
     ("aten.mm(x, m)", f"permute(aten.mm(permute(x, {T}), permute(m, {T})), {T})"),  # operands not swapped
 ]

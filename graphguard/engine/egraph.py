@@ -582,8 +582,12 @@ class EGraph:
             parts.append("v_" + v.name if isinstance(v, PVar) else _q(_enc(v.value)))
         return f"({self.cname(self.reg.get(p.op), len(p.args))} {' '.join(parts)})"
 
-    def _query(self, p: App, root: str | None, facts: list[str], fresh: list[int]) -> None:
-        """Facts that bind every node of pattern ``p`` (root bound to ``root`` when given)."""
+    def _query(self, p: App, root: str | None, facts: list[str], fresh: list[int], inner_sums: bool = False) -> None:
+        """Facts that bind every node of pattern ``p`` (root bound to ``root`` when given). With
+        ``inner_sums``: and that no ``sum`` node below the root is in the class of one of its summands --
+        ``x = x + z`` (z is zero: a slice of a zero-padded partial sum is the slice itself) is never taken
+        apart: regrouping ``y + x`` as ``(y + z) + x`` adds z again and again without end, and nothing clean
+        comes of it (the root may be such a node: its rewrites stay in its class)."""
         def go(q: Term, name: str | None) -> str:
             if isinstance(q, PVar):
                 return "v_" + q.name
@@ -593,6 +597,8 @@ class EGraph:
             fresh[0] += 1
             var = name or f"p{fresh[0]}"
             facts.append(f"(= {var} ({self.cname(self.reg.get(q.op), len(q.args))} {' '.join(parts)}))")
+            if q.op == SUM and inner_sums and q is not p:
+                facts.extend(f"(!= {var} {x})" for x in parts[:len(q.args)])
             return var
         if root is None:
             for a in p.args:
@@ -604,13 +610,17 @@ class EGraph:
     def _compile(self, r: Rule) -> list[str]:
         guards = list(dict.fromkeys(_two_values(r.lhs) + _two_values(r.rhs)
                                     + (_two_values(r.when) if r.when is not None else [])))
-        if r.native:
+        if r.native and not any(_has_sum(a) for a in r.lhs.args):
             facts: list[str] = []
             when = f" :when ({' '.join(guards)})" if guards else ""
             return [f"(rewrite {self._pat(r.lhs, facts, [0])} {self._pat(r.rhs, facts, [0])}{when} :ruleset lemmas)"]
+        if r.native:  # (a rewrite spelt as a rule: its sums' classes are bound, see _query)
+            facts = []
+            self._query(r.lhs, "root", facts, [0], inner_sums=True)
+            return [f"(rule ({' '.join(facts + guards)}) ((union root {self._pat(r.rhs, [], [0])})) :ruleset lemmas)"]
         facts: list[str] = []
         root = "root" if r.exists == "root" else None
-        self._query(r.lhs, root, facts, [0])
+        self._query(r.lhs, root, facts, [0], inner_sums=True)
         if r.when is not None:
             self._query(r.when, "when", facts, [100])
             if root:  # the e-node a constrained lemma needs is another one than the term it rewrites
@@ -787,6 +797,13 @@ def _fill(t: Term, env: dict) -> Term:
     if isinstance(t, App):
         return App(t.op, tuple(_fill(a, env) for a in t.args), t.attrs)
     return t
+
+
+SUM = "core.sum"
+
+
+def _has_sum(p: Term) -> bool:
+    return isinstance(p, App) and (p.op == SUM or any(_has_sum(a) for a in p.args))
 
 
 def _two_values(p: Term) -> list[str]:

@@ -311,9 +311,9 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
 
     Related are: the tensors of the input relations (``t_rel``) and of the clean expressions found for v's
     outputs (the paper's rule), and -- within ``MAX_HOPS`` operators of those -- outputs of operators whose
-    input is a clean function of their output (data movement, scaling by a constant: observation (i) carries
-    over), and outputs of v's own operator applied to tensors related to v's *inputs* (a rank's partial result
-    of v: DTensor adds a replicated bias before the all-reduce). The bound and the last rule keep the search
+    input is a clean function of their output (data movement, broadcasts, scaling by a constant: observation (i)
+    carries over), and outputs of v's own operator applied to tensors related to v's *inputs* (a rank's partial
+    result of v: DTensor adds a replicated bias before the all-reduce). The bound and the last rule keep the search
     local: the same operator applied again to v's *output* is the next G_s operator's business, so a chain of
     identical operators is not walked to its end."""
     g_d, eg = ctx.g_d, ctx.egraph
@@ -360,7 +360,7 @@ def _relate(ctx: Context, explored: dict[str, Node], hops: dict[str, int], insid
             if not ins or not all(i in hops for i in ins):
                 continue
             own = n.op == op and all(i in inside for i in ins)
-            if not (own or n.op in INVERTIBLE or _scaling(ctx, n, const)):
+            if not (own or n.op in INVERTIBLE or _scaling(ctx, n, const) or _broadcast(ctx, n, const)):
                 continue
             h = 1 + max(hops[i] for i in ins)
             if h > MAX_HOPS:
@@ -472,6 +472,12 @@ def _scaling(ctx: Context, n: Node, const: frozenset) -> bool:
     ``-x``: x is the output scaled back, so the output relates to v as much as x does."""
     n_const = sum(i in const for i in n.inputs)
     return ctx.egraph.reg.get(n.op).scaling and len(n.inputs) - n_const == 1 and len(n.inputs) <= 2
+
+
+def _broadcast(ctx: Context, n: Node, const: frozenset) -> bool:
+    """A broadcast of x (``expand``): x is a slice of the output, so the output relates to v as much as x does
+    (a micro-batch's share of a stacked loss's gradient is a slice of ``expand(g)``)."""
+    return ctx.egraph.reg.get(n.op).broadcast and sum(i not in const for i in n.inputs) == 1
 
 
 def _structure(ctx: Context) -> tuple[frozenset, dict[str, list[Node]], frozenset, frozenset]:

@@ -3,7 +3,7 @@
 ``x / c`` for a number c is ``x * (1 / c)`` (``div.Scalar``, as 400 does for a 0-dim constant), ``x ** 1`` is
 ``x`` (the backward of ``x ** 2``), ``a + (-b)`` is ``a - b``, a transposed product ``(b^T a^T)^T`` is ``a @ b``, and
 the backward of a mean squared error written out (``2 / n * g * (a - y)``, as autograd differentiates
-``((a - y) ** 2).mean()``).
+``((a - y) ** 2).mean()``), and a slice of an expanded tensor along a broadcast dim (a narrower expand).
 """
 from graphguard.engine.lemma import L
 
@@ -11,6 +11,14 @@ LEMMAS = [
     L(1850, "div-by-number-is-mul",
       "aten.div.Scalar(?x, other=?c) => aten.mul.Scalar(?x, other=1 / ?c)",
       "?c != 0 and finite(?c) and floating(dtype(?x))"),
+    # a slice of an expanded tensor along a dim it is broadcast in: a narrower expand (the per-micro-batch
+    # gradients of torch.stack(losses).sum() are slices of expand(g))
+    L(1855, "slice-of-expand-along-broadcast",
+      "slice(aten.expand(?x, size=?s, implicit=?i), dim=?d, start=?a, end=?b)"
+      " => aten.expand(?x, size=set_at(?s, ?d, ?b - ?a), implicit=?i)",
+      "const_along(?x, len(?s), ?d)",
+      examples=[{"x": [1], "s": [3], "d": 0, "a": 1, "b": 2}, {"x": [2, 1], "s": [2, 4], "d": 1, "a": 0, "b": 3},
+                {"x": [3], "s": [2, 3], "d": 0, "a": 1, "b": 2}]),
     L(1851, "pow-one", "aten.pow.Tensor_Scalar(?x, exponent=1) => ?x", "floating(dtype(?x))"),
     L(1852, "add-of-neg-is-sub",
       "aten.add.Tensor(?a, aten.neg(?b), alpha=1) => aten.sub.Tensor(?a, ?b, alpha=1)",

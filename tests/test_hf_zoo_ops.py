@@ -161,3 +161,16 @@ def test_a_loop_over_data_dependent_hits_is_refused_saying_why():
     with pytest.raises(InputError, match=r"test_hf_zoo_ops.py:\d+: GuardOnDataDependentSymNode: .* branches or loops "
                                          r"on tensor values there"):
         ggt.capture(lambda r: _LoopOverHits(), (torch.randn(3, 4),))
+
+
+def test_partial_sums_of_complementary_zero_pads():
+    """Cohere's interleaved rotary backward: the two zero-padded halves of the gradient, summed once the add is
+    a sum (lemmas 427/429) -- proving; the pads on the same side, or a nonzero pad, must not."""
+    from graphguard.engine.prove import proves
+    shapes = {"a": [2, 3, 1], "b": [2, 3, 1]}
+    z = "aten.full(size=[2, 3, 1], fill_value={v}, dtype=float32)"
+    pad_a, pad_b = f"concat(a, {z.format(v=0)}, dim=2)", f"concat({z.format(v=0)}, b, dim=2)"
+    assert proves(f"sum({pad_a}, {pad_b})", "concat(a, b, dim=2)", shapes)
+    assert proves(f"sum({pad_b}, {pad_a})", "concat(a, b, dim=2)", shapes)
+    assert not proves(f"sum({pad_a}, concat(b, {z.format(v=0)}, dim=2))", "concat(a, b, dim=2)", shapes)
+    assert not proves(f"sum({pad_a}, concat({z.format(v=1)}, b, dim=2))", "concat(a, b, dim=2)", shapes)

@@ -226,3 +226,34 @@ def test_index_as_embedding_needs_the_ids_range(plugins, cond, ok):
             " => aten.embedding(?w, ?i, padding_idx=-1, scale_grad_by_freq=false, sparse=false)")
     (r,) = build_rules(L(9001, "index-as-embedding", rule, cond + ' and dtype(?i) == "int64"'), plugins.registry)
     assert fuzz_rule(r, plugins.registry).ok == ok
+
+
+class KeyStates(torch.nn.Module):
+    """DeepSeek-V3's key states: a ``new_empty`` buffer written through two slices (``copy_``), heads split
+    over the ranks; its intermediate (one slice written, the rest the buffer's) is related by its NaN fill."""
+    def __init__(self, heads, write_all=True):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, heads * 3, bias=False)
+        self.heads, self.write_all = heads, write_all
+
+    def forward(self, x, rot):
+        kv = self.proj(x).view(x.shape[0], self.heads, 3)
+        k = kv.new_empty(x.shape[0], self.heads, 5)
+        k[..., :3].copy_(kv)
+        if self.write_all:
+            k[..., 3:].copy_(rot.expand(-1, self.heads, -1))
+        else:  # the last column never written
+            k[..., 3:4].copy_(rot[..., :1].expand(-1, self.heads, -1))
+        return k * 2
+
+
+@pytest.mark.parametrize("write_all", [True, False])
+def test_buffer_of_sharded_heads_written_through_slices(write_all):
+    xr = (torch.randn(3, 4), torch.randn(3, 1, 2))
+    s = ggt.capture(lambda r: KeyStates(4), lambda r: xr, backward=True)
+    d = ggt.capture(lambda r: KeyStates(2, write_all), lambda r: xr, world_size=W, backward=True)
+    rel = {"inputs": {"x": _rep("x"), "rot": _rep("rot"), "proj.weight": _cat("proj.weight", 0),
+                      "tangent.out0": _cat("tangent.out0", 1)},
+           "expect": {"out0": _cat("out0", 1)}}
+    r = graphguard.verify(s.graph(), d.graph(), rel)
+    assert r.verdict == ("refines" if write_all else "does-not-refine"), r.render()

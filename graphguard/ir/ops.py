@@ -194,13 +194,20 @@ _INTEGRAL = re.compile(r"[-+]?[0-9]+(?:/[0-9]+)?")
 _DECIMAL = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?")
 
 
+# the one NaN every parsed attribute holds: NaN equals nothing, but a tuple holding the same object equals itself
+# (and hashes alike), so two terms with a NaN attribute -- an empty buffer's fill -- are the same term
+NAN = float("nan")
+
+
 def parse_number(text: str) -> Fraction | float:
     """A number attribute from text (never evaluated): ``3`` and ``1/3`` are exact; a decimal (``0.1``,
     ``1e-05``; exponents of at most three digits) is the float it spells, by its exact binary value (as JSON and
     Python read it, so text and graph files agree); ``inf``, ``-inf`` and ``nan`` stay floats. A decimal beyond
     the float range, or anything else, raises ValueError (ZeroDivisionError for ``n/0``)."""
     t = text.strip()
-    if t.lower() in ("inf", "+inf", "-inf", "nan", "infinity", "+infinity", "-infinity"):
+    if t.lower() == "nan":
+        return NAN
+    if t.lower() in ("inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"):
         return float(t)
     if len(t) > 2400:  # an exact binary fraction of the tiniest double has ~1100 digits
         raise ValueError(f"not a number: {text[:60]!r}")

@@ -206,6 +206,7 @@ def _bug(name, tmp_path, env=None):
     return json.loads(out.read_text())["failure"]
 
 
+@pytest.mark.slow  # (its run script also runs in tests/test_examples.py)
 def test_megatron_cross_entropy_wrong_vocab_range_is_flagged_at_the_lookup(tmp_path):
     f = _bug("megatron-ce-vocab-offset", tmp_path)
     assert (f["op"], f["loc"]) == ("aten.index.Tensor", "cross_entropy.py:59")
@@ -216,6 +217,7 @@ def test_megatron_cross_entropy_without_predicted_logits_allreduce_is_flagged_at
     assert (f["op"], f["loc"]) == ("aten.sub.Tensor", "cross_entropy.py:77")
 
 
+@pytest.mark.slow  # (its run script also runs in tests/test_examples.py)
 def test_megatron_grad_accum_loss_not_scaled_is_flagged_at_the_scale(tmp_path):
     f = _bug("megatron-grad-accum-scale", tmp_path)
     assert f["op"] == "aten.div.Tensor" and f["loc"].startswith("model.py:")

@@ -86,6 +86,7 @@ def _run(*args, env=None):
                           env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow
 def test_planted_routing_bug_is_flagged_at_the_expert_choice():
     """The ranks' router logits rotated by one expert: flagged at the router's top-k (the expert choice), an
     operator the correct layer gets past (it is related there as the concatenation of the ranks' top-k)."""

@@ -199,6 +199,15 @@ _DECIMAL = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1
 NAN = float("nan")
 
 
+def number_text(v) -> str:
+    """A number as exact text for a graph file (read back by :func:`parse_number`: a Fraction; inf/nan floats)."""
+    if isinstance(v, (bool, np.bool_)):
+        return str(int(v))
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    return repr(float(v))
+
+
 def parse_number(text: str) -> Fraction | float:
     """A number attribute from text (never evaluated): ``3`` and ``1/3`` are exact; a decimal (``0.1``,
     ``1e-05``; exponents of at most three digits) is the float it spells, by its exact binary value (as JSON and

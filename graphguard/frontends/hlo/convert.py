@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphguard.errors import InputError, ShapeError
-from graphguard.ir.ops import Registry, normalize_attrs
+from graphguard.ir.ops import Registry, normalize_attrs, number_text
 
 from ..stitch import Collective, RankGraph
 from .module import ELIDED, Computation, Instruction, Module, Shape, numpy_dtype
@@ -91,13 +91,6 @@ def _ident(s: str) -> str:
     return s if re.match(r"[A-Za-z_]", s) else "t" + s
 
 
-def _num(v) -> str:
-    """A number attribute as exact text (the IR parses it as a Fraction; inf/nan stay floats)."""
-    if isinstance(v, (bool, np.bool_)):
-        return str(int(v))
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    return repr(float(v))
 
 
 class Converter:
@@ -159,13 +152,13 @@ class Converter:
         name = v.hint
         if v.splat or (flat is not None and flat.size and (flat == flat.flat[0]).all()):
             first = v.const.reshape(-1)[0] if v.const.size else 0
-            val = self.emit("hlo.constant", [], name, v.shape, None, shape=list(v.shape.dims), value=_num(first),
+            val = self.emit("hlo.constant", [], name, v.shape, None, shape=list(v.shape.dims), value=number_text(first),
                             dtype=dtype)
         elif v.build is not None and (v.const.size > LITERAL_MAX or v.structural):
             val = v.build()
         else:
             val = self.emit("hlo.literal", [], name, v.shape, None, shape=list(v.shape.dims),
-                            values=",".join(_num(x) for x in np.asarray(v.const).reshape(-1)), dtype=dtype)
+                            values=",".join(number_text(x) for x in np.asarray(v.const).reshape(-1)), dtype=dtype)
         v.name = val.name
         return v.name
 
@@ -602,7 +595,7 @@ def _reduce(c, ins, xs, name, prefix):
         if not rest:
             return x
         dims = rest
-    return c.apply(ins, "hlo.reduce", [x], name, dims=dims, reducer=reducer, init=_num(value))
+    return c.apply(ins, "hlo.reduce", [x], name, dims=dims, reducer=reducer, init=number_text(value))
 
 
 IDENTITIES = {"sum": 0, "prod": 1, "max": -np.inf, "min": np.inf, "and": True, "or": False}

@@ -26,7 +26,7 @@ import numpy as np
 
 from graphguard.errors import GraphGuardError, InputError
 from graphguard.ir import scalar as S
-from graphguard.ir.ops import Registry, numel
+from graphguard.ir.ops import Registry, number_text, numel
 
 from ..stitch import Collective, RankGraph
 
@@ -71,12 +71,6 @@ def dims_text(shape) -> list:
     return [d if isinstance(d, int) else S.text(d) for d in shape]
 
 
-def _num(v) -> str:
-    if isinstance(v, (bool, np.bool_)):
-        return str(int(v))
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    return repr(float(v))
 
 
 class Converter:
@@ -145,9 +139,9 @@ class Converter:
             return name
         flat = np.asarray(v.const).reshape(-1)
         if flat.size and (flat == flat[0]).all():
-            v.name = self.emit("onnx.ConstantFill", [], hint, shape=list(v.shape), value=_num(flat[0]), dtype=v.dtype)
+            v.name = self.emit("onnx.ConstantFill", [], hint, shape=list(v.shape), value=number_text(flat[0]), dtype=v.dtype)
         elif flat.size <= LITERAL_MAX:
-            v.name = self.emit("onnx.Constant", [], hint, shape=list(v.shape), values=",".join(map(_num, flat)),
+            v.name = self.emit("onnx.Constant", [], hint, shape=list(v.shape), values=",".join(map(number_text, flat)),
                                dtype=v.dtype)
         else:
             self.error("a constant of more than 4096 entries is computed from constants (not supported yet)")
@@ -349,7 +343,7 @@ class Converter:
             if int(np.prod(shape)) <= KNOWN_MAX:
                 c = np.full(shape, value.reshape(-1)[0])
                 return [Val(tuple(shape), dtype, const=c.astype(np.float64) if c.dtype.kind == "f" else c)]
-            name = self.emit("onnx.ConstantFill", [], out, shape=shape, value=_num(value.reshape(-1)[0]), dtype=dtype)
+            name = self.emit("onnx.ConstantFill", [], out, shape=shape, value=number_text(value.reshape(-1)[0]), dtype=dtype)
             return [Val(tuple(shape), dtype, name=name)]
         if op == "Range":
             if len(ins) != 3:
@@ -570,7 +564,7 @@ class Converter:
             self.error(f"axis {a.get('axis', -1)} out of range for a rank-{r} input")
         y = self.op("onnx.LayerNormalization", ins[:3], out,
                     normalized_shape=dims_text(ins[0].shape[ax:]),
-                    epsilon=_num(a.get("epsilon", 1e-5)))
+                    epsilon=number_text(a.get("epsilon", 1e-5)))
         return [y]
 
     def generic(self, n, op: str, ins: list, a: dict, out: str) -> Val:
@@ -590,7 +584,7 @@ class Converter:
             if isinstance(v, bytes):
                 v = v.decode("utf-8", "replace")
             elif spec.kind == "number":
-                v = _num(v)
+                v = number_text(v)
             elif spec.kind == "bool":
                 v = bool(v)
             elif isinstance(v, list):

@@ -35,6 +35,28 @@ def check_world_size(n, where: str) -> int:
     return n
 
 
+def run_model_file(path, prefix: str):
+    """Import a user's model file as a module named after its path (TorchDynamo imports a module by name to
+    inline its functions); a missing file or an exception while running it is one InputError naming the file."""
+    import importlib.util
+    import re
+    import sys
+    from pathlib import Path
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such model file")
+    name = prefix + re.sub(r"\W", "_", str(path.resolve().with_suffix("")))
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:  # the user's code: say what failed, in one line
+        why = type(e).__name__ + (f": {str(e).splitlines()[0]}" if str(e).strip() else "")
+        raise InputError(f"{path}: cannot run the model file: {why}") from None
+    return mod
+
+
 @dataclass
 class LoadRequest:
     paths: list[str]

@@ -21,15 +21,13 @@ verification uses.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import re
-import sys
 from pathlib import Path
 
 import yaml
 
 from graphguard.errors import InputError
+from graphguard.frontends import run_model_file
 from graphguard.ir.relation import relation_yaml
 
 from .capture import capture
@@ -38,17 +36,7 @@ from .relations import input_relation
 
 def load_model_file(path: str | Path):
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such model file")
-    name = "graphguard_model_" + re.sub(r"\W", "_", str(path.resolve().with_suffix("")))
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # TorchDynamo imports a module by name to inline its functions from another module
-    try:
-        spec.loader.exec_module(mod)
-    except Exception as e:  # the user's code: say what failed, in one line
-        why = type(e).__name__ + (f": {str(e).splitlines()[0]}" if str(e).strip() else "")
-        raise InputError(f"{path}: cannot run the model file: {why}") from None
+    mod = run_model_file(path, "graphguard_model_")
     for fn in ("spec", "impl", "inputs"):
         if not callable(getattr(mod, fn, None)):
             raise InputError(f"{path}: a model file defines spec(), impl(rank, world), inputs(rank, world) and "

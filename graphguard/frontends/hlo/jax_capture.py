@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from graphguard.errors import InputError
+from graphguard.frontends import run_model_file
 from graphguard.ir.relation import relation_yaml
 
 # the implementation is the module right after XLA's SPMD partitioner: what partitioning made of the
@@ -316,20 +317,8 @@ MODEL_FILE_DOC = """A JAX model file defines:
 
 
 def _load_model_file(path):
-    import importlib.util
-    import sys
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such model file")
-    name = "graphguard_jax_model_" + re.sub(r"\W", "_", str(path.resolve().with_suffix("")))
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except Exception as e:  # the user's code: say what failed, in one line
-        why = type(e).__name__ + (f": {str(e).splitlines()[0]}" if str(e).strip() else "")
-        raise InputError(f"{path}: cannot run the model file: {why}") from None
+    mod = run_model_file(path, "graphguard_jax_model_")
     missing = [f for f in ("spec", "inputs", "in_specs") if not callable(getattr(mod, f, None))]
     if missing:
         raise InputError(f"{path}: {', '.join(missing)}() missing. {MODEL_FILE_DOC}")

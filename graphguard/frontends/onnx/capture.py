@@ -21,14 +21,12 @@ not recorded in the ONNX ops (ONNX Runtime runs them on its one world communicat
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
-import re
-import sys
 import warnings
 from pathlib import Path
 
 from graphguard.errors import InputError
+from graphguard.frontends import run_model_file
 from graphguard.ir.relation import relation_yaml
 
 MS = "com.microsoft"
@@ -75,17 +73,7 @@ def translation_table(world: int) -> dict:
 
 
 def _load(path: Path):
-    if not path.is_file():
-        raise InputError(f"{path}: no such model file")
-    name = "graphguard_onnx_model_" + re.sub(r"\W", "_", str(path.resolve().with_suffix("")))
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except Exception as e:  # the user's code: say what failed, in one line
-        why = type(e).__name__ + (f": {str(e).splitlines()[0]}" if str(e).strip() else "")
-        raise InputError(f"{path}: cannot run the model file: {why}") from None
+    mod = run_model_file(path, "graphguard_onnx_model_")
     for fn in ("spec", "impl", "inputs", "relation"):
         if not callable(getattr(mod, fn, None)):
             raise InputError(f"{path}: an ONNX capture's model file defines spec(), impl(rank, world), "

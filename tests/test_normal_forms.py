@@ -7,8 +7,9 @@ from graphguard.engine.prove import proves
 
 F = "float32"
 S = {"a": [2, 3], "b": [3], "c": [2, 3], "g": [2, 3], "x": [2, 3], "y": [2, 1, 3], "u": [1, 3], "w": [3, 4],
-     "m": [3, 2], "e": []}
+     "m": [3, 2], "e": [], "q": [2, 4, 5, 3], "k": [2, 4, 3, 5], "v": [2, 4, 5, 5]}
 T = "dims=[1, 0]"
+B = "dims=[0, 1, 3, 2]"  # the last two dims of a batch of matrices swapped
 
 
 def st(v):
@@ -53,6 +54,14 @@ PROVES = [
     ("aten.add.Tensor(a, aten.neg(b))", "aten.sub.Tensor(a, b)"),
     # 1854: (b^T a^T)^T is a @ b
     ("aten.mm(x, w)", f"permute(aten.mm(permute(w, {T}), permute(x, {T})), {T})"),
+    # 1856: (k^T q^T)^T is q @ k for batches of matrices (attention's scores)
+    ("batched_matmul(q, k)", f"permute(batched_matmul(permute(k, {B}), permute(q, {B})), {B})"),
+    ("aten.bmm(reshape(q, shape=[8, 5, 3]), reshape(k, shape=[8, 3, 5]))",
+     f"reshape(permute(reshape(aten.bmm(reshape(permute(k, {B}), shape=[8, 5, 3]), reshape(permute(q, {B}), shape=[8, 3, 5])),"
+     f" shape=[2, 4, 5, 5]), {B}), shape=[8, 5, 5])"),
+    # 1857, 1858: one operand transposed ((w g^T)^T is g w^T: a weight gradient transposed back)
+    ("aten.mm(x, permute(c, dims=[1, 0]))", f"permute(aten.mm(c, permute(x, {T})), {T})"),
+    ("aten.mm(permute(m, dims=[1, 0]), w)", f"permute(aten.mm(permute(w, {T}), m), {T})"),
     # 1855: a slice of an expand along a broadcast dim (the share of torch.stack(losses).sum()'s gradient)
     ("reshape(slice(aten.expand(reshape(e, shape=[1]), size=[2], implicit=false), dim=0, start=1, end=2), shape=[])",
      "e"),
@@ -110,6 +119,13 @@ MUST_NOT = [
      "aten.expand(slice(y, dim=0, start=1, end=2), size=[1, 4, 3], implicit=false)"),
     ("slice(aten.expand(u, size=[4, 3], implicit=false), dim=0, start=1, end=3)", "aten.expand(u, size=[3, 3], implicit=false)"),
     ("aten.mm(x, w)", f"aten.mm(permute(w, {T}), permute(x, {T}))"),  # not transposed back
+    ("batched_matmul(q, k)", f"batched_matmul(permute(k, {B}), permute(q, {B}))"),  # not transposed back
+    ("batched_matmul(q, permute(q, dims=[0, 1, 3, 2]))",  # operands not swapped (q q^T is not q^T q)
+     f"permute(batched_matmul(permute(q, {B}), q), {B})"),
+    # the batch dims moved, not the last two swapped
+    ("batched_matmul(v, v)", "permute(batched_matmul(permute(v, dims=[1, 0, 3, 2]), permute(v, dims=[1, 0, 3, 2])), dims=[1, 0, 3, 2])"),
+    ("aten.mm(x, permute(c, dims=[1, 0]))", f"aten.mm(c, permute(x, {T}))"),  # not transposed back
+    ("aten.mm(m, permute(m, dims=[1, 0]))", f"permute(aten.mm(permute(m, {T}), m), {T})"),  # m m^T is not m^T m
     ("aten.mm(x, m)", f"permute(aten.mm(permute(x, {T}), permute(m, {T})), {T})"),  # operands not swapped
 ]
 

@@ -1,7 +1,7 @@
 """More normal forms of the ATen pack (references 1850-1899): what autograd and users write out by hand.
 
 ``x / c`` for a number c is ``x * (1 / c)`` (``div.Scalar``, as 400 does for a 0-dim constant), ``x ** 1`` is
-``x`` (the backward of ``x ** 2``), ``a + (-b)`` is ``a - b``, a transposed product ``(b^T a^T)^T`` is ``a @ b``, and
+``x`` (the backward of ``x ** 2``), ``a + (-b)`` is ``a - b``, a transposed product ``(b^T a^T)^T`` is ``a @ b`` (of matrices and of batches), and
 the backward of a mean squared error written out (``2 / n * g * (a - y)``, as autograd differentiates
 ``((a - y) ** 2).mean()``), and a slice of an expanded tensor along a broadcast dim (a narrower expand).
 """
@@ -26,6 +26,18 @@ LEMMAS = [
     # (b^T a^T)^T is a @ b (matrices)
     L(1854, "transposed-product",
       "permute(matmul(permute(?b, dims=[1, 0]), permute(?a, dims=[1, 0])), dims=[1, 0]) => matmul(?a, ?b)"),
+    # ... and where one operand is transposed ((b^T a)^T is a^T b, (b a^T)^T is a b^T: autograd's weight
+    # gradients transposed back), building no transpose of a transpose
+    L(1857, "transposed-product-left",
+      "permute(matmul(permute(?b, dims=[1, 0]), ?a), dims=[1, 0]) => matmul(permute(?a, dims=[1, 0]), ?b)"),
+    L(1858, "transposed-product-right",
+      "permute(matmul(?b, permute(?a, dims=[1, 0])), dims=[1, 0]) => matmul(?a, permute(?b, dims=[1, 0]))"),
+    # ... and of batches of matrices (attention's q @ k^T as (k q^T)^T; ?p swaps the last two dims)
+    L(1856, "batched-transposed-product",
+      "permute(batched_matmul(permute(?b, dims=?p), permute(?a, dims=?p)), dims=?p) => batched_matmul(?a, ?b)",
+      "rank(?a) >= 3 and rank(?b) == rank(?a) and ?p == batch_perm(?a, [0, 2, 1])",
+      examples=[{"a": [2, 3, 4], "b": [2, 4, 5], "p": [0, 2, 1]}, {"a": [2, 3, 4, 5], "b": [2, 3, 5, 2], "p": [0, 1, 3, 2]},
+                {"a": [1, 3, 4, 5], "b": [1, 3, 5, 2], "p": [0, 1, 3, 2]}, {"a": [2, 1, 4], "b": [2, 4, 1], "p": [0, 2, 1]}]),
     # mse_loss_backward(g, a, y) (a mean: g a 0-dim gradient) is 2 / n * g * (a - y), which autograd writes
     # as (expand(g) / n) * (2 * (a - y) ** 1)
     L(1853, "mse-backward-written-out",

@@ -3,7 +3,8 @@
 ``x / c`` for a number c is ``x * (1 / c)`` (``div.Scalar``, as 400 does for a 0-dim constant), ``x ** 1`` is
 ``x`` (the backward of ``x ** 2``), ``a + (-b)`` is ``a - b``, a transposed product ``(b^T a^T)^T`` is ``a @ b`` (of matrices and of batches), and
 the backward of a mean squared error written out (``2 / n * g * (a - y)``, as autograd differentiates
-``((a - y) ** 2).mean()``), and a slice of an expanded tensor along a broadcast dim (a narrower expand).
+``((a - y) ** 2).mean()``), a slice of an expanded tensor along a broadcast dim (a narrower expand), and the backward of a repeat of
+size-1 dims (a sum over the repeats split off by a view: expand's keepdim sum).
 """
 from graphguard.engine.lemma import L
 
@@ -19,6 +20,15 @@ LEMMAS = [
       "const_along(?x, len(?s), ?d)",
       examples=[{"x": [1], "s": [3], "d": 0, "a": 1, "b": 2}, {"x": [2, 1], "s": [2, 4], "d": 1, "a": 0, "b": 3},
                 {"x": [3], "s": [2, 3], "d": 0, "a": 1, "b": 2}]),
+    # the backward of repeat (of a size-1 dim, 1504's expand): the gradient viewed with the repeats split off
+    # before a unit dim and summed over them -- the keepdim sum of expand's backward
+    L(1859, "sum-before-an-inserted-unit-dim",
+      "aten.sum.dim_IntList(reshape(?x, shape=?s), dim=?k, keepdim=false, dtype=?t)"
+      " => aten.sum.dim_IntList(?x, dim=?k, keepdim=true, dtype=?t)",
+      "len(?k) == 1 and at(?k, 0) + 1 < len(?s) and at(?s, at(?k, 0) + 1) == 1"
+      " and drop_at(?s, at(?k, 0) + 1) == shape(?x)",
+      examples=[{"x": [2, 4, 3], "s": [2, 4, 1, 3], "k": [1]}, {"x": [2, 1, 4, 6, 4], "s": [2, 1, 4, 1, 6, 4], "k": [2]},
+                {"x": [3, 2], "s": [3, 1, 2], "k": [0]}, {"x": [3, 2], "s": [3, 2, 1], "k": [1]}]),
     L(1851, "pow-one", "aten.pow.Tensor_Scalar(?x, exponent=1) => ?x", "floating(dtype(?x))"),
     L(1852, "add-of-neg-is-sub",
       "aten.add.Tensor(?a, aten.neg(?b), alpha=1) => aten.sub.Tensor(?a, ?b, alpha=1)",

@@ -101,6 +101,8 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
                 # x[i] -= y reads x[i], which no rank holds whole); a failure there is reported here
                 first = min(before, key=lambda b: order[b[1][0].node]) if before else None
                 subst = {t: R[t][0] for t in v.inputs}
+                for t in v.inputs:  # (the term names one G_d tensor of each input: the others equal to it are
+                    _leaf_aliases(ctx, R[t])  # its aliases, so the readers explore every rank's copy)
                 for o, term in zip(v.outputs, ctx.g_s.node_terms(v)):
                     if o in missing:
                         r_v[o] = [_substitute(term, subst)]
@@ -565,6 +567,14 @@ def prune_self_provable(ctx: Context, exprs: list[Term]) -> list[Term]:
         return kept[: ctx.max_exprs]
     finally:
         eg.pop()
+
+
+def _leaf_aliases(ctx: Context, exprs: list[Term]) -> None:
+    """G_d tensors that are expressions of one G_s tensor are equal (a replicated tensor's copies): aliases."""
+    names = {e.name for e in exprs if isinstance(e, Leaf)}
+    for a in names:
+        if len(names) > 1:
+            ctx.aliases.setdefault(a, set()).update(names - {a})
 
 
 def replica_aliases(ctx: Context, R: Relation) -> None:

@@ -33,6 +33,13 @@ LEMMAS = [
     L(1852, "add-of-neg-is-sub",
       "aten.add.Tensor(?a, aten.neg(?b), alpha=1) => aten.sub.Tensor(?a, ?b, alpha=1)",
       'dtype(?b) != "bool"'),
+    # ... and a number written as a negated constant: x + (-c) is x - c (a vocabulary shard's ids made local as
+    # target + -start; the patterns that read x - start see it)
+    L(1860, "add-of-constant-is-sub",
+      "aten.add.Tensor(?x, aten.scalar_tensor(s=?c, dtype=?t), alpha=1)"
+      " => aten.sub.Tensor(?x, aten.scalar_tensor(s=0 - ?c, dtype=?t), alpha=1)",
+      'dtype(?x) != "bool" and finite(?c) and ?c > -2147483648'  # (-c fits in the constant's dtype)
+      ' and (?t == None or floating(?t) or ?t == "int64" or ?t == "int32")'),
     # (b^T a^T)^T is a @ b (matrices)
     L(1854, "transposed-product",
       "permute(matmul(permute(?b, dims=[1, 0]), permute(?a, dims=[1, 0])), dims=[1, 0]) => matmul(?a, ?b)"),

@@ -7,9 +7,10 @@ from graphguard.engine.prove import proves
 
 F = "float32"
 S = {"a": [2, 3], "b": [3], "c": [2, 3], "g": [2, 3], "x": [2, 3], "y": [2, 1, 3], "u": [1, 3], "w": [3, 4],
-     "m": [3, 2], "e": [], "q": [2, 4, 5, 3], "k": [2, 4, 3, 5], "v": [2, 4, 5, 5]}
+     "m": [3, 2], "e": [], "i": [12], "q": [2, 4, 5, 3], "k": [2, 4, 3, 5], "v": [2, 4, 5, 5]}
 T = "dims=[1, 0]"
-B = "dims=[0, 1, 3, 2]"  # the last two dims of a batch of matrices swapped
+B = "dims=[0, 1, 3, 2]"
+DTYPES = {"i": "int64"}  # the last two dims of a batch of matrices swapped
 
 
 def st(v):
@@ -40,6 +41,14 @@ PROVES = [
     ("aten.sum.dim_IntList(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
      "sum(a, c)"),
     ("aten.sum.dim_IntList(reshape(a, shape=[2, 1, 3]), dim=[1], keepdim=false)", "a"),
+    # 1210 (a family: sum, amax, amin...) with 1206: an all-gather of unsqueezed shards reduced by max is the
+    # all-reduce max
+    ("aten.amax(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
+     "max(a, c)"),
+    ("aten.amin(reshape(a, shape=[2, 1, 3]), dim=[1], keepdim=false)", "a"),
+    # 1860: x + (-c) is x - c (a vocabulary shard's ids made local as target + -start)
+    (f"aten.add.Tensor(x, {st(-3)})", f"aten.sub.Tensor(x, {st(3)})"),
+    ('aten.add.Tensor(i, aten.scalar_tensor(s=-24, dtype="int64"))', 'aten.sub.Tensor(i, aten.scalar_tensor(s=24, dtype="int64"))'),
     # 1507: mse written out
     ("aten.mse_loss(a, c, reduction=1)", "aten.mean(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=2))"),
     # 1850: x / c for a number c is x * (1 / c)
@@ -94,6 +103,14 @@ MUST_NOT = [
     ("aten.sum.dim_IntList(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
      "a"),
     ("aten.sum.dim_IntList(x, dim=[0], keepdim=false)", "reshape(slice(x, dim=0, start=0, end=1), shape=[3])"),
+    # 1210 only over a unit dim, and max is not a sum
+    ("aten.amax(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
+     "sum(a, c)"),
+    ("aten.amax(x, dim=[0], keepdim=false)", "reshape(slice(x, dim=0, start=0, end=1), shape=[3])"),
+    # 1860: the sign of the constant kept, and not in an unsigned dtype (-2 wraps around in uint8)
+    (f"aten.add.Tensor(x, {st(-3)})", f"aten.sub.Tensor(x, {st(-3)})"),
+    (f"aten.add.Tensor(x, {st(3)})", f"aten.sub.Tensor(x, {st(3)})"),
+    ('aten.add.Tensor(i, aten.scalar_tensor(s=2, dtype="uint8"))', 'aten.sub.Tensor(i, aten.scalar_tensor(s=-2, dtype="uint8"))'),
     ("aten.mse_loss(a, c, reduction=1)", "aten.sum(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=2))"),
     ("aten.mse_loss(a, c, reduction=1)", "aten.mean(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=3))"),
     ("aten.div.Scalar(a, other=4)", "aten.mul.Scalar(a, other=4)"),
@@ -132,12 +149,12 @@ MUST_NOT = [
 
 @pytest.mark.parametrize("lhs,rhs", PROVES)
 def test_proves(lhs, rhs):
-    assert proves(lhs, rhs, S)
+    assert proves(lhs, rhs, S, dtypes=DTYPES)
 
 
 @pytest.mark.parametrize("lhs,rhs", MUST_NOT)
 def test_must_not_prove(lhs, rhs):
-    assert not proves(lhs, rhs, S)
+    assert not proves(lhs, rhs, S, dtypes=DTYPES)
 
 
 def test_every_normal_form_passes_the_fuzzer(plugins):

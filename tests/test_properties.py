@@ -271,6 +271,25 @@ def test_a_share_of_a_scaled_tensor(plugins, div, ok):
         assert res.r_o_lines() == ["Y = sum(Y@0, Y@1)"]
 
 
+@pytest.mark.parametrize("div1,ok", [(12, True), (6, False)])
+def test_every_copy_of_a_replicated_input_reaches_a_deferred_operators_readers(plugins, div1, ok):
+    """G_s: W = A * (expand(T) / 12), the mean's backward; the ranks divide first, expand(T / 12), so G_s's
+    expand(T) has no G_d tensor and is deferred to its reader as a term over one copy of T. Its reader must still
+    find every rank's copy (T@0, T@1 are aliases): rank 1 multiplies its columns of A by its own E@1."""
+    spec = [("aten.expand", ["T"], "Y", {"size": [4], "implicit": False}), ("aten.div.Scalar", ["Y"], "Z", {"other": 12}),
+            ("reshape", ["Z"], "U", {"shape": [4, 1]}), ("aten.mul.Tensor", ["A", "U"], "W", {})]
+
+    def impl(r):
+        return [("aten.div.Scalar", [f"T@{r}"], f"D@{r}", {"other": 12 if r == 0 else div1}),
+                ("aten.expand", [f"D@{r}"], f"E@{r}", {"size": [4], "implicit": False}),
+                ("reshape", [f"E@{r}"], f"U@{r}", {"shape": [4, 1]}), ("aten.mul.Tensor", [f"A@{r}", f"U@{r}"], f"W@{r}", {})]
+    res = _verify(plugins, spec, impl, {"T": [], "A": [4, 6]}, {"T": [], "A": [4, 3]},
+                  {"T": "[T@0, T@1]", "A": "concat(A@0, A@1, dim=1)"})
+    assert res.verdict == ("refines" if ok else "does-not-refine"), res.render()
+    if ok:
+        assert res.r_o_lines() == ["W = concat(W@0, W@1, dim=1)"]
+
+
 def test_scalar_forms_need_a_constant_that_holds_the_factor(plugins):
     """Only a constant that holds its number exactly becomes a scalar form: an integer constant of 1/2 holds 0
     (and 0 * x is no factor to take back); a float16 constant of 2049 holds 2048."""

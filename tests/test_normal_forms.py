@@ -7,10 +7,11 @@ from graphguard.engine.prove import proves
 
 F = "float32"
 S = {"a": [2, 3], "b": [3], "c": [2, 3], "g": [2, 3], "x": [2, 3], "y": [2, 1, 3], "u": [1, 3], "w": [3, 4],
-     "m": [3, 2], "e": [], "i": [12], "q": [2, 4, 5, 3], "k": [2, 4, 3, 5], "v": [2, 4, 5, 5]}
+     "m": [3, 2], "e": [], "i": [12], "n": [2, 6], "q": [2, 4, 5, 3], "k": [2, 4, 3, 5], "v": [2, 4, 5, 5]}
 T = "dims=[1, 0]"
 B = "dims=[0, 1, 3, 2]"
-DTYPES = {"i": "int64"}  # the last two dims of a batch of matrices swapped
+DTYPES = {"i": "int64"}
+Z0, Z1 = ('aten.full(size=[2, 3], fill_value=%d, dtype="float32")' % v for v in (0, 1))  # the last two dims of a batch of matrices swapped
 
 
 def st(v):
@@ -49,6 +50,9 @@ PROVES = [
     # 1860: x + (-c) is x - c (a vocabulary shard's ids made local as target + -start)
     (f"aten.add.Tensor(x, {st(-3)})", f"aten.sub.Tensor(x, {st(3)})"),
     ('aten.add.Tensor(i, aten.scalar_tensor(s=-24, dtype="int64"))', 'aten.sub.Tensor(i, aten.scalar_tensor(s=24, dtype="int64"))'),
+    # 430, 431: two complementary zero pads accumulated one at a time into a third gradient
+    ("sum(sum(n, concat(%s, c, dim=1)), concat(x, %s, dim=1))" % (Z0, Z0), "sum(n, concat(x, c, dim=1))"),
+    ("sum(sum(n, concat(x, %s, dim=1)), concat(%s, c, dim=1))" % (Z0, Z0), "sum(n, concat(x, c, dim=1))"),
     # 1507: mse written out
     ("aten.mse_loss(a, c, reduction=1)", "aten.mean(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=2))"),
     # 1850: x / c for a number c is x * (1 / c)
@@ -103,6 +107,9 @@ MUST_NOT = [
     ("aten.sum.dim_IntList(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
      "a"),
     ("aten.sum.dim_IntList(x, dim=[0], keepdim=false)", "reshape(slice(x, dim=0, start=0, end=1), shape=[3])"),
+    # 430: only zero pads, each on its own side
+    ("sum(sum(n, concat(%s, c, dim=1)), concat(x, %s, dim=1))" % (Z1, Z0), "sum(n, concat(x, c, dim=1))"),
+    ("sum(sum(n, concat(%s, c, dim=1)), concat(%s, x, dim=1))" % (Z0, Z0), "sum(n, concat(x, c, dim=1))"),
     # 1210 only over a unit dim, and max is not a sum
     ("aten.amax(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
      "sum(a, c)"),

@@ -9,9 +9,9 @@ F = "float32"
 S = {"a": [2, 3], "b": [3], "c": [2, 3], "g": [2, 3], "x": [2, 3], "y": [2, 1, 3], "u": [1, 3], "w": [3, 4],
      "m": [3, 2], "e": [], "i": [12], "n": [2, 6], "q": [2, 4, 5, 3], "k": [2, 4, 3, 5], "v": [2, 4, 5, 5]}
 T = "dims=[1, 0]"
-B = "dims=[0, 1, 3, 2]"
+B = "dims=[0, 1, 3, 2]"  # the last two dims of a batch of matrices swapped
 DTYPES = {"i": "int64"}
-Z0, Z1 = ('aten.full(size=[2, 3], fill_value=%d, dtype="float32")' % v for v in (0, 1))  # the last two dims of a batch of matrices swapped
+Z0, Z1 = ('aten.full(size=[2, 3], fill_value=%d, dtype="float32")' % v for v in (0, 1))  # a pad of zeros (ones)
 
 
 def st(v):

@@ -1,6 +1,6 @@
 """The equivalence corpus: equivalent rewrites and bug mutants of the shipped PyTorch examples, verified.
 
-    python3 bench/mutants.py [--examples mlp-tp,gpt-tp] [--kinds commute,drop-collective] [--limit N]
+    python3 bench/mutants.py [--examples mlp-tp,gpt-tp] [--kinds commute,drop-collective] [--ids FILE] [--limit N]
                              [--workers 2] [--results FILE] [--fresh] [--list]
 
 The mutants and their ground truth are defined in ``tests/mutants.py`` (an eager float64 run of the
@@ -215,6 +215,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--examples", default="", help="comma-separated: " + ",".join(corpus.EXAMPLES))
     ap.add_argument("--kinds", default="", help="comma-separated: " + ",".join(corpus.KINDS))
+    ap.add_argument("--ids", default="", help="only these mutant ids: comma-separated, or @FILE (one per line)")
     ap.add_argument("--limit", type=int, default=0, help="run at most this many mutants (in corpus order)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--results", default=str(Path(tempfile.gettempdir()) / "graphguard-mutants.jsonl"))
@@ -229,6 +230,12 @@ def main() -> int:
         if bad:
             ap.error(f"unknown: {', '.join(bad)}")
     ms = corpus.mutants(split(a.examples) or None, split(a.kinds) or None)
+    if a.ids:
+        ids = Path(a.ids[1:]).read_text().split() if a.ids.startswith("@") else split(a.ids)
+        bad = sorted(set(ids) - {m.id for m in ms})
+        if bad:
+            ap.error(f"no such mutant (or not in --examples / --kinds): {', '.join(bad[:5])}")
+        ms = [m for m in ms if m.id in set(ids)]
     if a.limit:
         ms = ms[: a.limit]
     if a.list:

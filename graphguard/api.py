@@ -9,7 +9,7 @@ from pathlib import Path
 from .engine.lemma import relevant_rules, term_ops
 from .engine.egraph import Budget, EGraph
 from .engine.infer import Context, compute_out_rel, is_held
-from .engine.normalise import drop_identities
+from .engine.normalise import drop_identities, scalar_forms
 from .engine.result import VerifyResult
 from .errors import InputError, ShapeError
 from .frontends import LoadRequest
@@ -67,6 +67,7 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
     g_s, g_d = graphs
     for g in graphs:
         drop_identities(g, reg, cx)  # x + 0, x * 1 (engine/normalise.py)
+        scalar_forms(g, reg, cx)  # x * c, x / c for a constant c: mul.Scalar
     check_relation(g_s, g_d, rel, plugins, cx)
     return g_s, g_d, rel, plugins
 

@@ -99,7 +99,7 @@ def pack_hash(mod) -> str:
 
 def _gate(name: str, mod, rules: list, reg: Registry) -> None:
     """Fuzz a third-party pack's lemmas once (the verdict cached by its content hash); refuse it if one fails."""
-    from .engine.fuzz import check_identity, fuzz_rule
+    from .engine.fuzz import check_identity, check_scalar_form, fuzz_rule
     path = cache_dir() / "packs" / f"{name}-{pack_hash(mod)}.json"
     try:
         verdict = json.loads(path.read_text())
@@ -112,8 +112,8 @@ def _gate(name: str, mod, rules: list, reg: Registry) -> None:
             if not rep.ok:
                 verdict["failed"] = f"lemma {r.lemma.ref} {r.lemma.name} ({r.lemma.where}): {rep.why()}"
                 break
-        for op in (o for o in reg if o.source == name and o.identity and not verdict["failed"]):
-            bad = [f"{n}: {why}" for n, _, why in check_identity(op, reg) if why]
+        for op in (o for o in reg if o.source == name and (o.identity or o.scalar_form) and not verdict["failed"]):
+            bad = [f"{n}: {why}" for n, _, why in check_identity(op, reg) + check_scalar_form(op, reg) if why]
             verdict["failed"] = bad[0] if bad else None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

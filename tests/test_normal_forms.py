@@ -7,8 +7,11 @@ from graphguard.engine.prove import proves
 
 F = "float32"
 S = {"a": [2, 3], "b": [3], "c": [2, 3], "g": [2, 3], "x": [2, 3], "y": [2, 1, 3], "u": [1, 3], "w": [3, 4],
-     "m": [3, 2], "e": []}
+     "m": [3, 2], "e": [], "i": [12], "n": [2, 6], "q": [2, 4, 5, 3], "k": [2, 4, 3, 5], "v": [2, 4, 5, 5]}
 T = "dims=[1, 0]"
+B = "dims=[0, 1, 3, 2]"  # the last two dims of a batch of matrices swapped
+DTYPES = {"i": "int64"}
+Z0, Z1 = ('aten.full(size=[2, 3], fill_value=%d, dtype="float32")' % v for v in (0, 1))  # a pad of zeros (ones)
 
 
 def st(v):
@@ -39,6 +42,17 @@ PROVES = [
     ("aten.sum.dim_IntList(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
      "sum(a, c)"),
     ("aten.sum.dim_IntList(reshape(a, shape=[2, 1, 3]), dim=[1], keepdim=false)", "a"),
+    # 1210 (a family: sum, amax, amin...) with 1206: an all-gather of unsqueezed shards reduced by max is the
+    # all-reduce max
+    ("aten.amax(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
+     "max(a, c)"),
+    ("aten.amin(reshape(a, shape=[2, 1, 3]), dim=[1], keepdim=false)", "a"),
+    # 1860: x + (-c) is x - c (a vocabulary shard's ids made local as target + -start)
+    (f"aten.add.Tensor(x, {st(-3)})", f"aten.sub.Tensor(x, {st(3)})"),
+    ('aten.add.Tensor(i, aten.scalar_tensor(s=-24, dtype="int64"))', 'aten.sub.Tensor(i, aten.scalar_tensor(s=24, dtype="int64"))'),
+    # 430, 431: two complementary zero pads accumulated one at a time into a third gradient
+    ("sum(sum(n, concat(%s, c, dim=1)), concat(x, %s, dim=1))" % (Z0, Z0), "sum(n, concat(x, c, dim=1))"),
+    ("sum(sum(n, concat(x, %s, dim=1)), concat(%s, c, dim=1))" % (Z0, Z0), "sum(n, concat(x, c, dim=1))"),
     # 1507: mse written out
     ("aten.mse_loss(a, c, reduction=1)", "aten.mean(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=2))"),
     # 1850: x / c for a number c is x * (1 / c)
@@ -53,6 +67,14 @@ PROVES = [
     ("aten.add.Tensor(a, aten.neg(b))", "aten.sub.Tensor(a, b)"),
     # 1854: (b^T a^T)^T is a @ b
     ("aten.mm(x, w)", f"permute(aten.mm(permute(w, {T}), permute(x, {T})), {T})"),
+    # 1856: (k^T q^T)^T is q @ k for batches of matrices (attention's scores)
+    ("batched_matmul(q, k)", f"permute(batched_matmul(permute(k, {B}), permute(q, {B})), {B})"),
+    ("aten.bmm(reshape(q, shape=[8, 5, 3]), reshape(k, shape=[8, 3, 5]))",
+     f"reshape(permute(reshape(aten.bmm(reshape(permute(k, {B}), shape=[8, 5, 3]), reshape(permute(q, {B}), shape=[8, 3, 5])),"
+     f" shape=[2, 4, 5, 5]), {B}), shape=[8, 5, 5])"),
+    # 1857, 1858: one operand transposed ((w g^T)^T is g w^T: a weight gradient transposed back)
+    ("aten.mm(x, permute(c, dims=[1, 0]))", f"permute(aten.mm(c, permute(x, {T})), {T})"),
+    ("aten.mm(permute(m, dims=[1, 0]), w)", f"permute(aten.mm(permute(w, {T}), m), {T})"),
     # 1855: a slice of an expand along a broadcast dim (the share of torch.stack(losses).sum()'s gradient)
     ("reshape(slice(aten.expand(reshape(e, shape=[1]), size=[2], implicit=false), dim=0, start=1, end=2), shape=[])",
      "e"),
@@ -85,6 +107,17 @@ MUST_NOT = [
     ("aten.sum.dim_IntList(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
      "a"),
     ("aten.sum.dim_IntList(x, dim=[0], keepdim=false)", "reshape(slice(x, dim=0, start=0, end=1), shape=[3])"),
+    # 430: only zero pads, each on its own side
+    ("sum(sum(n, concat(%s, c, dim=1)), concat(x, %s, dim=1))" % (Z1, Z0), "sum(n, concat(x, c, dim=1))"),
+    ("sum(sum(n, concat(%s, c, dim=1)), concat(%s, x, dim=1))" % (Z0, Z0), "sum(n, concat(x, c, dim=1))"),
+    # 1210 only over a unit dim, and max is not a sum
+    ("aten.amax(concat(reshape(a, shape=[1, 2, 3]), reshape(c, shape=[1, 2, 3]), dim=0), dim=[0], keepdim=false)",
+     "sum(a, c)"),
+    ("aten.amax(x, dim=[0], keepdim=false)", "reshape(slice(x, dim=0, start=0, end=1), shape=[3])"),
+    # 1860: the sign of the constant kept, and not in an unsigned dtype (-2 wraps around in uint8)
+    (f"aten.add.Tensor(x, {st(-3)})", f"aten.sub.Tensor(x, {st(-3)})"),
+    (f"aten.add.Tensor(x, {st(3)})", f"aten.sub.Tensor(x, {st(3)})"),
+    ('aten.add.Tensor(i, aten.scalar_tensor(s=2, dtype="uint8"))', 'aten.sub.Tensor(i, aten.scalar_tensor(s=-2, dtype="uint8"))'),
     ("aten.mse_loss(a, c, reduction=1)", "aten.sum(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=2))"),
     ("aten.mse_loss(a, c, reduction=1)", "aten.mean(aten.pow.Tensor_Scalar(aten.sub.Tensor(a, c), exponent=3))"),
     ("aten.div.Scalar(a, other=4)", "aten.mul.Scalar(a, other=4)"),
@@ -110,18 +143,25 @@ MUST_NOT = [
      "aten.expand(slice(y, dim=0, start=1, end=2), size=[1, 4, 3], implicit=false)"),
     ("slice(aten.expand(u, size=[4, 3], implicit=false), dim=0, start=1, end=3)", "aten.expand(u, size=[3, 3], implicit=false)"),
     ("aten.mm(x, w)", f"aten.mm(permute(w, {T}), permute(x, {T}))"),  # not transposed back
+    ("batched_matmul(q, k)", f"batched_matmul(permute(k, {B}), permute(q, {B}))"),  # not transposed back
+    ("batched_matmul(q, permute(q, dims=[0, 1, 3, 2]))",  # operands not swapped (q q^T is not q^T q)
+     f"permute(batched_matmul(permute(q, {B}), q), {B})"),
+    # the batch dims moved, not the last two swapped
+    ("batched_matmul(v, v)", "permute(batched_matmul(permute(v, dims=[1, 0, 3, 2]), permute(v, dims=[1, 0, 3, 2])), dims=[1, 0, 3, 2])"),
+    ("aten.mm(x, permute(c, dims=[1, 0]))", f"aten.mm(c, permute(x, {T}))"),  # not transposed back
+    ("aten.mm(m, permute(m, dims=[1, 0]))", f"permute(aten.mm(permute(m, {T}), m), {T})"),  # m m^T is not m^T m
     ("aten.mm(x, m)", f"permute(aten.mm(permute(x, {T}), permute(m, {T})), {T})"),  # operands not swapped
 ]
 
 
 @pytest.mark.parametrize("lhs,rhs", PROVES)
 def test_proves(lhs, rhs):
-    assert proves(lhs, rhs, S)
+    assert proves(lhs, rhs, S, dtypes=DTYPES)
 
 
 @pytest.mark.parametrize("lhs,rhs", MUST_NOT)
 def test_must_not_prove(lhs, rhs):
-    assert not proves(lhs, rhs, S)
+    assert not proves(lhs, rhs, S, dtypes=DTYPES)
 
 
 def test_every_normal_form_passes_the_fuzzer(plugins):

@@ -189,6 +189,137 @@ def test_scalar_factors_through_linear_ops_and_not_others():
                       shapes)
 
 
+# -- scalar forms (engine/normalise.py): x * c, x / c for a constant c are mul.Scalar before proving ------------
+
+def _factor_around_all_reduce(plugins, put, take, left=False, take_op="aten.div.Tensor", dtype="float32"):
+    """G_s: Y = gelu(X @ W). G_d: each rank's partial product times the constant ``put`` (a ``scalar_tensor``;
+    on the left with ``left``), all-reduced, then ``take_op`` by the constant ``take`` (the factor taken back),
+    then gelu: ``gelu(all_reduce(put x) / take)``."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("X", [4, 6]); s.input("W", [6, 5])
+    s.op("aten.mm", ["X", "W"], "P")
+    s.op("aten.gelu", ["P"], "Y")
+    s.output("Y")
+    for r in range(2):
+        d.input(f"X@{r}", [4, 3]); d.input(f"W@{r}", [3, 5])
+        d.op("aten.mm", [f"X@{r}", f"W@{r}"], f"P@{r}")
+        d.op("aten.scalar_tensor", [], f"C@{r}", s=put, dtype=dtype)
+        d.op("aten.mul.Tensor", [f"C@{r}", f"P@{r}"] if left else [f"P@{r}", f"C@{r}"], f"M@{r}")
+    d.op("core.all_reduce", ["M@0", "M@1"], ["S@0", "S@1"], op="sum", group=[0, 1])
+    for r in range(2):
+        d.op("aten.scalar_tensor", [], f"K@{r}", s=take, dtype=dtype)
+        d.op(take_op, [f"S@{r}", f"K@{r}"], f"D@{r}")
+        d.op("aten.gelu", [f"D@{r}"], f"Y@{r}")
+    d.output("Y@0", "Y@1")
+    relation = parse_relation_text("inputs:\n  X: concat(X@0, X@1, dim=1)\n  W: concat(W@0, W@1, dim=0)\n",
+                                   "relation.yaml", plugins.registry)
+    cx = relation.constraints()
+    return graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), relation)
+
+
+@pytest.mark.parametrize("put,take,left,take_op", [
+    ("2", "2", False, "aten.div.Tensor"),     # all_reduce(2 x) / 2
+    ("2", "2", True, "aten.div.Tensor"),      # all_reduce(2 * x) / 2, the constant first
+    ("4", "1/4", False, "aten.mul.Tensor"),   # all_reduce(4 x) * 1/4
+    ("1/8", "8", False, "aten.mul.Tensor"),   # all_reduce(x / 8) * 8
+])
+def test_a_factor_taken_back_after_the_collective(plugins, put, take, left, take_op):
+    r = _factor_around_all_reduce(plugins, put, take, left, take_op)
+    assert r.verdict == "refines", r.failure
+    assert r.r_o_lines() == ["Y = Y@0", "Y = Y@1"]
+
+
+@pytest.mark.parametrize("put,take,take_op", [
+    ("2", "3", "aten.div.Tensor"),    # all_reduce(2 x) / 3
+    ("2", "1", "aten.div.Tensor"),    # the factor never taken back
+    ("2", "2", "aten.mul.Tensor"),    # multiplied again: 4 x
+    ("-2", "2", "aten.div.Tensor"),   # the sign flipped
+    ("2", "-2", "aten.div.Tensor"),
+    ("1/2", "1/2", "aten.mul.Tensor"),  # x / 4
+])
+def test_a_factor_not_taken_back_must_not_prove(plugins, put, take, take_op):
+    r = _factor_around_all_reduce(plugins, put, take, False, take_op)
+    assert r.verdict == "does-not-refine", r.r_o_lines()
+
+
+def test_factors_fold_and_commute_with_a_max():
+    s = {"X": [4, 3], "Y": [4, 3]}
+    # 554: a number folds into the scale around it; 555 / 145: a positive factor moves out of a max
+    assert proves("scale(aten.mul.Scalar(X, other=2), factor=1/2)", "X", s)
+    assert proves("max(aten.mul.Scalar(X, other=2), aten.mul.Scalar(Y, other=2))", "aten.mul.Scalar(max(X, Y), other=2)", s)
+    assert proves("max(scale(X, factor=1/2), scale(Y, factor=1/2))", "scale(max(X, Y), factor=1/2)", s)
+    assert not proves("scale(aten.mul.Scalar(X, other=2), factor=1/3)", "X", s)
+    # max(-x, -y) is -min(x, y); unequal factors do not move out
+    assert not proves("max(aten.mul.Scalar(X, other=-2), aten.mul.Scalar(Y, other=-2))",
+                      "aten.mul.Scalar(max(X, Y), other=-2)", s)
+    assert not proves("max(scale(X, factor=-1/2), scale(Y, factor=-1/2))", "scale(max(X, Y), factor=-1/2)", s)
+    assert not proves("max(aten.mul.Scalar(X, other=2), aten.mul.Scalar(Y, other=3))", "aten.mul.Scalar(max(X, Y), other=2)", s)
+
+
+@pytest.mark.parametrize("div,ok", [("2", True), ("3", False), ("4", False), ("-2", False)])
+def test_a_share_of_a_scaled_tensor(plugins, div, ok):
+    """144: G_s Y = X / 32; each rank holds X / div / 32 of a replicated X (a loss's gradient divided by the
+    world size, then scaled): with div = 2 (the world size) Y is the sum of the two ranks' shares."""
+    spec = [("aten.mul.Scalar", ["X"], "Y", {"other": "1/32"})]
+
+    def impl(r):
+        return [("aten.div.Scalar", [f"X@{r}"], f"D@{r}", {"other": div}),
+                ("aten.mul.Scalar", [f"D@{r}"], f"Y@{r}", {"other": "1/32"})]
+    res = _verify(plugins, spec, impl, {"X": [4, 3]}, {"X": [4, 3]}, {"X": "[X@0, X@1]"}, allow_partial=True)
+    assert res.verdict == ("refines" if ok else "does-not-refine"), res.render()
+    if ok:
+        assert res.r_o_lines() == ["Y = sum(Y@0, Y@1)"]
+
+
+@pytest.mark.parametrize("div1,ok", [(12, True), (6, False)])
+def test_every_copy_of_a_replicated_input_reaches_a_deferred_operators_readers(plugins, div1, ok):
+    """G_s: W = A * (expand(T) / 12), the mean's backward; the ranks divide first, expand(T / 12), so G_s's
+    expand(T) has no G_d tensor and is deferred to its reader as a term over one copy of T. Its reader must still
+    find every rank's copy (T@0, T@1 are aliases): rank 1 multiplies its columns of A by its own E@1."""
+    spec = [("aten.expand", ["T"], "Y", {"size": [4], "implicit": False}), ("aten.div.Scalar", ["Y"], "Z", {"other": 12}),
+            ("reshape", ["Z"], "U", {"shape": [4, 1]}), ("aten.mul.Tensor", ["A", "U"], "W", {})]
+
+    def impl(r):
+        return [("aten.div.Scalar", [f"T@{r}"], f"D@{r}", {"other": 12 if r == 0 else div1}),
+                ("aten.expand", [f"D@{r}"], f"E@{r}", {"size": [4], "implicit": False}),
+                ("reshape", [f"E@{r}"], f"U@{r}", {"shape": [4, 1]}), ("aten.mul.Tensor", [f"A@{r}", f"U@{r}"], f"W@{r}", {})]
+    res = _verify(plugins, spec, impl, {"T": [], "A": [4, 6]}, {"T": [], "A": [4, 3]},
+                  {"T": "[T@0, T@1]", "A": "concat(A@0, A@1, dim=1)"})
+    assert res.verdict == ("refines" if ok else "does-not-refine"), res.render()
+    if ok:
+        assert res.r_o_lines() == ["W = concat(W@0, W@1, dim=1)"]
+
+
+def test_scalar_forms_need_a_constant_that_holds_the_factor(plugins):
+    """Only a constant that holds its number exactly becomes a scalar form: an integer constant of 1/2 holds 0
+    (and 0 * x is no factor to take back); a float16 constant of 2049 holds 2048."""
+    from graphguard.engine.normalise import holds
+    from fractions import Fraction
+    assert holds("float32", Fraction(1, 4)) and holds("int64", Fraction(3)) and holds(None, Fraction(2))
+    assert not holds("int64", Fraction(1, 2)) and not holds("float16", Fraction(2049))
+    assert not holds("float32", Fraction(1, 3)) and not holds("bool", Fraction(1))
+    r = _factor_around_all_reduce(plugins, "2", "2", dtype="float16")
+    assert r.verdict == "refines", r.failure
+
+
+def test_scalar_form_declarations_are_fuzzed(plugins):
+    """Every declared scalar form passes the fuzzer; a false one (x - c as x * c, c / x as x / c, x / c as
+    x * c) is caught on a counterexample."""
+    import dataclasses
+
+    from graphguard.engine.fuzz import check_scalar_form
+    reg = plugins.registry
+    declared = [op for op in reg if op.scalar_form]
+    assert {"aten.mul.Tensor", "aten.div.Tensor"} <= {o.name for o in declared}
+    for op in declared:
+        assert all(why is None and n >= 20 for _, n, why in check_scalar_form(op, reg)), op.name
+    for name, wrong in (("aten.sub.Tensor", ((1, "aten.mul.Scalar", "other", 1),)),
+                        ("aten.div.Tensor", ((0, "aten.mul.Scalar", "other", -1),)),
+                        ("aten.div.Tensor", ((1, "aten.mul.Scalar", "other", 1),))):
+        op = dataclasses.replace(reg.get(name), scalar_form=wrong)
+        assert check_scalar_form(op, reg)[0][2], (name, wrong)
+
+
 # -- 1205 / 1206: reductions of concats --------------------------------------------------------------------
 
 @pytest.mark.parametrize("op,attrs", [("aten.sum.dim_IntList", {"dim": [1]}), ("aten.amax", {"dim": [1]}),
@@ -309,7 +440,7 @@ def test_regrouping_where_grouped():
 
 def test_every_derived_rule_is_listed_and_fuzzed(plugins):
     derived = [r for r in plugins.lemmas if r.lemma.variant]
-    assert {r.lemma.ref for r in derived} == set(range(1201, 1210))
+    assert {r.lemma.ref for r in derived} == set(range(1201, 1211))
     assert len({r.id for r in plugins.lemmas}) == len(plugins.lemmas)  # one id per rule
     # every one is in the fuzzed packs (test_lemmas.BUILTIN fuzzes each pack's rules) ...
     from test_lemmas import BUILTIN

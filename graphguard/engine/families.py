@@ -227,6 +227,24 @@ def rowwise_of_concats(op, reg):  # f(concat(a, b, d)) -> concat(f(a), f(b)), d 
         yield f"{lhs} => concat({a}, {b}, dim=?d)", " and ".join(conds), "", ex
 
 
+@family(1210, "reduction-over-a-unit-dim")
+def reduction_over_a_unit_dim(op, reg):  # r(x, dim=[d], keepdim=false) -> x without dim d, where x has size 1 there
+    """A reduction whose parts combine (sum, max, min: the reduction of one entry is that entry) over one dim of
+    size 1 only drops that dim (an all-gather of unsqueezed shards reduced over the gathered dim)."""
+    if op.reduction is None or op.reduction.combine is None or op.reduction.dims is None or not op.reduction.keepdim:
+        return
+    r, k, _ = _reduction(op)
+    kind = op.attr_spec(r.dims).kind
+    if kind not in ("int", "ints"):
+        return
+    d = f"at({k}, 0)" if kind == "ints" else k
+    conds = ([f"len({k}) == 1"] if kind == "ints" else []) + [f"size(?x0, {d}) == 1", _over_reals(op, "?x0")]
+    lhs = call(op, ["?x0"], {r.keepdim: False})
+    ex = [{"x0": [2, 1, 3], "p_" + r.dims: [1] if kind == "ints" else 1},
+          {"x0": [1, 4], "p_" + r.dims: [0] if kind == "ints" else 0}]
+    yield f"{lhs} => reshape(?x0, shape=drop_at(shape(?x0), {d}))", " and ".join(conds), "", ex
+
+
 def _binary(op: OpDef) -> bool:
     return _n_inputs(op) == 2
 

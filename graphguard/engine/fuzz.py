@@ -467,3 +467,67 @@ def check_identity(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS)
         out.append((name, len(seen), failure or (None if len(seen) >= MIN_INSTANCES else
                                                  f"only {len(seen)} instances (needs {MIN_INSTANCES})")))
     return out
+
+
+SCALAR_FORM_VALUES = (2, -3, Fraction(1, 2), Fraction(-1, 4), 8, 1, 0, 12, Fraction(3, 8), 1024)
+
+
+def check_scalar_form(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS) -> list[tuple[str, int, str | None]]:
+    """Each ``scalar_form`` declaration of ``op`` (:mod:`graphguard.engine.normalise` rewrites the op where it
+    holds) fuzzed: ``op`` of x and a constant c -- of x's shape or 0-dim, in a float or integer dtype that holds
+    it -- equals the scalar op of x with its attribute c ** power, wherever neither result changes x's floating
+    dtype (as the rewrite requires), over empty and size-1 dims and 0, -0.0, inf, NaN mixed into x. Returns
+    ``(name, instances, failure or None)`` per declaration."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):  # overflow of float16 casts: values, not news
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _check_scalar_form(op, reg, seed, trials)
+
+
+def _check_scalar_form(op, reg: Registry, seed: int, trials: int) -> list[tuple[str, int, str | None]]:
+    from ..ir.ops import normalize_attrs
+    from .normalise import holds
+    out = []
+    for k, (pos, name, attr, power) in enumerate(op.scalar_form):
+        label = f"scalar-form[{op.name}#{k}]"
+        sop = reg.get(name)
+        if sop is None or sop.attr_spec(attr) is None:
+            out.append((label, 0, f"{op.name}: its scalar form names {name}({attr}=...), which is not registered"))
+            continue
+        rng = random.Random(seed * 7919 + 31 * k + sum(map(ord, op.name)))
+        nrng = np.random.default_rng(seed * 104729 + 31 * k + sum(map(ord, op.name)))
+        seen, failure = set(), None
+        for _ in range(60 * trials):
+            if len(seen) >= trials or failure:
+                break
+            shape = tuple(_size(rng) for _ in range(rng.randint(0, 3)))
+            dt = rng.choice(FLOATS)
+            cdt = rng.choice(FLOATS + ("int64", "int32"))
+            value = Fraction(rng.choice(SCALAR_FORM_VALUES))
+            if not holds(cdt, value) or (power < 0 and value == 0):
+                continue
+            cshape = shape if rng.random() < 0.5 else ()
+            attrs = dict(normalize_attrs(sop, {attr: value ** power}, name))
+            out_dtype = op.dtype([dt, cdt] if pos == 1 else [cdt, dt], {}) if op.dtype else dt
+            if out_dtype != dt or (sop.dtype([dt], attrs) if sop.dtype else dt) != dt:
+                continue  # promoted: the op is not rewritten there
+            special = rng.random() < 0.35
+            x = _values(nrng, shape, dt, special=special)
+            c = np.full(cshape, float(value)).astype(np.float64 if cdt in FLOATS else cdt)
+            try:
+                with np.errstate(all="ignore"):
+                    want = op.ref([x, c] if pos == 1 else [c, x], dict(normalize_attrs(op, {}, op.name)))
+            except Exception:  # noqa: BLE001 -- not defined here (torch raises too)
+                continue
+            try:
+                with np.errstate(all="ignore"):
+                    got = sop.ref([x], attrs)
+            except Exception as e:  # noqa: BLE001 -- the scalar form fails where the op is defined
+                failure = f"{name} fails on x {list(shape)} {dt} where {op.name} is defined ({type(e).__name__}: {e})"
+                break
+            seen.add((shape, cshape, dt, cdt, value, special))
+            why = _compare(got, want, special=special, scale=_magnitude({"x": x}))
+            if why:
+                failure = f"{op.name} of x {list(shape)} {dt} and {value} {list(cshape)} {cdt}: {why}"
+        out.append((label, len(seen), failure or (None if len(seen) >= MIN_INSTANCES else
+                                                  f"only {len(seen)} instances (needs {MIN_INSTANCES})")))
+    return out

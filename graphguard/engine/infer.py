@@ -35,6 +35,7 @@ class Context:
     size_equalities: list = field(default_factory=list)  # (symbol, symbol it was proved equal to), in order
     structure: tuple | None = None  # G_d's constants, operators by input, outputs; G_s's outputs (_structure)
     memo: Memo = field(default_factory=Memo)  # per-operator results by local problem
+    invertible: frozenset | None = None  # ops through which the frontier relates a class's parents (_invertible_terms)
 
     def __post_init__(self):
         if not self.max_exprs:
@@ -103,6 +104,8 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
                 # x[i] -= y reads x[i], which no rank holds whole); unless a reader rescues them, a failure
                 # is reported here
                 subst = {t: R[t][0] for t in v.inputs}
+                for t in v.inputs:  # (the term names one G_d tensor of each input: the others equal to it are
+                    _leaf_aliases(ctx, R[t])  # its aliases, so the readers explore every rank's copy)
                 for o, term in zip(v.outputs, ctx.g_s.node_terms(v)):
                     if o in missing:
                         r_v[o] = [_substitute(term, subst)]
@@ -456,7 +459,7 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
         found = {leaf for root in roots for e in snap.clean_variants(snap.find(root)) for leaf in leaves(e)}
         # beyond the paper's rule: G_d tensors that are sub-results of v's output (descendants of its
         # e-class) are related too -- e.g. partial products whose reduction G_s fused into one op
-        found |= snap.leaves_below([snap.find(r) for r in roots], INVERTIBLE_TERMS)
+        found |= snap.leaves_below([snap.find(r) for r in roots], _invertible_terms(ctx))
         if any(hops.get(t) != 0 for t in found):
             hops.update(dict.fromkeys(found, 0))
             _relate(ctx, explored, hops, inside, const, op)
@@ -586,6 +589,17 @@ INVERTIBLE = frozenset({"core.reshape", "core.permute", "core.identity", "core.c
 INVERTIBLE_TERMS = frozenset({"core.reshape", "core.permute", "core.identity"})
 
 
+def _invertible_terms(ctx: Context) -> frozenset:
+    """The ops through which a class holds the data of its one operand (:data:`INVERTIBLE_TERMS`) or that
+    data times a number (``scale``, ``x * c``, ``-x``: a unary op declaring ``scaling``) -- a G_d tensor that
+    is a sub-result of v's output up to a constant factor (an all-reduce of ``c x``, taken back by ``/ c``
+    after it) is related too."""
+    if ctx.invertible is None:
+        ctx.invertible = INVERTIBLE_TERMS | {op.name for op in ctx.egraph.reg
+                                             if op.arity == 1 and (op.scaling or op.scalar_factor)}
+    return ctx.invertible
+
+
 def _scaling(ctx: Context, n: Node, const: frozenset) -> bool:
     """``x * c`` or ``x / c`` for a constant c (DTensor adds a replicated bias to a partial sum as bias / W), or
     ``-x``: x is the output scaled back, so the output relates to v as much as x does."""
@@ -672,6 +686,14 @@ def prune_self_provable(ctx: Context, exprs: list[Term]) -> list[Term]:
         return kept[: ctx.max_exprs]
     finally:
         eg.pop()
+
+
+def _leaf_aliases(ctx: Context, exprs: list[Term]) -> None:
+    """G_d tensors that are expressions of one G_s tensor are equal (a replicated tensor's copies): aliases."""
+    names = {e.name for e in exprs if isinstance(e, Leaf)}
+    for a in names:
+        if len(names) > 1:
+            ctx.aliases.setdefault(a, set()).update(names - {a})
 
 
 def replica_aliases(ctx: Context, R: Relation) -> None:

@@ -8,6 +8,14 @@ have one shape and the operand's dtype is the result's (no broadcast, no type pr
 not as an e-graph rule: ``x = x + 0`` would put ``x`` inside its own class and every rule about ``+`` would
 grow terms around it without end. The fuzzer checks each declaration
 (:func:`graphguard.engine.fuzz.check_identity`).
+
+A tensor op applied to a constant that is a number in disguise -- ``x * c``, ``c * x``, ``x / c`` with c a
+``scalar_tensor`` -- becomes its scalar form, ``mul.Scalar(x, other=c)`` / ``mul.Scalar(x, other=1 / c)``
+(:attr:`OpDef.scalar_form`), so every factor of a graph is one op whose factors fold (403, 553). Lemmas 400-402
+state the same in the e-graph, but keep the tensor form beside it: there a factor moved out of ``x * c``
+(1204 on ``scale(y, 1/2) * c``) makes a new class ``y * c`` next to ``y`` and ``2 y``, and an all-reduce of
+``2 x`` taken back by ``/ 2`` grows ``4 x``, ``8 x``, ... without end. Checked by the fuzzer
+(:func:`graphguard.engine.fuzz.check_scalar_form`).
 """
 from __future__ import annotations
 
@@ -15,7 +23,7 @@ from fractions import Fraction
 
 from ..ir import scalar as S
 from ..ir.graph import Graph
-from ..ir.ops import Registry
+from ..ir.ops import Registry, normalize_attrs
 
 
 def number(v) -> float | Fraction | None:
@@ -60,6 +68,63 @@ def drop_identities(g: Graph, reg: Registry, cx: S.Constraints) -> int:
             if filled_with(g, reg, n.inputs[pos]) != value:
                 continue
             n.op, n.inputs, n.attrs = "core.identity", [other.name], {}
+            changed += 1
+            break
+    if changed:
+        g.validate(reg, cx)
+    return changed
+
+
+# the integer dtypes a constant may hold a factor in (their exclusive bound)
+EXACT_INTS = {"int64": 1 << 63, "int32": 1 << 31}
+MANTISSA = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}
+MIN_EXP = {"float64": -1022, "float32": -126, "float16": -14, "bfloat16": -126}  # smallest normal exponent
+MAX_EXP = {"float64": 1023, "float32": 127, "float16": 15, "bfloat16": 127}
+
+
+def holds(dtype: str | None, value) -> bool:
+    """A constant of ``dtype`` filled with ``value`` holds exactly that number (a normal float of the dtype's
+    precision, or an integer in range); None: torch's default dtype, float32."""
+    if not isinstance(value, Fraction):
+        return False  # inf, nan
+    dtype = dtype or "float32"
+    if dtype in EXACT_INTS:
+        return value.denominator == 1 and abs(value) < EXACT_INTS[dtype]
+    if dtype not in MANTISSA:
+        return False
+    if value == 0:
+        return True
+    n, d = abs(value.numerator), value.denominator
+    if d & (d - 1):
+        return False  # not a dyadic rational
+    e = n.bit_length() - d.bit_length()  # 2**e <= |value| < 2**(e + 1)
+    if e < MIN_EXP[dtype] or e > MAX_EXP[dtype]:
+        return False
+    return (value * Fraction(2) ** (MANTISSA[dtype] - 1 - e)).denominator == 1
+
+
+def scalar_forms(g: Graph, reg: Registry, cx: S.Constraints) -> int:
+    """Turn every op applied to a constant that its ``scalar_form`` reads as a number into that scalar op of the
+    other operand (``x * c`` -> ``mul.Scalar(x, other=c)``); the number of nodes changed (the graph is
+    validated again where any was)."""
+    changed = 0
+    for n in g.nodes:
+        op = reg.get(n.op)
+        if op is None or not op.scalar_form or len(n.inputs) != 2 or len(n.outputs) != 1:
+            continue
+        out = g.tensors[n.outputs[0]]
+        for pos, name, attr, power in op.scalar_form:
+            other = g.tensors[n.inputs[1 - pos]]
+            sop = reg.get(name)
+            c = filled_with(g, reg, n.inputs[pos])
+            if sop is None or not holds(g.tensors[n.inputs[pos]].dtype, c) or (power < 0 and c == 0):
+                continue
+            if other.shape != out.shape or not str(other.dtype).startswith(("float", "bfloat")):
+                continue
+            attrs = dict(normalize_attrs(sop, {attr: c ** power}, g.where(n)))
+            if (sop.dtype([other.dtype], attrs) if sop.dtype else other.dtype) != out.dtype:
+                continue
+            n.op, n.inputs, n.attrs = name, [other.name], attrs
             changed += 1
             break
     if changed:

@@ -150,6 +150,10 @@ class OpDef:
     values) makes the op return its other input (``x + 0``, ``x * 1``) where shape and dtype stay the same;
     :mod:`graphguard.engine.normalise` drops such ops before proving, and the fuzzer checks the declaration.
     ``fill``: an op without tensor inputs whose every entry is its number attribute of that name (a constant).
+    ``scalar_form``: ``((input, op, attr, power), ...)`` -- that input a constant c makes the op the scalar op
+    ``op`` of its other input with number attribute ``attr`` = c ** power (``x * c`` is ``mul.Scalar(x, c)``,
+    ``x / c`` is ``mul.Scalar(x, 1 / c)``) where shape and dtype stay the same; :mod:`graphguard.engine.normalise`
+    rewrites such ops before proving, and the fuzzer checks the declaration.
     """
     name: str
     arity: int | None
@@ -178,6 +182,7 @@ class OpDef:
     data_movement: bool = False
     identity: tuple = ()
     fill: str = ""
+    scalar_form: tuple = ()
 
     def linear_groups(self) -> tuple[tuple[int, ...], ...]:
         """``linear`` with every entry a tuple of inputs."""

@@ -88,6 +88,8 @@ LAYER_NORM = [
 ]
 
 
+_ACC_PADS = (([2, 3], [2, 3], 0, [4, 3]), ([2, 1], [2, 3], 1, [2, 4]), ([3], [2], 0, [5]), ([1, 4], [3, 4], 0, [4, 4]),
+             ([2, 2, 1], [2, 2, 2], 2, [2, 2, 3]), ([0, 2], [2, 2], 0, [2, 2]), ([2, 4, 6, 2], [2, 4, 6, 2], 3, [2, 4, 6, 4]))
 _PADS = [{"a": a, "b": b, "u": a, "s": b, "d": d, "t": "float64"}
          for a, b, d in (([2, 3], [2, 3], 0), ([1, 4], [3, 4], 0), ([2, 1], [2, 3], 1), ([3], [2], 0), ([0, 2], [2, 2], 0),
                          ([2, 2, 1], [2, 2, 2], 2))]
@@ -159,6 +161,18 @@ CONSTANTS = [
       "sum(concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d), concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d))"
       " => concat(?a, ?b, dim=?d)", "shape(?a) == ?u and shape(?b) == ?s and dtype(?a) == ?t and dtype(?b) == ?t",
       examples=_PADS),
+    # ... and accumulated one at a time into a third gradient (the backward of cat((-x2, x1)) added to x * cos's
+    # gradient after it: (g + pad(b)) + pad(a))
+    L(430, "complementary-zero-pads-accumulated",
+      "sum(sum(?m, concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d)), concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d))"
+      " => sum(?m, concat(?a, ?b, dim=?d))", "shape(?a) == ?u and shape(?b) == ?s and dtype(?a) == ?t and dtype(?b) == ?t",
+      examples=[{"a": a, "b": b, "u": a, "s": b, "d": d, "t": "float64", "m": m}
+                for a, b, d, m in _ACC_PADS]),
+    L(431, "complementary-zero-pads-accumulated-mirrored",
+      "sum(sum(?m, concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d)), concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d))"
+      " => sum(?m, concat(?a, ?b, dim=?d))", "shape(?a) == ?u and shape(?b) == ?s and dtype(?a) == ?t and dtype(?b) == ?t",
+      examples=[{"a": a, "b": b, "u": a, "s": b, "d": d, "t": "float64", "m": m}
+                for a, b, d, m in _ACC_PADS]),
     L(428, "neg-of-partial-sum", "aten.neg(sum(?a, ?b)) => sum(aten.neg(?a), aten.neg(?b))", "shape(?a) == shape(?b)"),
     L(410, "mean-of-equal-halves",
       "aten.mean(concat(?a, ?b, dim=?d), dtype=?t) => aten.mul.Scalar(sum(aten.mean(?a, dtype=?t), aten.mean(?b, dtype=?t)), other=0.5)",

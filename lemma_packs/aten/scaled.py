@@ -43,4 +43,11 @@ LEMMAS = [
     # would grow 4 y, 8 y, ... without end)
     L(553, "mul-scalar-of-scale", "aten.mul.Scalar(scale(?x, factor=?f), other=?c) => scale(?x, factor=?f * ?c)",
       "floating(dtype(?x)) and finite(?c)"),
+    # ... and the other nesting (the average of ranks' c x: scale(sum(c x0, c x1), 1/2), c moved out of the sum)
+    # a positive factor commutes with a max (an all-reduce max of 2 x taken back by / 2)
+    L(555, "max-of-positive-multiples",
+      "max(aten.mul.Scalar(?a, other=?c), aten.mul.Scalar(?b, other=?c)) => aten.mul.Scalar(max(?a, ?b), other=?c)",
+      "?c > 0 and finite(?c) and floating(dtype(?a))"),
+    L(554, "scale-of-mul-scalar", "scale(aten.mul.Scalar(?x, other=?c), factor=?f) => scale(?x, factor=?f * ?c)",
+      "floating(dtype(?x)) and finite(?c)"),
 ]

@@ -385,3 +385,103 @@ def test_a_deferred_operator_rescued_after_a_later_failure_is_not_reported(plugi
     assert r.verdict == "refines" and [s.node for s in r.node_stats] == ["exp", "relu_z", "head", "relu"]
     r = graphguard.verify(*_graphs(plugins, spec, impl("core.exp"), rel))
     assert r.verdict == "does-not-refine" and r.failure.node == "relu_z"
+
+# -- packed experts (HF MoE gate_up_proj [E, H, 2I], each rank holding its gate and its up columns) --------
+
+def _packed(plugins, world: int, swap: bool = False, scaled_rank: int | None = None):
+    """The packed weight's gradient: a bmm of the [gate | up] output gradients and the input. Rank r holds
+    gate and up columns r of the packed parameter, so its gradient is bmm(concat(A@r, U@r), X): each half
+    of it is a slice of the rank's bmm result (lemma 132, searched only where nothing else is clean)."""
+    i, k = 4 // world, 4
+
+    def spec(s):
+        s.input("A", [3, 4, k])
+        s.input("U", [3, 4, k])
+        s.input("X", [3, k, 5])
+        s.op("core.concat", ["A", "U"], "P", dim=1)
+        s.op("aten.bmm", ["P", "X"], "G", name="grad_gate_up", loc="experts.py:1")
+        s.output("G")
+
+    def impl(d):
+        for r in range(world):
+            d.input(f"A@{r}", [3, i, k])
+            d.input(f"U@{r}", [3, i, k])
+            d.input(f"X@{r}", [3, k, 5])
+            d.op("core.concat", [f"U@{r}", f"A@{r}"] if swap else [f"A@{r}", f"U@{r}"], f"P@{r}", dim=1)
+            x = f"X@{r}"
+            if r == scaled_rank:  # a rank multiplying by twice its input
+                d.op("aten.mul.Scalar", [x], f"X2@{r}", other=2)
+                x = f"X2@{r}"
+            d.op("aten.bmm", [f"P@{r}", x], f"G@{r}")
+        d.output(*[f"G@{r}" for r in range(world)])
+    ranks = range(world)
+    layout = ", ".join([f"slice(G@{r}, dim=1, start=0, end={i})" for r in ranks]
+                       + [f"slice(G@{r}, dim=1, start={i}, end={2 * i})" for r in ranks])
+    rel = (f"inputs:\n  A: concat({', '.join(f'A@{r}' for r in ranks)}, dim=1)\n"
+           f"  U: concat({', '.join(f'U@{r}' for r in ranks)}, dim=1)\n"
+           f"  X: [{', '.join(f'X@{r}' for r in ranks)}]\n"
+           f"expect:\n  G: concat({layout}, dim=1)\n")  # the packed parameter's layout
+    return _graphs(plugins, spec, impl, rel, world), layout
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_packed_gate_up_gradient_is_read_off_each_ranks_bmm(plugins, world):
+    (g_s, g_d, rel), layout = _packed(plugins, world)
+    r = graphguard.verify(g_s, g_d, rel, replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines() == [f"G = concat({layout}, dim=1)"]
+    assert r.stats["held_searches"] == 1 and r.stats["lemma_hits"].get(132)
+    assert r.replay["ok"]
+
+
+def test_packed_gate_up_gradient_with_swapped_halves_does_not_verify(plugins):
+    """Each rank packs [up | gate]: every value is on some rank, but not where the parameter's layout has it."""
+    (g_s, g_d, rel), layout = _packed(plugins, 2, swap=True)
+    r = graphguard.verify(g_s, g_d, rel)
+    assert r.verdict == "does-not-refine"
+    assert r.expect["missing"] and r.expect["missing"][0][0] == "G"
+
+
+def test_packed_gate_up_gradient_of_a_wrong_input_does_not_verify(plugins):
+    (g_s, g_d, rel), _ = _packed(plugins, 2, scaled_rank=1)
+    r = graphguard.verify(g_s, g_d, rel)
+    assert r.verdict == "does-not-refine" and r.failure.node == "grad_gate_up"
+
+
+def _packed_input_grad(plugins, all_reduce: bool):
+    """The input gradient through the packed weight: bmm([dgate | dup], [Wg | Wu]ᵀ), a sum of every rank's
+    columns -- an all-reduce."""
+    def spec(s):
+        s.input("A", [3, 2, 4])
+        s.input("U", [3, 2, 4])
+        s.input("Wg", [3, 4, 5])
+        s.input("Wu", [3, 4, 5])
+        s.op("core.concat", ["A", "U"], "P", dim=2)
+        s.op("core.concat", ["Wg", "Wu"], "W", dim=1)
+        s.op("aten.bmm", ["P", "W"], "DX", name="grad_input", loc="experts.py:2")
+        s.output("DX")
+
+    def impl(d):
+        for r in range(2):
+            for t, shp in (("A", [3, 2, 2]), ("U", [3, 2, 2]), ("Wg", [3, 2, 5]), ("Wu", [3, 2, 5])):
+                d.input(f"{t}@{r}", shp)
+            d.op("core.concat", [f"A@{r}", f"U@{r}"], f"P@{r}", dim=2)
+            d.op("core.concat", [f"Wg@{r}", f"Wu@{r}"], f"W@{r}", dim=1)
+            d.op("aten.bmm", [f"P@{r}", f"W@{r}"], f"D@{r}")
+        if all_reduce:
+            d.op("core.all_reduce", ["D@0", "D@1"], ["DX@0", "DX@1"], op="sum", group=[0, 1])
+            d.output("DX@0", "DX@1")
+        else:
+            d.output("D@0", "D@1")
+    rel = ("inputs:\n  A: concat(A@0, A@1, dim=2)\n  U: concat(U@0, U@1, dim=2)\n"
+           "  Wg: concat(Wg@0, Wg@1, dim=1)\n  Wu: concat(Wu@0, Wu@1, dim=1)\n")
+    return _graphs(plugins, spec, impl, rel)
+
+
+def test_packed_input_gradient_needs_its_all_reduce(plugins):
+    r = graphguard.verify(*_packed_input_grad(plugins, all_reduce=True))
+    assert r.verdict == "refines", r.render()
+    assert sorted(r.r_o_lines()) == ["DX = DX@0", "DX = DX@1"]
+    r = graphguard.verify(*_packed_input_grad(plugins, all_reduce=False))
+    assert r.verdict == "does-not-refine" and r.failure.partial_output == "DX"
+    assert "missing all-reduce" in r.failure.reason

@@ -64,11 +64,13 @@ def test_hf_plan_forward_verifies(mt):
 
 
 @pytest.mark.parametrize("mt", ["qwen3", pytest.param("phi3", marks=pytest.mark.slow),
-                                pytest.param("mistral", marks=pytest.mark.slow)])
+                                pytest.param("mistral", marks=pytest.mark.slow),
+                                pytest.param("mixtral", marks=pytest.mark.slow)])
 def test_hf_plan_forward_and_backward_verify(mt):
     """Qwen3 (q_norm/k_norm replicated_with_grad_allreduce: HF's backward hook, translated), Phi-3 (packed
-    qkv_proj / gate_up_proj gathered, then rowwise_split_input), Mistral (sliding-window mask). Every
-    gradient is laid out like its parameter: the replicated norms' gradients summed over the ranks."""
+    qkv_proj / gate_up_proj gathered, then rowwise_split_input), Mistral (sliding-window mask), Mixtral
+    (packed experts: each rank's gate_up_proj gradient, one bmm, holds its gate and up columns -- lemma 132).
+    Every gradient is laid out like its parameter: the replicated norms' gradients summed over the ranks."""
     s, d = _spec_of(mt, backward=True), _impl_of(mt, backward=True)
     fwd = _verify(_forward(s), _forward(d), mt)
     assert fwd.verdict == "refines", fwd.failure

@@ -509,6 +509,9 @@ class EGraph:
                 prog.append(f"(constructor {cn} ({sig}) Term)")
         prog.append("(ruleset lemmas)")
         prog.append("(ruleset clear)")
+        prog.append("(ruleset held)")  # exists="tensor" lemmas: run only while ``self.held`` (see saturate)
+        self.held = False
+        self.has_held = any(r.exists == "tensor" for r in rules)
         for r in rules:
             prog.extend(self._compile(r))
         self._run("\n".join(prog))
@@ -619,8 +622,10 @@ class EGraph:
             self._query(r.lhs, "root", facts, [0], inner_sums=True)
             return [f"(rule ({' '.join(facts + guards)}) ((union root {self._pat(r.rhs, [], [0])})) :ruleset lemmas)"]
         facts: list[str] = []
-        root = "root" if r.exists == "root" else None
+        root = "root" if r.exists in ("root", "tensor") else None
         self._query(r.lhs, root, facts, [0], inner_sums=True)
+        if r.exists == "tensor":  # the root's e-class holds a tensor (a leaf)
+            facts.append("(= root (T leaf_name))")
         if r.when is not None:
             self._query(r.when, "when", facts, [100])
             if root:  # the e-node a constrained lemma needs is another one than the term it rewrites
@@ -638,7 +643,8 @@ class EGraph:
             decl = [f"(relation {rel} (String {' '.join(sorts)}))",
                     f"(rule (({rel} {xs})) ((delete ({rel} {xs}))) :ruleset clear)"]
         self._match_rels.add(rel)
-        return decl + [f"(rule ({' '.join(facts)}) (({rel} {_q(r.id)} {' '.join(cols)})) :ruleset lemmas)"]
+        rs = "held" if r.exists == "tensor" else "lemmas"
+        return decl + [f"(rule ({' '.join(facts)}) (({rel} {_q(r.id)} {' '.join(cols)})) :ruleset {rs})"]
 
     # -- per-operator use -----------------------------------------------------------------------
     def push(self) -> None:
@@ -677,9 +683,13 @@ class EGraph:
         return Snapshot(self)
 
     def saturate(self, budget: Budget, deadline: float, stats: dict) -> Snapshot:
-        """Run the lemmas to a fixpoint (or raise BudgetExceeded); return the final snapshot."""
+        """Run the lemmas to a fixpoint (or raise BudgetExceeded); return the final snapshot. The lemmas
+        constrained to e-classes that hold a tensor (``exists="tensor"``) run too while ``self.held`` is set:
+        the engine sets it only where the others leave an operator's output without a clean expression."""
+        schedule = "(run-schedule (run clear) (run lemmas) (run held))" if self.held else \
+            "(run-schedule (run clear) (run lemmas))"
         for _ in range(budget.iterations):
-            out = self._run("(run-schedule (run clear) (run lemmas))")
+            out = self._run(schedule)
             report = out[-1].report
             # no native rewrite matched: the run added match rows only; when none of them merges anything
             # either, the next run would find nothing new (no rule reads the match relations) -- saturated
@@ -713,7 +723,7 @@ class EGraph:
             keys = snap.matches.get(r.id)
             if not keys:
                 continue
-            rooted = r.exists == "root"
+            rooted = r.exists != "args"
             first = 2 if rooted else 1  # key: (rule, [root], tensor variables..., attribute variables...)
             tvars = r.tvars
             nt = len(tvars)

@@ -389,6 +389,7 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
         # Step 3 (Listing 3): rewrite_expr_to_t over the explored frontier of G_d
         t_rel = set(in_leaves)
         t_rel |= {a for leaf in list(t_rel) for a in ctx.aliases.get(leaf, ())}
+        t_in = set(t_rel)
         snap, explored = explore_frontier(ctx, snap, roots, t_rel, deadline, v.op)
         names = size_equalities(ctx, snap)
         if names:
@@ -399,29 +400,53 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
                 eg.push()
             return None
         # Step 4: keep the clean expressions
-        found, aliases = {}, []
-        _, _, d_outputs, s_outputs = _structure(ctx)
-        for out, root in zip(v.outputs, roots):
-            c = snap.find(root)
-            # (failing that: the output up to a constant factor, which a later average may take back)
-            exprs = snap.clean_variants(c) or snap.scaled_variants(c)
-            exprs += regroup_sums(snap, exprs)
-            if out in s_outputs:  # R_o needs expressions over G_d outputs: extract those too
-                over_out = snap.clean_variants(c, d_outputs) or snap.scaled_variants(c, d_outputs)
-                exprs += [e for e in over_out if e not in exprs]
-            found[out] = exprs
-            for e in exprs:  # remember which G_d tensors are equal to the ones kept
-                for leaf in leaves(e):
-                    same = {nd.attrs for nd in snap.classes.get(snap.find(Leaf(leaf)), ()) if nd.op == "T"}
-                    # (not e's other operands: equal ones are shares, sum(x/2@0, x/2@1), which must stay a sum
-                    # of two values for the operators that use it)
-                    same -= set(leaves(e))
-                    if same:
-                        aliases.append((leaf, same))
+        found, aliases = _clean_outputs(ctx, snap, v, roots)
+        missing = [o for o in v.outputs if not found[o] and (o in ctx.g_s.consumers or o in ctx.g_s.outputs)]
+        if missing and eg.has_held:
+            # none for an output: once more with the lemmas constrained to what a rank holds (exists="tensor":
+            # each part of a rank's concatenation is a slice of it), which would only add terms elsewhere
+            eg.held = True
+            try:
+                snap = eg.saturate(ctx.budget, deadline, ctx.stats)
+                snap, more = explore_frontier(ctx, snap, roots, t_in, deadline, v.op)  # (from the same start)
+                if not size_equalities(ctx, snap):
+                    explored |= more
+                    t_rel |= t_in
+                    found, aliases = _clean_outputs(ctx, snap, v, roots)
+                    ctx.stats["held_searches"] = ctx.stats.get("held_searches", 0) + 1
+            except BudgetExceeded:  # (the search without them stands)
+                ctx.stats["held_budget"] = ctx.stats.get("held_budget", 0) + 1
+            finally:
+                eg.held = False
     finally:
         eg.pop()
     # ... only the simplest of each self-provable class (checked without G_d facts or R)
     return {out: prune_self_provable(ctx, exprs) for out, exprs in found.items()}, explored, t_rel, aliases
+
+
+def _clean_outputs(ctx: Context, snap: Snapshot, v: Node, roots: list[Term]) -> tuple[Relation, list]:
+    """Step 4 of :func:`_node_out_rel`: the clean expressions of v's outputs in ``snap``, and the G_d tensors
+    proven equal to those they use."""
+    found, aliases = {}, []
+    _, _, d_outputs, s_outputs = _structure(ctx)
+    for out, root in zip(v.outputs, roots):
+        c = snap.find(root)
+        # (failing that: the output up to a constant factor, which a later average may take back)
+        exprs = snap.clean_variants(c) or snap.scaled_variants(c)
+        exprs += regroup_sums(snap, exprs)
+        if out in s_outputs:  # R_o needs expressions over G_d outputs: extract those too
+            over_out = snap.clean_variants(c, d_outputs) or snap.scaled_variants(c, d_outputs)
+            exprs += [e for e in over_out if e not in exprs]
+        found[out] = exprs
+        for e in exprs:  # remember which G_d tensors are equal to the ones kept
+            for leaf in leaves(e):
+                same = {nd.attrs for nd in snap.classes.get(snap.find(Leaf(leaf)), ()) if nd.op == "T"}
+                # (not e's other operands: equal ones are shares, sum(x/2@0, x/2@1), which must stay a sum
+                # of two values for the operators that use it)
+                same -= set(leaves(e))
+                if same:
+                    aliases.append((leaf, same))
+    return found, aliases
 
 
 # -- Listing 3 ------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ Patterns use the relation syntax with ``?x`` variables; right-hand attributes ma
 (integers directly, symbolic scalars by z3) in three-valued logic: a lemma fires only when its
 condition is *proved*. ``exists="args"`` makes a *constrained* lemma (paper §4.3): only the arguments of
 the left side must already be e-nodes; both sides are then built and merged -- how
-``X -> concat(X[a:b], X[b:c])`` is allowed without inventing every split point.
+``X -> concat(X[a:b], X[b:c])`` is allowed without inventing every split point. ``exists="tensor"``: the left
+side must exist in an e-class that holds a tensor (a leaf: in a verification, a G_d tensor) -- a rewrite
+worth making only where a rank computes the value (each part of a rank's concatenation is a slice of it).
 
 Lemmas are checked when built (unknown op, unbound variable, malformed pattern: an error naming the
 lemma and its file:line) and each remembers where it was written.
@@ -51,6 +53,7 @@ class Lemma:
     def __str__(self) -> str:
         c = f"  if {self.cond}" if self.cond else ""
         w = f"  when {self.when} exists" if self.when else ""
+        w += "  where a tensor holds it" if self.exists == "tensor" else ""
         return f"[{self.ref}] {self.name}: {self.rule}{c}{w}"
 
 
@@ -252,8 +255,8 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
             break
     else:
         raise LemmaError(f"lemma {lem.ref} ({lem.where}): rule must be 'lhs => rhs' or 'lhs <=> rhs'")
-    if lem.exists not in ("root", "args"):
-        raise LemmaError(f"lemma {lem.ref} ({lem.where}): exists must be 'root' or 'args'")
+    if lem.exists not in ("root", "args", "tensor"):
+        raise LemmaError(f"lemma {lem.ref} ({lem.where}): exists must be 'root', 'args' or 'tensor'")
     try:
         lp = _lower_pattern(parse_raw(left.strip(), f"lemma {lem.ref}"), reg, lem)
         rp = _lower_pattern(parse_raw(right.strip(), f"lemma {lem.ref}"), reg, lem)

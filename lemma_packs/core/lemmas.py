@@ -72,6 +72,13 @@ CLEAN = [
     L(127, "concat-regroup",
       "concat(concat(?a, ?b, dim=?d), ?c, dim=?d) => concat(?a, concat(?b, ?c, dim=?d), dim=?d)",
       "size(?a, ?d) // (size(?b, ?d) + size(?c, ?d)) * (size(?b, ?d) + size(?c, ?d)) == size(?a, ?d)"),
+    # constrained (§4.3) to concatenations a tensor holds: each part of a rank's concatenation is a slice of
+    # that rank's tensor (a rank's share of a packed [gate | up] gradient, computed by one bmm, holds its gate
+    # and up columns). Everywhere, it would slice every concatenation the lemmas build.
+    L(132, "parts-of-a-held-concat",
+      "concat(?a, ?b, dim=?d) => concat(slice(concat(?a, ?b, dim=?d), dim=?d, start=0, end=size(?a, ?d)),"
+      " slice(concat(?a, ?b, dim=?d), dim=?d, start=size(?a, ?d), end=size(?a, ?d) + size(?b, ?d)), dim=?d)",
+      exists="tensor"),
     L(118, "sum-assoc", "sum(?a, sum(?b, ?c)) => sum(sum(?a, ?b), ?c)"),
     L(131, "sum-swap-where-grouped", "sum(sum(?a, ?b), ?c) => sum(sum(?a, ?c), ?b)", when="sum(?a, ?c)"),
 ]

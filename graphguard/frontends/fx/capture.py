@@ -250,7 +250,9 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
     if "fw" not in seen:
         raise InputError(f"rank {rank}: nothing was captured (was the module called?)")
     seen["sym"].finish()
-    seen["n_user"] = len(outs)
+    # the tensors the module returns: TorchDynamo's graph returns them first, then the tensors a forward
+    # stores on its modules (Megatron's MoE dispatcher keeps its token order there), which are no output
+    seen["n_user"] = sum(isinstance(o, torch.Tensor) for o in torch.utils._pytree.tree_leaves(out))
     if dist.is_initialized():
         from torch.distributed.distributed_c10d import _resolve_process_group
         for n in [n for k in ("fw", "bw", "post") if k in seen for n in seen[k].graph.nodes]:

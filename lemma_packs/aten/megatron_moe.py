@@ -1,4 +1,4 @@
-"""Operators and lemmas for megatron-core's MoE layer (``examples/.incomplete/megatron-moe``). References: 1350-1399.
+"""Operators and lemmas for megatron-core's MoE layer (``examples/megatron-moe``). References: 1350-1399.
 
 Megatron's all-to-all dispatcher with ``moe_pad_expert_input_to_capacity`` works on fixed shapes: the router
 keeps, per expert, the ``capacity`` tokens of highest probability (``topk`` along the token dim, written as ones
@@ -122,6 +122,32 @@ LEMMAS = [
                 {"x": [3, 2, 2], "p": [2, 0, 1], "d": 0, "a": 1, "b": 2},
                 {"x": [1, 3, 2], "p": [1, 0, 2], "d": 1, "a": 0, "b": 1},
                 {"x": [2, 5], "p": [1, 0], "d": 1, "a": 0, "b": 1}]),
+    # its backward: the gradient rows gathered at token 0..n-1 for each expert are the gradient repeated per expert
+    L(1356, "gather-at-repeated-arange-is-repeat",
+      "aten.gather(?g, aten.expand(reshape(aten.expand(reshape(aten.arange(end=?n, dtype=?p), shape=?u), size=?s,"
+      " implicit=?i), shape=?v), size=?w, implicit=?j), dim=0)"
+      " => reshape(aten.expand(reshape(?g, shape=[1, ?n, size(?g, 1)]), size=[at(?s, 0), ?n, size(?g, 1)], implicit=false),"
+      " shape=[at(?s, 0) * ?n, size(?g, 1)])",
+      "rank(?g) == 2 and size(?g, 0) == ?n and ?u == [1, ?n] and len(?s) == 2 and at(?s, 1) == ?n"
+      " and ?v == [at(?s, 0) * ?n, 1] and (?w == [-1, size(?g, 1)] or ?w == [at(?s, 0) * ?n, size(?g, 1)])"
+      " and (?p == None or ?p == \"int64\")",
+      examples=[{"n": n, "g": [n, h], "p": None, "u": [1, n], "s": [e, n], "i": False, "v": [e * n, 1], "w": w, "j": False}
+                for n in (1, 2, 3) for e in (1, 2, 4) for h in (1, 3) for w in ([-1, h], [e * n, h])][:24]),
+    # the backward of the permutations (index_select's): added back into zeros at 0..n-1, the rows are themselves;
+    # at 0..n-1 once per expert, the sum over the experts
+    L(1357, "index-add-at-arange-into-zeros",
+      "aten.index_add(aten.full(size=?z, fill_value=0, dtype=?t), aten.arange(end=?n, dtype=?p), ?y, dim=0, alpha=1) => ?y",
+      "?z == shape(?y) and at(?z, 0) == ?n and dtype(?y) == ?t and (?p == None or ?p == \"int64\")",
+      examples=[{"z": z, "y": z, "n": z[0], "t": t, "p": p} for z in ([1], [4], [6, 2], [3, 1, 2], [5, 3])
+                for t in ("float32", "float64") for p in (None, "int64")]),
+    L(1358, "index-add-at-repeated-arange-is-sum-over-repeats",
+      "aten.index_add(aten.full(size=?z, fill_value=0, dtype=?t), reshape(aten.expand(reshape(aten.arange(end=?n, dtype=?p),"
+      " shape=?u), size=?s, implicit=?i), shape=?w), ?y, dim=0, alpha=1)"
+      " => aten.sum.dim_IntList(reshape(?y, shape=[at(?s, 0), ?n, size(?y, 1)]), dim=[0], keepdim=false, dtype=None)",
+      "rank(?y) == 2 and ?z == [?n, size(?y, 1)] and ?u == [1, ?n] and len(?s) == 2 and at(?s, 1) == ?n"
+      " and ?w == [at(?s, 0) * ?n] and size(?y, 0) == at(?s, 0) * ?n and dtype(?y) == ?t and (?p == None or ?p == \"int64\")",
+      examples=[{"n": n, "y": [e * n, h], "z": [n, h], "t": "float32", "p": None, "u": [1, n], "s": [e, n], "i": False,
+                 "w": [e * n]} for n in (1, 2, 3, 5) for e in (1, 2, 4) for h in (1, 3)]),
     # x[0..n-1] along a dim of size n is x
     L(1353, "index-select-of-arange-is-identity",
       "aten.index_select(?x, aten.arange(end=?n, dtype=?p), dim=?d) => ?x",

@@ -461,8 +461,13 @@ def _join(seen: dict, backward: bool, source: str) -> TGraph:
             continue
         base, local = _desc(n.meta.get("desc"))
         if type(base).__name__ == "TangentAOTInput":
-            if local:
-                input_names[t.name] = f"tangent.out{base.output.idx}"
+            k = base.output.idx
+            if local and k >= n_user and k in user:
+                # a tensor the forward stored on a module, not returned: no loss reads it, its gradient is 0
+                joined.append(TNode(t.name, "call_function", "aten.zeros_like.default", (user[k],), {}, t.shape,
+                                    t.dtype))
+            elif local:
+                input_names[t.name] = f"tangent.out{k}"
                 joined.append(t)
         else:
             others.append(t)

@@ -35,6 +35,7 @@ class Context:
     size_equalities: list = field(default_factory=list)  # (symbol, symbol it was proved equal to), in order
     structure: tuple | None = None  # G_d's constants, operators by input, outputs; G_s's outputs (_structure)
     memo: Memo = field(default_factory=Memo)  # per-operator results by local problem
+    index_constants: dict = field(default_factory=dict)  # G_d index tensor -> the constant it is, or None
 
     def __post_init__(self):
         if not self.max_exprs:
@@ -356,7 +357,7 @@ def index_constant(ctx: Context, t: str) -> Term | None:
     that a top-k over every token makes all ones: each rank's token order is then a constant, as in G_s,
     though no relation names it. Decided once per tensor (index tensors only: masks and orders are what a
     rank derives from its data without carrying it)."""
-    memo = ctx.stats.setdefault("index_constants", {})
+    memo = ctx.index_constants
     if t in memo:
         return memo[t]
     memo[t] = None

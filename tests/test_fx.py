@@ -177,6 +177,36 @@ def test_dynamo_constants_hold_one_value_or_are_refused():
         ggt.capture(lambda r: Several(), (torch.randn(3, 2),))
 
 
+class _Stores(torch.nn.Module):
+    """Keeps an intermediate on itself (as Megatron's MoE dispatcher keeps its token order) and returns another."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x):
+        h = x @ self.w
+        self.kept = h * 2
+        return h.relu(), None
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_tensors_a_forward_stores_on_its_module_are_no_outputs(backward):
+    c = ggt.capture(lambda r: _Stores(), (torch.randn(2, 3, requires_grad=True),), backward=backward)
+    g = c.graph()
+    assert [o for o in g.outputs if not o.startswith("grad.")] == ["out0"]
+    assert not any(t.startswith("tangent.") and t != "tangent.out0" for t in g.inputs)
+    if backward:  # the stored tensor's gradient is zero: grad.w is x^T (relu'(h) * 1) alone
+        x = torch.randn(2, 3)
+        w = torch.randn(3, 3, requires_grad=True)
+        (x @ w).relu().backward(torch.ones(2, 3))
+        from graphguard.engine.replay import run_graph
+        from graphguard.plugins import load_plugins
+        got = run_graph(g, {"x": x.numpy(), "w": w.detach().numpy(), "tangent.out0": torch.ones(2, 3).numpy()},
+                        load_plugins().registry, {})
+        assert abs(got["grad.w"] - w.grad.numpy()).max() < 1e-5
+
+
 def test_advanced_indexing_keeps_its_index_tensors():
     class Gather(torch.nn.Module):
         def forward(self, x, i, j):

@@ -1,4 +1,4 @@
-"""megatron-core's MoE layer (examples/.incomplete/megatron-moe) and what it needs: aten.scatter.value, aten.sort.stable
+"""megatron-core's MoE layer (examples/megatron-moe) and what it needs: aten.scatter.value, aten.sort.stable
 and lemmas 1350-1351 (lemma_packs/aten/megatron_moe.py).
 
 The lemmas get one-line "proves" / "must not prove" tests; the operators' references are checked against
@@ -82,19 +82,78 @@ def test_sort_stable_and_scatter_value_references_match_torch():
 
 def _run(*args, env=None):
     pytest.importorskip("megatron.core")
-    return subprocess.run([str(EXAMPLES / ".incomplete" / "megatron-moe" / "run"), *args], capture_output=True, text=True,
+    return subprocess.run([str(EXAMPLES / "megatron-moe" / "run"), *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})})
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # (both run scripts also run in tests/test_examples.py)
 def test_planted_routing_bug_is_flagged_at_the_expert_choice():
     """The ranks' router logits rotated by one expert: flagged at the router's top-k (the expert choice), an
     operator the correct layer gets past (it is related there as the concatenation of the ranks' top-k)."""
-    bad = _run(env={"GG_BUG": "routing"})
+    bad = subprocess.run([str(EXAMPLES / "bugs" / "megatron-moe-routing" / "run")], capture_output=True, text=True)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "stopped at G_s operator aten.topk (node 'topk' -> topk#0, topk#1) at moe_utils.py:697" in bad.stdout
     good = _run()
-    assert "(node 'topk' ->" not in good.stdout, good.stdout + good.stderr
-    # the correct layer is related past the capacity top-k over the token dim (carried to the capacity mask, all
-    # ones) up to the token permutation by a constant index (README: what is missing)
-    assert "(node 'index_select_1' -> index_select_1) at moe_utils.py:375" in good.stdout, good.stdout + good.stderr
+    assert good.returncode == 0, good.stdout + good.stderr
+    # the layer's output, tokens sharded over the ranks as the input is; the dispatcher's token order, which
+    # Megatron keeps on the module, is no output
+    assert "out0 = concat(out0@0, out0@1, dim=0)" in good.stdout and "out1" not in good.stdout
+
+
+# -- lemmas 1352-1355 and 511: the dispatch's index arithmetic and all-to-all views --------------------------------
+
+_ORDER = "aten.expand(reshape(aten.arange(end={n}, dtype=None), shape=[1, {n}]), size=[{e}, {n}], implicit=false)"
+
+
+def test_expert_offsets_plus_token_order_is_arange():
+    lhs = (f"aten.add.Tensor(aten.mul.Tensor(reshape(aten.arange(end=4, dtype=None), shape=[4, 1]),"
+           f" aten.scalar_tensor(s=8, dtype=int64)), {_ORDER.format(n=8, e=4)}, alpha=1)")
+    assert proves(f"aten.index_select(X, reshape({lhs}, shape=[32]), dim=0)", "X", {"X": [32, 3]})
+
+
+def test_expert_offsets_of_another_stride_are_not_arange():
+    lhs = (f"aten.add.Tensor(aten.mul.Tensor(reshape(aten.arange(end=4, dtype=None), shape=[4, 1]),"
+           f" aten.scalar_tensor(s=7, dtype=int64)), {_ORDER.format(n=8, e=4)}, alpha=1)")
+    assert not proves(f"aten.index_select(X, reshape({lhs}, shape=[32]), dim=0)", "X", {"X": [32, 3]})
+
+
+def _unpermute(n, e, h, y="Y"):
+    idx = f"aten.expand(reshape({_ORDER.format(n=n, e=e)}, shape=[{e * n}, 1]), size=[-1, {h}], implicit=false)"
+    return f"aten.scatter_add(aten.zeros(size=[{n}, {h}], dtype=float32), {idx}, {y}, dim=0)"
+
+
+def test_unpermute_is_the_sum_over_experts():
+    sum_e = "aten.sum.dim_IntList(reshape(Y, shape=[4, 8, 3]), dim=[0], keepdim=false, dtype=None)"
+    assert proves(_unpermute(8, 4, 3), sum_e, {"Y": [32, 3]})
+
+
+def test_unpermute_is_not_the_sum_over_tokens():
+    """The rows are expert-major: [tokens, experts] is another grouping of the same rows."""
+    wrong = ("aten.sum.dim_IntList(permute(reshape(Y, shape=[8, 4, 3]), dims=[1, 0, 2]), dim=[0], keepdim=false,"
+             " dtype=None)")
+    assert not proves(_unpermute(8, 4, 3), wrong, {"Y": [32, 3]})
+
+
+_R4 = "reshape(C, shape=[2, 2, 4, 8])"
+
+
+def test_all_to_all_chunk_of_transposed_view_is_a_slice_of_the_merged_view():
+    chunk = f"reshape(slice(reshape(permute({_R4}, dims=[1, 0, 2, 3]), shape=[16, 8]), dim=0, start=8, end=16), shape=[2, 4, 8])"
+    assert proves(f"concat(reshape(C, shape=[2, 8, 8]), {chunk}, dim=1)",
+                  "concat(reshape(C, shape=[2, 8, 8]), slice(reshape(C, shape=[2, 8, 8]), dim=1, start=4, end=8), dim=1)",
+                  {"C": [16, 8]})
+
+
+def test_all_to_all_chunk_is_not_the_other_ranks_rows():
+    chunk = f"reshape(slice(reshape(permute({_R4}, dims=[1, 0, 2, 3]), shape=[16, 8]), dim=0, start=8, end=16), shape=[2, 4, 8])"
+    assert not proves(f"concat(reshape(C, shape=[2, 8, 8]), {chunk}, dim=1)",
+                      "concat(reshape(C, shape=[2, 8, 8]), slice(reshape(C, shape=[2, 8, 8]), dim=1, start=0, end=4), dim=1)",
+                      {"C": [16, 8]})
+
+
+def test_slice_of_a_permute_that_moves_data_is_no_view():
+    """Slicing one row of the moved dim of [3, 2, 2] leaves [2, 1, 2] -> [1, 2, 2]: no data moves; two rows do."""
+    assert proves("slice(permute(X, dims=[1, 0, 2]), dim=0, start=1, end=2)",
+                  "reshape(slice(X, dim=1, start=1, end=2), shape=[1, 3, 2])", {"X": [3, 2, 2]})
+    assert not proves("slice(permute(X, dims=[1, 0, 2]), dim=1, start=0, end=2)",
+                      "reshape(slice(X, dim=0, start=0, end=2), shape=[2, 2, 2])", {"X": [3, 2, 2]})

@@ -290,6 +290,20 @@ class Snapshot:
             memo[c] = out
         return out
 
+    def constant_term(self, c) -> Term | None:
+        """The smallest term of class ``c`` that holds no tensor (a constant computed from constants), or None."""
+        table: dict[Any, tuple[int, Term]] = {}
+
+        def cost(nd: ENode):
+            if nd.op == "T" or not all(ch in table for ch in nd.children):
+                return None
+            return (1 + sum(table[ch][0] for ch in nd.children),
+                    App(nd.op, tuple(table[ch][1] for ch in nd.children), nd.attrs))
+
+        self._fix(table, cost)
+        hit = table.get(c)
+        return hit[1] if hit is not None else None
+
     def has_leaf(self, c) -> bool:
         return any(nd.op == "T" for nd in self.classes.get(c, ()))
 
@@ -655,6 +669,16 @@ class EGraph:
     def pop(self) -> None:
         self._run("(pop)")
         self._fresh_scope()
+
+    def push_nested(self) -> None:
+        """A push inside an operator's push (a side question, answered and undone): the match rows already
+        handled in the outer scope stay handled after :meth:`pop_nested`."""
+        self._outer_seen = (getattr(self, "_seen", None), self._pending[:])
+        self.push()
+
+    def pop_nested(self) -> None:
+        self.pop()
+        self._seen, self._pending = self._outer_seen
 
     def _fresh_scope(self) -> None:
         """Caches keyed by egglog values (e-class ids, interned strings): valid until the next push or pop,

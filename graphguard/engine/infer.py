@@ -36,6 +36,7 @@ class Context:
     structure: tuple | None = None  # G_d's constants, operators by input, outputs; G_s's outputs (_structure)
     memo: Memo = field(default_factory=Memo)  # per-operator results by local problem
     invertible: frozenset | None = None  # ops through which the frontier relates a class's parents (_invertible_terms)
+    index_constants: dict = field(default_factory=dict)  # G_d index tensor -> the constant it is, or None
 
     def __post_init__(self):
         if not self.max_exprs:
@@ -470,7 +471,7 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
     explored: dict[str, Node] = {}
     while True:
         r_d = [n for t in list(hops) for n in watch.get(t, ()) if n.name not in explored
-               and all(i in hops or i in const for i in n.inputs)]
+               and all(i in hops or i in const or index_constant(ctx, i) is not None for i in n.inputs)]
         if not r_d:
             break
         facts = []
@@ -478,6 +479,7 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
             for m in _constants_for(g_d, n, const, explored):
                 explored[m.name] = m
                 facts.extend((Leaf(out), term) for out, term in zip(m.outputs, g_d.node_terms(m)))
+            facts.extend((Leaf(i), index_constant(ctx, i)) for i in n.inputs if i not in hops and i not in const)
         eg.union_all(facts)
         _relate(ctx, explored, hops, inside, const, op)
         snap = eg.saturate(ctx.budget, deadline, ctx.stats)
@@ -493,6 +495,54 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
 
 
 MAX_HOPS = 4  # G_d operators the frontier follows from a related tensor on the observations alone
+
+
+def index_constant(ctx: Context, t: str) -> Term | None:
+    """The constant that an integer or boolean G_d tensor computed from the data provably is, or None: its
+    G_d definition (at most ``MAX_INDEX_ANCESTRY`` operators back) saturated with the lemmas on its own,
+    and a term without G_d tensors read off its e-class. Megatron's capacity-padded dispatch sorts a mask
+    that a top-k over every token makes all ones: each rank's token order is then a constant, as in G_s,
+    though no relation names it. Decided once per tensor (index tensors only: masks and orders are what a
+    rank derives from its data without carrying it)."""
+    memo = ctx.index_constants
+    if t in memo:
+        return memo[t]
+    memo[t] = None
+    g_d = ctx.g_d
+    info = g_d.tensors.get(t)
+    const = _structure(ctx)[0]
+    if info is None or t in const or t not in g_d.producer or not _is_index_dtype(info.dtype):
+        return None
+    nodes, stack, seen = [], [g_d.producer[t]], set()
+    while stack:
+        m = stack.pop()
+        if m.name in seen:
+            continue
+        seen.add(m.name)
+        nodes.append(m)
+        if len(nodes) > MAX_INDEX_ANCESTRY:
+            return None
+        stack.extend(g_d.producer[i] for i in m.inputs if i in g_d.producer)
+    eg = ctx.egraph
+    eg.push_nested()
+    try:
+        eg.union_all([(Leaf(o), term) for m in nodes for o, term in zip(m.outputs, g_d.node_terms(m))])
+        try:
+            snap = eg.saturate(INDEX_BUDGET, time.monotonic() + INDEX_BUDGET.seconds, {})
+        except BudgetExceeded:
+            return None
+        memo[t] = snap.constant_term(snap.find(Leaf(t)))
+    finally:
+        eg.pop_nested()
+    return memo[t]
+
+
+def _is_index_dtype(dtype: str) -> bool:
+    return dtype in ("bool", "pred") or dtype.startswith(("int", "uint"))
+
+
+MAX_INDEX_ANCESTRY = 32  # G_d operators an index tensor's definition may take to be read as a constant
+INDEX_BUDGET = Budget(iterations=12, enodes=4000, seconds=10.0)
 
 
 def _relate(ctx: Context, explored: dict[str, Node], hops: dict[str, int], inside: set[str], const: frozenset,
@@ -653,7 +703,8 @@ def _structure(ctx: Context) -> tuple[frozenset, dict[str, list[Node]], frozense
         for n in g_d.nodes:
             ins = [i for i in n.inputs if i not in const]
             if ins:
-                pivot = min(ins, key=lambda i: len(g_d.consumers.get(i, ())))
+                # (an index tensor last: it may be a constant only a lemma sees, see index_constant)
+                pivot = min(ins, key=lambda i: (_is_index_dtype(g_d.tensors[i].dtype), len(g_d.consumers.get(i, ()))))
                 watch.setdefault(pivot, []).append(n)
         ctx.structure = (frozenset(const), watch, frozenset(g_d.outputs), frozenset(ctx.g_s.outputs))
     return ctx.structure

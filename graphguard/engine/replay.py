@@ -548,19 +548,22 @@ def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg:
     f = result.failure
     all_missing = [m for m in (result.expect or {}).get("missing") or [] if m[0] in g_s.tensors]
     after: set = set()
-    out = f.partial_output or f.outputs[0] if f is not None and f.outputs else None
-    if out is not None and out in g_s.tensors:
+    # the failing operator's outputs (each: a top-k's values may match where its indices do not), or the output
+    # left as partial results
+    outs = ([f.partial_output] if f.partial_output else list(f.outputs)) if f is not None and f.outputs else []
+    outs = [o for o in outs if o in g_s.tensors]
+    out = outs[0] if outs else None
+    if outs:
         s_eps, d_eps = precision(g_s, dtype), precision(g_d, dtype)
         # an output left as partial results: compared with what the ranks hold, R_o with each sum or max taken
         # at one of its operands (never with a sum of the ranks' tensors)
         held = [_concrete_attrs(_one_operand(e, k), sv) for e in result.r_o.get(out, [])
                 for k in range(_most_operands(e))] if f.partial_output else None
         pool = _pool(result, g_s, g_d, same_op=held is None)
-        eps = max([s_eps[out]] + [d_eps[x] for x in pool])
-
-        def closest(s_env, d_env):
-            found["closest"] = _closest(out, pool, s_env, d_env, eps, held, reg)
-        checks.append(Check((out,), tuple(pool), closest))
+        for o in outs:
+            def closest(s_env, d_env, o=o, eps=max([s_eps[o]] + [d_eps[x] for x in pool])):
+                found.setdefault("closest", {})[o] = _closest(o, pool, s_env, d_env, eps, held, reg)
+            checks.append(Check((o,), tuple(pool), closest))
         after = _downstream(g_s, f.outputs)
         expectations = {}
         for m in (m for m in all_missing if m[0] in after):
@@ -587,7 +590,10 @@ def replay(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg:
               "closest_to_tolerance": f"{worst[0]} = {to_text(worst[1])}" if worst else None,
               "seed": seed, "dtype": dtype, "mismatches": mismatches, "rechecked": rechecked, "symbols": sv, **ran}
     if "closest" in found:
-        f.replay = found["closest"]
+        # the output furthest from every reconstruction (one with no G_d tensor of its shape only if all are so)
+        out = max(found["closest"], key=lambda o: (found["closest"][o]["max_abs_diff"] != float("inf"),
+                                                   found["closest"][o]["max_abs_diff"], -outs.index(o)))
+        f.replay = found["closest"][out]
         missing = [m for m in all_missing if m[0] == out]
         if not missing and f.replay["max_abs_diff"] == float("inf"):
             # no G_d tensor has the failing tensor's shape (e.g. a batch sharded over one axis of a 2-D mesh,

@@ -4,7 +4,7 @@ from graphguard.hookspecs import hookimpl
 from .lemmas import LEMMAS
 from .more_ops import OPS as MORE_OPS
 from .megatron import FUNCTIONS as MEGATRON_FUNCTIONS
-from .megatron_moe import OPS as MEGATRON_MOE_OPS
+from .megatron_moe import FUNCTIONS as MEGATRON_MOE_FUNCTIONS, OPS as MEGATRON_MOE_OPS
 from .ops import OPS
 from .titan import FUNCTIONS as TITAN_FUNCTIONS, OPS as TITAN_OPS
 
@@ -21,4 +21,4 @@ def graphguard_lemmas():
 
 @hookimpl
 def graphguard_lemma_functions():
-    return {**MEGATRON_FUNCTIONS, **TITAN_FUNCTIONS}
+    return {**MEGATRON_FUNCTIONS, **MEGATRON_MOE_FUNCTIONS, **TITAN_FUNCTIONS}

@@ -18,7 +18,7 @@ columns like 477 (1315, for any ids); its backward likewise (1318, 1319).
 Also here, for the other megatron-core examples: a mean's backward over micro-batches and a factor through
 Megatron's attention-mask backward (1320-1322, ``examples/bugs/megatron-grad-accum-scale``), and Megatron's MoE
 capacity mask when the capacity covers every token and the token permutation it gives (1323-1327,
-``examples/.incomplete/megatron-moe``).
+``examples/megatron-moe``).
 """
 from graphguard.engine.lemma import L
 
@@ -126,7 +126,7 @@ LEMMAS = [
       "aten.masked_fill.Scalar(scale(?x, factor=?f), ?m, value=0) => scale(aten.masked_fill.Scalar(?x, ?m, value=0), factor=?f)",
       "floating(dtype(?x))"),
     # Megatron's MoE capacity mask when the capacity covers every token (1351): all true, a product changes nothing;
-    # its stable sort (the token permutation) the tokens in order for each expert (examples/.incomplete/megatron-moe)
+    # its stable sort (the token permutation) the tokens in order for each expert (examples/megatron-moe)
     L(1323, "copy-of-zero-or-one-fill",
       "aten._to_copy(aten.full(size=?s, fill_value=?v, dtype=?a), dtype=?b) => aten.full(size=?s, fill_value=?v, dtype=?b)",
       "(?v == 0 or ?v == 1) and ?b != None"),

@@ -1,4 +1,4 @@
-"""Operators and lemmas for megatron-core's MoE layer (``examples/.incomplete/megatron-moe``). References: 1350-1399.
+"""Operators and lemmas for megatron-core's MoE layer (``examples/megatron-moe``). References: 1350-1399.
 
 Megatron's all-to-all dispatcher with ``moe_pad_expert_input_to_capacity`` works on fixed shapes: the router
 keeps, per expert, the ``capacity`` tokens of highest probability (``topk`` along the token dim, written as ones
@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphguard.engine.lemma import L
+from graphguard.ir import scalar as S
 from graphguard.ir.ops import AttrSpec, multi_output
 
 from .ops import _dim
@@ -46,6 +47,25 @@ OPS = multi_output("aten.sort.stable", 1, _sort_shapes, _sort_ref,
                    doc="Entries sorted along dim (ascending, or descending) and their indices; equal entries "
                        "keep their order when stable is true (and, in graphguard's reference, always).")
 
+def _slice_keeps_order(ctx, x, p, d, a, b) -> bool:
+    """Is ``slice(permute(x, p), dim=d, start=a, end=b)`` a permute that moves only size-1 dims (of the
+    slice of x it permutes), i.e. the same data in the same order?"""
+    shape = list(ctx.shape_of(x))
+    p = [int(i) for i in p]
+    if sorted(p) != list(range(len(shape))) or not 0 <= int(d) < len(p):
+        raise ValueError("not a permutation of the operand's dims")
+    shape[p[int(d)]] = S.sym(b) - S.sym(a)
+    kept = [i for i in p if not ctx.cx.prove("==", shape[i], 1)]
+    return kept == sorted(kept)
+
+
+# functions of this module's conditions and right-hand sides (the graphguard_lemma_functions hook)
+FUNCTIONS = {
+    "slice_keeps_order": _slice_keeps_order,
+    "sliced_permuted_shape": lambda ctx, x, p, d, a, b: tuple(
+        b - a if k == int(d) else ctx.shape_of(x)[int(i)] for k, i in enumerate(p)),
+}
+
 _FULL = "aten.full(size=?s, fill_value=?v, dtype=?t)"
 
 LEMMAS = [
@@ -70,4 +90,66 @@ LEMMAS = [
       "shape(?y) == ?s and ?k == at(?s, ?d) and floating(?t)",  # a number written into an integer tensor promotes it
       examples=[{"y": [4, 3], "s": [4, 3], "k": 4, "d": 0, "l": True, "o": False, "v": 0, "t": "float32", "w": 1},
                 {"y": [2, 5], "s": [2, 5], "k": 5, "d": 1, "l": False, "o": True, "v": 0, "t": "float64", "w": 3}]),
+    # the probabilities' permutation: row e of the expert-major order is e * n + (0..n-1), i.e. 0..e*n-1 in order
+    L(1352, "row-offsets-plus-column-arange-is-arange",
+      "aten.add.Tensor(aten.mul.Tensor(reshape(aten.arange(end=?e, dtype=?p), shape=?u), aten.scalar_tensor(s=?n, dtype=?q)),"
+      " aten.expand(reshape(aten.arange(end=?m, dtype=?r), shape=?w), size=?s, implicit=?i), alpha=1)"
+      " => reshape(aten.arange(end=?e * ?n, dtype=?p), shape=[?e, ?n])",
+      "?n == ?m and ?u == [?e, 1] and ?w == [1, ?n] and ?s == [?e, ?n] and ?q == \"int64\""
+      " and (?p == None or ?p == \"int64\") and (?r == None or ?r == \"int64\")",
+      examples=[{"e": e, "n": n, "m": n, "p": p, "q": "int64", "r": r, "u": [e, 1], "w": [1, n], "s": [e, n], "i": False}
+                for e in (1, 2, 3, 5) for n in (1, 2, 4) for p, r in ((None, None), ("int64", None))]),
+    # the unpermute: each expert's rows added back at token 0..n-1 (the stable order of 1326, expert-major) is
+    # the sum over experts of the rows viewed [experts, n, hidden]
+    L(1354, "scatter-add-at-repeated-arange-is-sum-over-repeats",
+      "aten.scatter_add(aten.zeros(size=?z, dtype=?t), aten.expand(reshape(aten.expand(reshape(aten.arange(end=?n, dtype=?p),"
+      " shape=?u), size=?s, implicit=?i), shape=?v), size=?w, implicit=?j), ?y, dim=0)"
+      " => aten.sum.dim_IntList(reshape(?y, shape=[at(?s, 0), ?n, size(?y, 1)]), dim=[0], keepdim=false, dtype=None)",
+      "rank(?y) == 2 and ?z == [?n, size(?y, 1)] and ?u == [1, ?n] and len(?s) == 2 and at(?s, 1) == ?n"
+      " and ?v == [at(?s, 0) * ?n, 1] and (?w == [-1, size(?y, 1)] or ?w == [at(?s, 0) * ?n, size(?y, 1)])"
+      " and size(?y, 0) == at(?s, 0) * ?n and dtype(?y) == ?t and (?p == None or ?p == \"int64\")",
+      examples=[{"n": n, "e": e, "h": h, "y": [e * n, h], "z": [n, h], "t": "float32", "p": None, "u": [1, n], "s": [e, n],
+                 "i": False, "v": [e * n, 1], "w": w, "j": False}
+                for n in (1, 2, 3) for e in (1, 2, 4) for h in (1, 3) for w in ([-1, h], [e * n, h])][:24]),
+    # a slice of a transpose that leaves one row of the dim it moves moves no data: a view of the slice
+    # (Megatron's all-to-all chunk of [experts, ranks, tokens] transposed to [ranks, experts, tokens])
+    L(1355, "slice-of-unit-moving-permute-is-view-of-slice",
+      "slice(permute(?x, dims=?p), dim=?d, start=?a, end=?b)"
+      " => reshape(slice(?x, dim=at(?p, ?d), start=?a, end=?b), shape=sliced_permuted_shape(?x, ?p, ?d, ?a, ?b))",
+      "?a >= 0 and ?a <= ?b and ?b <= size(?x, at(?p, ?d)) and slice_keeps_order(?x, ?p, ?d, ?a, ?b)",
+      examples=[{"x": [2, 2, 4, 3], "p": [1, 0, 2, 3], "d": 0, "a": 0, "b": 1},
+                {"x": [2, 2, 4, 3], "p": [1, 0, 2, 3], "d": 0, "a": 1, "b": 2},
+                {"x": [3, 2, 2], "p": [2, 0, 1], "d": 0, "a": 1, "b": 2},
+                {"x": [1, 3, 2], "p": [1, 0, 2], "d": 1, "a": 0, "b": 1},
+                {"x": [2, 5], "p": [1, 0], "d": 1, "a": 0, "b": 1}]),
+    # its backward: the gradient rows gathered at token 0..n-1 for each expert are the gradient repeated per expert
+    L(1356, "gather-at-repeated-arange-is-repeat",
+      "aten.gather(?g, aten.expand(reshape(aten.expand(reshape(aten.arange(end=?n, dtype=?p), shape=?u), size=?s,"
+      " implicit=?i), shape=?v), size=?w, implicit=?j), dim=0)"
+      " => reshape(aten.expand(reshape(?g, shape=[1, ?n, size(?g, 1)]), size=[at(?s, 0), ?n, size(?g, 1)], implicit=false),"
+      " shape=[at(?s, 0) * ?n, size(?g, 1)])",
+      "rank(?g) == 2 and size(?g, 0) == ?n and ?u == [1, ?n] and len(?s) == 2 and at(?s, 1) == ?n"
+      " and ?v == [at(?s, 0) * ?n, 1] and (?w == [-1, size(?g, 1)] or ?w == [at(?s, 0) * ?n, size(?g, 1)])"
+      " and (?p == None or ?p == \"int64\")",
+      examples=[{"n": n, "g": [n, h], "p": None, "u": [1, n], "s": [e, n], "i": False, "v": [e * n, 1], "w": w, "j": False}
+                for n in (1, 2, 3) for e in (1, 2, 4) for h in (1, 3) for w in ([-1, h], [e * n, h])][:24]),
+    # the backward of the permutations (index_select's): added back into zeros at 0..n-1, the rows are themselves;
+    # at 0..n-1 once per expert, the sum over the experts
+    L(1357, "index-add-at-arange-into-zeros",
+      "aten.index_add(aten.full(size=?z, fill_value=0, dtype=?t), aten.arange(end=?n, dtype=?p), ?y, dim=0, alpha=1) => ?y",
+      "?z == shape(?y) and at(?z, 0) == ?n and dtype(?y) == ?t and (?p == None or ?p == \"int64\")",
+      examples=[{"z": z, "y": z, "n": z[0], "t": t, "p": p} for z in ([1], [4], [6, 2], [3, 1, 2], [5, 3])
+                for t in ("float32", "float64") for p in (None, "int64")]),
+    L(1358, "index-add-at-repeated-arange-is-sum-over-repeats",
+      "aten.index_add(aten.full(size=?z, fill_value=0, dtype=?t), reshape(aten.expand(reshape(aten.arange(end=?n, dtype=?p),"
+      " shape=?u), size=?s, implicit=?i), shape=?w), ?y, dim=0, alpha=1)"
+      " => aten.sum.dim_IntList(reshape(?y, shape=[at(?s, 0), ?n, size(?y, 1)]), dim=[0], keepdim=false, dtype=None)",
+      "rank(?y) == 2 and ?z == [?n, size(?y, 1)] and ?u == [1, ?n] and len(?s) == 2 and at(?s, 1) == ?n"
+      " and ?w == [at(?s, 0) * ?n] and size(?y, 0) == at(?s, 0) * ?n and dtype(?y) == ?t and (?p == None or ?p == \"int64\")",
+      examples=[{"n": n, "y": [e * n, h], "z": [n, h], "t": "float32", "p": None, "u": [1, n], "s": [e, n], "i": False,
+                 "w": [e * n]} for n in (1, 2, 3, 5) for e in (1, 2, 4) for h in (1, 3)]),
+    # x[0..n-1] along a dim of size n is x
+    L(1353, "index-select-of-arange-is-identity",
+      "aten.index_select(?x, aten.arange(end=?n, dtype=?p), dim=?d) => ?x",
+      "?n == size(?x, ?d) and (?p == None or ?p == \"int64\")"),
 ]

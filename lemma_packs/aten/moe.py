@@ -36,6 +36,20 @@ LAYOUT = [
                 {"x": [2, 4, 3], "s": [2, 2, 2, 3], "d": 1, "a": 1, "b": 2},
                 {"x": [3, 2, 4], "s": [6, 4], "d": 0, "a": 2, "b": 6},
                 {"x": [3, 2, 4], "s": [6, 4], "d": 0, "a": 1, "b": 4}]),
+    # a slice along the outer of two dims of a view is a slice, by whole rows of the inner, of the view that
+    # merges them (Megatron's all-to-all chunks [ranks, experts, tokens] of the rows [experts, ranks * tokens]);
+    # only towards a merged view that exists
+    L(511, "slice-of-split-view-is-slice-of-merged-view",
+      "slice(reshape(?x, shape=?s), dim=?d, start=?a, end=?b)"
+      " => reshape(slice(reshape(?x, shape=?c), dim=?d, start=?a * at(?s, ?d + 1), end=?b * at(?s, ?d + 1)),"
+      " shape=set_at(?s, ?d, ?b - ?a))",
+      "?d + 1 < len(?s) and ?c == set_at(drop_at(?s, ?d + 1), ?d, at(?s, ?d) * at(?s, ?d + 1))",
+      when="reshape(?x, shape=?c)",
+      examples=[{"x": [16, 8], "s": [2, 2, 4, 8], "c": [2, 8, 8], "d": 1, "a": 0, "b": 1},
+                {"x": [16, 8], "s": [2, 2, 4, 8], "c": [2, 8, 8], "d": 1, "a": 1, "b": 2},
+                {"x": [6, 4], "s": [3, 2, 4], "c": [6, 4], "d": 0, "a": 1, "b": 3},
+                {"x": [2, 12], "s": [2, 3, 4], "c": [2, 12], "d": 1, "a": 0, "b": 2},
+                {"x": [4, 6], "s": [4, 3, 2], "c": [4, 6], "d": 1, "a": 2, "b": 3}]),
 ]
 
 PARTIAL_SUMS = [

@@ -250,7 +250,9 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
     if "fw" not in seen:
         raise InputError(f"rank {rank}: nothing was captured (was the module called?)")
     seen["sym"].finish()
-    seen["n_user"] = len(outs)
+    # the tensors the module returns: TorchDynamo's graph returns them first, then the tensors a forward
+    # stores on its modules (Megatron's MoE dispatcher keeps its token order there), which are no output
+    seen["n_user"] = sum(isinstance(o, torch.Tensor) for o in torch.utils._pytree.tree_leaves(out))
     if dist.is_initialized():
         from torch.distributed.distributed_c10d import _resolve_process_group
         for n in [n for k in ("fw", "bw", "post") if k in seen for n in seen[k].graph.nodes]:
@@ -459,8 +461,13 @@ def _join(seen: dict, backward: bool, source: str) -> TGraph:
             continue
         base, local = _desc(n.meta.get("desc"))
         if type(base).__name__ == "TangentAOTInput":
-            if local:
-                input_names[t.name] = f"tangent.out{base.output.idx}"
+            k = base.output.idx
+            if local and k >= n_user and k in user:
+                # a tensor the forward stored on a module, not returned: no loss reads it, its gradient is 0
+                joined.append(TNode(t.name, "call_function", "aten.zeros_like.default", (user[k],), {}, t.shape,
+                                    t.dtype))
+            elif local:
+                input_names[t.name] = f"tangent.out{k}"
                 joined.append(t)
         else:
             others.append(t)

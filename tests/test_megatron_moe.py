@@ -157,3 +157,11 @@ def test_slice_of_a_permute_that_moves_data_is_no_view():
                   "reshape(slice(X, dim=1, start=1, end=2), shape=[1, 3, 2])", {"X": [3, 2, 2]})
     assert not proves("slice(permute(X, dims=[1, 0, 2]), dim=1, start=0, end=2)",
                       "reshape(slice(X, dim=0, start=0, end=2), shape=[2, 2, 2])", {"X": [3, 2, 2]})
+
+
+@pytest.mark.slow  # (the sharded-token run is tests/test_examples.py's)
+def test_replicated_tokens_verify_on_every_rank():
+    """Every rank the same tokens: each rank's experts run on both ranks' copies; every rank holds the output."""
+    p = _run(env={"GG_TOKENS": "replicated"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "out0 = out0@0" in p.stdout and "out0 = out0@1" in p.stdout

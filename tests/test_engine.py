@@ -287,3 +287,101 @@ def test_missing_all_reduce_after_row_parallel_is_flagged_at_the_next_nonlineari
     assert (r.failure.node, r.failure.loc) == ("out", "mlp.py:4")
     assert r.failure.input_relations["Y"] == ["sum(P@0, P@1)"]  # Y@r = P@r: ties go to the smaller name
     assert r.failure.replay["max_abs_diff"] > 1e-3 and r.replay["ok"]
+
+
+# -- operators without a clean expression, carried to their readers (engine/infer.py: Carried) ------------------
+
+_ROWS = "inputs:\n  X: concat(X@0, X@1, dim=0)\n"
+
+
+def _exp_then_head(s):
+    """G_s computes exp of every row, then keeps the first two."""
+    s.input("X", [4, 6])
+    s.op("core.exp", ["X"], "A", name="exp")
+    s.op("core.slice", ["A"], "B", name="head", dim=0, start=0, end=2)
+    s.op("core.relu", ["B"], "Y", name="relu")
+    s.output("Y")
+
+
+@pytest.mark.parametrize("rank,last,where", [(0, "core.relu", None), (1, "core.relu", "exp"), (0, "core.exp", "relu")])
+def test_a_reader_that_finds_a_clean_expression_rescues_a_deferred_operator(plugins, rank, last, where):
+    """Only rank 0 computes exp, of its rows: exp(X) has no clean expression, but the slice reading it does --
+    verified. exp of rank 1's rows is never rescued: flagged at exp. A wrong op after the rescue: flagged there,
+    not at the rescued exp."""
+    def impl(d):
+        for r in range(2):
+            d.input(f"X@{r}", [2, 6])
+        d.op("core.exp", [f"X@{rank}"], f"A@{rank}")
+        d.op(last, [f"A@{rank}"], f"Y@{rank}")
+        d.output(f"Y@{rank}")
+    r = graphguard.verify(*_graphs(plugins, _exp_then_head, impl, _ROWS), replay=True)
+    assert r.replay["ok"]
+    if where is None:
+        assert r.verdict == "refines" and r.r_o_lines() == [f"Y = Y@{rank}"]
+        assert "exp" in [s.node for s in r.node_stats]  # (searched, not a constant)
+        return
+    assert r.verdict == "does-not-refine" and r.failure.node == where
+
+
+def test_a_failure_is_reported_at_the_first_reader_of_the_broken_tensor(plugins):
+    """The ranks slice the wrong columns of X (K, clean in G_s, is not what the ranks read): relu(K) and neg(K)
+    fail, the chain after neg fails harder (three deferred in a row) -- reported at relu, the first operator
+    reading the broken tensor, as with no deferral (what a report charging the failing chain named: neg)."""
+    def spec(s):
+        s.input("X", [4, 6])
+        s.op("core.slice", ["X"], "K", name="k", dim=1, start=3, end=6)
+        s.op("core.relu", ["K"], "A", name="relu")
+        s.op("core.neg", ["K"], "B", name="neg")
+        s.op("core.exp", ["B"], "C", name="exp")
+        s.op("core.exp", ["C"], "D", name="exp2")
+        s.op("core.add", ["A", "D"], "Y", name="add")
+        s.output("Y")
+
+    def impl(start):
+        def f(d):
+            for r in range(2):
+                d.input(f"X@{r}", [2, 6])
+                d.op("core.slice", [f"X@{r}"], f"K@{r}", dim=1, start=start, end=start + 3)
+                d.op("core.relu", [f"K@{r}"], f"A@{r}")
+                d.op("core.neg", [f"K@{r}"], f"B@{r}")
+                d.op("core.exp", [f"B@{r}"], f"C@{r}")
+                d.op("core.exp", [f"C@{r}"], f"D@{r}")
+                d.op("core.add", [f"A@{r}", f"D@{r}"], f"Y@{r}")
+            d.output("Y@0", "Y@1")
+        return f
+    r = graphguard.verify(*_graphs(plugins, spec, impl(3), _ROWS))
+    assert r.verdict == "refines" and r.r_o_lines() == ["Y = concat(Y@0, Y@1, dim=0)"]
+    r = graphguard.verify(*_graphs(plugins, spec, impl(0), _ROWS), replay=True)
+    assert r.verdict == "does-not-refine"
+    assert (r.failure.node, r.failure.outputs) == ("relu", ["A"])
+    assert r.failure.input_relations["K"] == ["slice(concat(X@0, X@1, dim=0), dim=1, start=3, end=6)"]
+    assert r.failure.replay["max_abs_diff"] > 1e-3 and r.replay["ok"]
+
+
+def test_a_deferred_operator_rescued_after_a_later_failure_is_not_reported(plugins):
+    """exp(X) is deferred; relu(Z), an output, fails (the ranks compute exp(Z)); the slice after it rescues
+    exp: reported at relu(Z), the first operator whose outputs no reader maps."""
+    def spec(s):
+        s.input("X", [4, 6])
+        s.input("Z", [4, 6])
+        s.op("core.exp", ["X"], "A", name="exp")
+        s.op("core.relu", ["Z"], "F", name="relu_z")
+        s.op("core.slice", ["A"], "B", name="head", dim=0, start=0, end=2)
+        s.op("core.relu", ["B"], "Y", name="relu")
+        s.output("Y", "F")
+
+    def impl(op):
+        def f(d):
+            for r in range(2):
+                d.input(f"X@{r}", [2, 6])
+                d.input(f"Z@{r}", [2, 6])
+                d.op(op, [f"Z@{r}"], f"F@{r}")
+            d.op("core.exp", ["X@0"], "A@0")
+            d.op("core.relu", ["A@0"], "Y@0")
+            d.output("Y@0", "F@0", "F@1")
+        return f
+    rel = _ROWS + "  Z: concat(Z@0, Z@1, dim=0)\n"
+    r = graphguard.verify(*_graphs(plugins, spec, impl("core.relu"), rel))
+    assert r.verdict == "refines" and [s.node for s in r.node_stats] == ["exp", "relu_z", "head", "relu"]
+    r = graphguard.verify(*_graphs(plugins, spec, impl("core.exp"), rel))
+    assert r.verdict == "does-not-refine" and r.failure.node == "relu_z"

@@ -93,7 +93,6 @@ def test_per_head_norm_without_its_gradient_all_reduce_is_flagged():
     assert "missing all-reduce" in r.failure.reason
 
 
-@pytest.mark.xfail(reason="since operators without a clean expression are deferred to their readers (engine/infer.py MAX_DEFERRED), this bug is reported at another operator on the broken tensor (neg / a later mul): the localization is to be restored", strict=True)
 def test_all_reduce_style_on_per_head_values_is_flagged():
     """A wrong style: ``all_reduce`` on q_norm sums the ranks' different heads. Flagged where the summed
     query is first used (RoPE)."""

@@ -66,7 +66,7 @@ def test_wrong_kv_replica_layout_is_flagged():
     assert r.failure.op in ("aten.expand", "aten.bmm") and r.failure.replay["max_abs_diff"] > 1e-3
 
 
-@pytest.mark.parametrize("fixed", [pytest.param(False, marks=pytest.mark.xfail(reason="since operators without a clean expression are deferred to their readers (engine/infer.py MAX_DEFERRED), this bug is reported at another operator on the broken tensor (neg / a later mul): the localization is to be restored", strict=True)), True])
+@pytest.mark.parametrize("fixed", [False, True])
 def test_rope_offset_in_custom_backward(fixed):
     mod = _load(EXAMPLES / "bugs" / "rope-offset-sp" / "model.py", ROPE_BACKWARD_OFFSET="1" if fixed else "0")
     r = _verify(mod, 2, True)

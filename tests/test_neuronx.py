@@ -282,13 +282,11 @@ def _flagged_at_the_first_op_on_k(r, tp: int):
     assert r.replay["ok"]  # every relation found before the failure holds numerically
 
 
-@pytest.mark.xfail(reason="since operators without a clean expression are deferred to their readers (engine/infer.py MAX_DEFERRED), this bug is reported at another operator on the broken tensor (neg / a later mul): the localization is to be restored", strict=True)
 def test_k_sliced_from_the_q_columns_is_flagged_at_the_first_op_on_k():
     r = graphguard.verify(*_files(BUG), frontend="hlo", world_size=2, replay=True)
     _flagged_at_the_first_op_on_k(r, 2)
 
 
-@pytest.mark.xfail(reason="since operators without a clean expression are deferred to their readers (engine/infer.py MAX_DEFERRED), this bug is reported at another operator on the broken tensor (neg / a later mul): the localization is to be restored", strict=True)
 def test_k_sliced_from_the_q_columns_is_flagged_at_the_same_op_at_tp4(tmp_path):
     make.write(tmp_path, 4, "k-slice")
     r = graphguard.verify(*_files(tmp_path), frontend="hlo", world_size=4, replay=True)

@@ -46,7 +46,11 @@ class Context:
 def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[str] = frozenset()) -> VerifyResult:
     """Listing 1: walk G_s in topological order, extending R operator by operator. Every output of G_s
     must end up *held* by G_d (see :func:`is_held`) unless ``partial_ok`` (True, or the outputs named)
-    allows it to stay a cross-rank sum or max of the ranks' partial results."""
+    allows it to stay a cross-rank sum or max of the ranks' partial results.
+
+    An operator whose outputs have no clean expression is *deferred* (:class:`Carried`): its outputs are
+    carried as terms to their readers, and a failure is reported at the earliest operator whose outputs
+    no reader rescued (see :meth:`Carried.report`)."""
     R: Relation = {t: list(exprs) for t, exprs in r_i.items()}
     result = VerifyResult(relations=R, sizes=ctx.size_equalities)
     scaled_from: dict[str, Node] = {}  # G_s tensor known only up to a constant factor -> where that began
@@ -54,18 +58,22 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
     order = {n.name: i for i, n in enumerate(ctx.g_s.topo_order())}
     replica_aliases(ctx, R)
     const_size: dict[str, int] = {}  # G_s tensor known as a constant term -> (at most) that term's size
-    deferred: dict[str, tuple] = {}  # G_s tensor known only as an op of clean terms -> (depth, (failure, verdict))
+    carried = Carried(ctx.g_s, order)
     for v in ctx.g_s.topo_order():
+        if carried.failed is not None:  # after a failure: only what settles earlier deferrals
+            if carried.settled():
+                break
+            if not carried.settles(v, R):
+                continue
         t0 = time.monotonic()
         if all(t in const_size or not list(leaves(R[t][0])) for t in v.inputs):
             # a constant (or an op of constants) is its own definition: nothing of G_d is needed to know it
             n = 1 + sum(const_size.get(t, 1) for t in v.inputs)
             if n > MAX_CONSTANT_TERM:  # (terms are trees: a long or self-reusing computation is too big)
                 result.node_stats.append(NodeStat(v.name, v.op, time.monotonic() - t0, 0))
-                result.verdict = "inconclusive"
-                result.failure = _failure(ctx, v, {}, set(), f"a constant computed by more than {MAX_CONSTANT_TERM} "
-                                          "operators: too large a term to reason about")
-                return result
+                carried.fail(v, _failure(ctx, v, {}, set(), f"a constant computed by more than {MAX_CONSTANT_TERM} "
+                                         "operators: too large a term to reason about"), "inconclusive")
+                continue
             subst = {t: R[t][0] for t in v.inputs}
             R.update(zip(v.outputs, ([_substitute(t, subst)] for t in ctx.g_s.node_terms(v))))
             const_size.update(dict.fromkeys(v.outputs, n))
@@ -74,13 +82,9 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
             r_v, explored = compute_node_out_rel(ctx, v, R)
         except BudgetExceeded as e:
             result.node_stats.append(NodeStat(v.name, v.op, time.monotonic() - t0, 0))
-            before = [deferred[t] for t in v.inputs if t in deferred]
-            if before:  # (reading a deferred tensor: the failure is where deferring began)
-                result.failure, result.verdict = min(before, key=lambda b: order[b[1][0].node])[1]
-                return result
-            result.verdict = "inconclusive"
-            result.failure = _failure(ctx, v, R, set(), f"search budget exhausted: {e.what}")
-            return result
+            # (reading a deferred tensor: the failure is where deferring began)
+            carried.fail(v, _failure(ctx, v, R, set(), f"search budget exhausted: {e.what}"), "inconclusive")
+            continue
         result.node_stats.append(NodeStat(v.name, v.op, time.monotonic() - t0, len(explored)))
         # (an output nothing reads -- the indices of a max whose values alone are used -- constrains nothing)
         missing = [o for o in v.outputs if not r_v.get(o) and (o in ctx.g_s.consumers or o in ctx.g_s.outputs)]
@@ -92,33 +96,35 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
             if origins:
                 why += f" (inputs known only up to a constant factor since {', '.join(origins)})"
             failure = _failure(ctx, v, R, explored, why)
-            before = [deferred[t] for t in v.inputs if t in deferred]
-            depth = 1 + max((d for d, _ in before), default=0)
-            if verdict == "does-not-refine" and depth <= MAX_DEFERRED and not (set(missing) & set(ctx.g_s.outputs)):
+            if verdict == "does-not-refine" and carried.depth(v) <= MAX_DEFERRED \
+                    and not (set(missing) & set(ctx.g_s.outputs)):
                 # deferred: the outputs stay the operator applied to its inputs' expressions (exact, not clean)
                 # for the operators that read them -- the ranks may compute a fused form (Megatron's
-                # x[i] -= y reads x[i], which no rank holds whole); a failure there is reported here
-                first = min(before, key=lambda b: order[b[1][0].node]) if before else None
+                # x[i] -= y reads x[i], which no rank holds whole); unless a reader rescues them, a failure
+                # is reported here
                 subst = {t: R[t][0] for t in v.inputs}
                 for o, term in zip(v.outputs, ctx.g_s.node_terms(v)):
                     if o in missing:
                         r_v[o] = [_substitute(term, subst)]
-                        deferred[o] = (depth, first[1] if first else (failure, verdict))
+                carried.defer(v, missing, failure, verdict)
                 R.update(r_v)
                 continue
-            if before:  # an operator reading a deferred tensor: the failure is where deferring began
-                failure, verdict = min(before, key=lambda b: order[b[1][0].node])[1]
-            result.verdict, result.failure = verdict, failure
-            return result
+            carried.fail(v, failure, verdict)
+            continue
+        carried.rescue(v)
         R.update(r_v)
         _track_scaled(v, r_v, scaled_from, order)
         _track_partial(v, r_v, partial_from, order)
         replica_aliases(ctx, r_v)  # equal pieces of two concatenations found for one tensor
-    # Listing 1, line 9: R_o keeps the clean expressions over G_d outputs only
+    if carried.failed is not None or carried.unrescued():  # (the latter: never, every deferred tensor is read)
+        result.failure, result.verdict = carried.report()
+        return result
+    # Listing 1, line 9: R_o keeps the clean expressions over G_d outputs only (never a deferred term: a
+    # deferred tensor is never an output of G_s)
     d_out = set(ctx.g_d.outputs)
     for o in ctx.g_s.outputs:
         exprs = [e for e in R.get(o, []) if set(leaves(e)) <= d_out and next(leaves(e), None) is not None
-                 and not _is_scaled(e)]
+                 and not _is_scaled(e) and o not in carried.origin]
         if not exprs:
             v = ctx.g_s.producer.get(o)
             known = ", ".join(to_text(e) for e in R.get(o, [])) or "none"
@@ -138,6 +144,119 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
         return result
     result.verdict = "refines"
     return result
+
+
+class Carried:
+    """The deferred G_s tensors (outputs of operators without a clean expression, carried to their readers as
+    the operator applied to its inputs' expressions) and the failures, for the report of Listing 1.
+
+    Rules: (1) a deferred tensor's *origin* is the operator where deferring began -- the operator itself, or
+    the earliest origin of its deferred inputs (origins follow every reader, not only the next one); (2) a reader
+    that finds clean expressions for its outputs *rescues* its deferred inputs and, through them, the deferred
+    tensors they were computed from; (3) a failure of an operator reading deferred tensors is charged to their
+    earliest origin; (4) after the first failure, only the operators that can still rescue a deferred tensor
+    of an earlier origin are processed (those reading a failed tensor fail with it); (5) the report names the
+    earliest (topological order) of the charged failures and the origins of the deferred tensors not rescued:
+    the first operator whose outputs cannot be mapped, deferral or not -- what the walk reports with no
+    deferral, unless a reader rescues that operator's outputs."""
+
+    def __init__(self, g_s: Graph, order: dict[str, int]):
+        self.g_s, self.order = g_s, order
+        self.origin: dict[str, tuple[Failure, str]] = {}  # deferred tensor -> (failure, verdict) at its origin
+        self.depth_of: dict[str, int] = {}  # deferred tensor -> operators in a row deferred up to it
+        self.parents: dict[str, list[str]] = {}  # deferred tensor -> the deferred inputs it was computed from
+        self.rescued: set[str] = set()
+        self.failed: tuple[Failure, str] | None = None  # the earliest failure charged so far
+        self.poisoned: set[str] = set()  # tensors of failed operators (and of their readers, after a failure)
+        self._needed: set[str] | None = None  # operators to process after a failure (None: to compute)
+
+    def _at(self, fv: tuple[Failure, str]) -> int:
+        return self.order[fv[0].node]
+
+    def _deferred_inputs(self, v: Node) -> list[str]:
+        return [t for t in dict.fromkeys(v.inputs) if t in self.origin]
+
+    def depth(self, v: Node) -> int:
+        """The operators in a row deferred if ``v`` is."""
+        return 1 + max((self.depth_of[t] for t in self._deferred_inputs(v)), default=0)
+
+    def _charged(self, v: Node, failure: Failure, verdict: str) -> tuple[Failure, str]:
+        before = [self.origin[t] for t in self._deferred_inputs(v)]
+        return min(before, key=self._at) if before else (failure, verdict)
+
+    def defer(self, v: Node, outputs: list[str], failure: Failure, verdict: str) -> None:
+        origin, depth, parents = self._charged(v, failure, verdict), self.depth(v), self._deferred_inputs(v)
+        for o in outputs:
+            self.origin[o], self.depth_of[o], self.parents[o] = origin, depth, parents
+        self._needed = None
+
+    def rescue(self, v: Node) -> None:
+        """``v`` found clean expressions for all its outputs: its deferred inputs were right after all."""
+        todo = self._deferred_inputs(v)
+        while todo:
+            t = todo.pop()
+            if t not in self.rescued:
+                self.rescued.add(t)
+                todo.extend(self.parents[t])
+                self._needed = None
+
+    def fail(self, v: Node, failure: Failure, verdict: str) -> None:
+        charged = self._charged(v, failure, verdict)
+        if self.failed is None or self._at(charged) < self._at(self.failed):
+            self.failed = charged
+        self.poisoned.update(v.outputs)
+        self._needed = None
+
+    def unrescued(self) -> list[str]:
+        return [t for t in self.origin if t not in self.rescued]
+
+    def _open(self) -> list[str]:
+        """Deferred tensors not rescued (yet) whose origin is before the earliest failure: a reader of theirs
+        still to process decides whether the report is their origin."""
+        return [t for t in self.unrescued() if self._at(self.origin[t]) < self._at(self.failed)]
+
+    def settled(self) -> bool:
+        return not self._open()
+
+    def settles(self, v: Node, R: Relation) -> bool:
+        """After a failure: whether to process ``v`` -- an operator that may rescue an open deferred tensor
+        (a reader, within the deferrals a chain still allows), or one those need; it fails with its inputs'
+        failures (and with a skipped input: what it would need was not computed)."""
+        if self._needed is None:
+            self._needed = self._needed_ops(R)
+        if v.name not in self._needed:
+            return False
+        if any(t in self.poisoned or t not in R for t in v.inputs):
+            self.poisoned.update(v.outputs)  # (charged to nothing: the failure it inherits is charged already)
+            return False
+        return True
+
+    def _needed_ops(self, R: Relation) -> set[str]:
+        known = lambda n: all(o in R or o in self.poisoned for o in n.outputs)
+        targets, level = [], [(t, self.depth_of[t]) for t in self._open()]
+        while level:  # the readers of open tensors, and theirs while they could be deferred again
+            nxt = []
+            for t, d in level:
+                for n in self.g_s.consumers.get(t, ()):
+                    if known(n):
+                        continue
+                    targets.append(n)
+                    if d + 1 <= MAX_DEFERRED:
+                        nxt.extend((o, d + 1) for o in n.outputs)
+            level = nxt
+        needed, todo = set(), list(targets)
+        while todo:  # ... and the operators computing their inputs
+            n = todo.pop()
+            if n.name in needed:
+                continue
+            needed.add(n.name)
+            todo.extend(p for t in n.inputs if (p := self.g_s.producer.get(t)) is not None and not known(p))
+        return needed
+
+    def report(self) -> tuple[Failure, str]:
+        """The earliest of the failures charged and the origins of the deferred tensors no reader rescued."""
+        return min([self.failed] * (self.failed is not None) + [self.origin[t] for t in self.unrescued()],
+                   key=self._at)
 
 
 MAX_DEFERRED = 2  # operators in a row whose outputs are carried as terms to their readers (no clean expression)

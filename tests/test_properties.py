@@ -258,8 +258,9 @@ def test_factors_fold_and_commute_with_a_max():
 
 @pytest.mark.parametrize("div,ok", [("2", True), ("3", False), ("4", False), ("-2", False)])
 def test_a_share_of_a_scaled_tensor(plugins, div, ok):
-    """144: G_s Y = X / 32; each rank holds X / div / 32 of a replicated X (a loss's gradient divided by the
-    world size, then scaled): with div = 2 (the world size) Y is the sum of the two ranks' shares."""
+    """G_s Y = X / 32; each rank holds X / div / 32 of a replicated X (a loss's gradient divided by the world
+    size, then scaled): with div = 2 (the world size) Y is the sum of the two ranks' shares -- scale(X, 1/64) is
+    a share of scale(X, 1/32) (egraph.Snapshot reads shares off the scales of one tensor)."""
     spec = [("aten.mul.Scalar", ["X"], "Y", {"other": "1/32"})]
 
     def impl(r):

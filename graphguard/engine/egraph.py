@@ -150,14 +150,23 @@ class Snapshot:
         self._dtype: dict[Any, str | None] = {}  # e-class -> dtype (computed when a condition asks)
         self._range: dict[Any, tuple | None] = {}  # e-class -> [lo, hi) of its values (likewise)
         self._compute_shapes()
-        # a class holding scale(x, 1/n) is a share of x: n different tensors of it add up to x
+        # a class holding scale(x, 1/n) is a share of x: n different tensors of it add up to x; so is a class
+        # holding scale(x, f) of one holding scale(x, n f) (a rank's x / 64 of G_s's x / 32) -- read off the
+        # scales of one x here, not written as more scales of scales (which grow without end)
         self._shares: dict[Any, list[ENode]] = {}
         self._shared: dict[Any, dict] = {}  # per clean table: the classes clean only as a sum of shares
+        multiples: dict[Any, dict] = {}  # x -> {class holding scale(x, f): f}
         for h, nodes in self.classes.items():
             for nd in nodes:
                 f = dict(nd.attrs).get("factor") if nd.op == "core.scale" else None
-                if isinstance(f, Fraction) and f.numerator == 1 and f.denominator > 1:
-                    self._shares.setdefault(nd.children[0], []).append(ENode(SHARES, (h,), f.denominator))
+                if isinstance(f, Fraction) and f > 0 and nd.children[0] != h:
+                    multiples.setdefault(nd.children[0], {nd.children[0]: Fraction(1)})[h] = f
+        for x, by in multiples.items():
+            for d, g in by.items():
+                for c, f in by.items():
+                    r = f / g
+                    if c != d and r.numerator == 1 and r.denominator > 1:
+                        self._shares.setdefault(d, []).append(ENode(SHARES, (c,), r.denominator))
 
     # -- shapes ---------------------------------------------------------------------------------
     def _compute_shapes(self) -> None:

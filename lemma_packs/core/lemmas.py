@@ -135,10 +135,6 @@ SCALED = [
     L(145, "max-of-scales", "max(scale(?a, factor=?f), scale(?b, factor=?f)) => scale(max(?a, ?b), factor=?f)", "?f > 0"),
     L(142, "scale-of-scale", "scale(scale(?x, factor=?f), factor=?g) => scale(?x, factor=?f * ?g)"),
     L(143, "scale-by-one", "scale(?x, factor=?f) => ?x", "?f == 1"),
-    # two multiples of one tensor are multiples of each other (f x is f / g times g x): where a rank holds
-    # x / 64 and G_s x / 32, the rank's tensor is a share of G_s's (constrained: both multiples exist)
-    L(144, "scale-of-a-sibling-scale", "scale(?x, factor=?f) => scale(scale(?x, factor=?g), factor=?f / ?g)",
-      "?g != 0 and ?f != ?g", when="scale(?x, factor=?g)"),
 ]
 
 LEMMAS = CLEAN + COMPUTE + SCALED

@@ -3,7 +3,7 @@ bench/hf_zoo.py): eight architectures verify at TP=2 (Qwen3, Phi-3 and Mistral f
 plans that are wrong -- a per-head norm whose weight gradients are never summed, an all-reduce of per-head
 values, MoE experts whose partial outputs are not all-reduced -- are flagged at the operator where the
 values part. Also the constructs these models brought: HF's backward hook translated, strided slices,
-empty concat parts, _StridedShard placements, and their lemmas (14xx)."""
+empty concat parts, _StridedShard placements, and their lemmas (14xx, 18xx)."""
 from __future__ import annotations
 
 import importlib.util
@@ -214,8 +214,9 @@ def test_strided_shard_is_each_packed_part_sharded():
 # -- lemmas 14xx -----------------------------------------------------------------------------------
 
 SHAPES = {"A": [2, 3, 4], "B": [2, 5, 4], "E": [2, 0, 4], "C": [2, 3, 4], "P": [4, 3, 6], "Q": [4, 2, 6],
-          "I": [5], "X": [4, 6, 3], "G": [5, 3, 6], "H": [5, 2, 6], "G2": [5, 2, 6], "V": [5, 4, 6]}
-INT = {"I": "int64"}
+          "I": [5], "X": [4, 6, 3], "G": [5, 3, 6], "H": [5, 2, 6], "G2": [5, 2, 6], "V": [5, 4, 6],
+          "R": [3, 4, 2], "S": [3, 4, 2], "Z1": [3, 4], "Z2": [3, 4]}
+INT = {"I": "int64", "Z1": "complex64", "Z2": "complex64"}
 PROVES = [
     ("aten.mean.dim(concat(A, B, dim=1), dim=[2], keepdim=false)",
      "concat(aten.mean.dim(A, dim=[2], keepdim=false), aten.mean.dim(B, dim=[2], keepdim=false), dim=1)"),
@@ -228,6 +229,9 @@ PROVES = [
      " aten.index_put(aten.full(size=[4, 2, 6], fill_value=0, dtype=float32), I, H, accumulate=true), dim=1)"),
     ("aten.index_put(aten.full(size=[4, 2, 6], fill_value=0, dtype=float32), I, slice(V, dim=1, start=1, end=3), accumulate=true)",
      "slice(aten.index_put(aten.full(size=[4, 4, 6], fill_value=0, dtype=float32), I, V, accumulate=true), dim=1, start=1, end=3)"),
+    # complex RoPE's views are linear: the ranks' partial sums of its gradient go through (1802-1803)
+    ("aten.view_as_complex(sum(R, S))", "sum(aten.view_as_complex(R), aten.view_as_complex(S))"),
+    ("aten.view_as_real(sum(Z1, Z2))", "sum(aten.view_as_real(Z1), aten.view_as_real(Z2))"),
 ]
 MUST_NOT_PROVE = [
     # a mean along the concatenated dim needs both parts
@@ -243,6 +247,9 @@ MUST_NOT_PROVE = [
     ("aten.index_put(aten.full(size=[4, 4, 6], fill_value=0, dtype=float32), I, concat(H, G2, dim=1), accumulate=true)",
      "concat(aten.index_put(aten.full(size=[4, 2, 6], fill_value=0, dtype=float32), I, G2, accumulate=true),"
      " aten.index_put(aten.full(size=[4, 2, 6], fill_value=0, dtype=float32), I, H, accumulate=true), dim=1)"),
+    # one rank's partial result is not the sum, nor is one summand taken twice
+    ("aten.view_as_complex(sum(R, S))", "aten.view_as_complex(R)"),
+    ("aten.view_as_real(sum(Z1, Z2))", "sum(aten.view_as_real(Z1), aten.view_as_real(Z1))"),
 ]
 
 

@@ -14,4 +14,12 @@ LEMMAS = [
     L(1801, "view-as-real-of-concat",
       "aten.view_as_real(concat(?a, ?b, dim=?d)) => concat(aten.view_as_real(?a), aten.view_as_real(?b), dim=?d)",
       examples=[{"a": [2, 3], "b": [1, 3], "d": 0}, {"a": [2, 1, 4], "b": [2, 3, 4], "d": 1}]),
+    # both are linear: the ranks' partial sums of a RoPE gradient go through (the family linear-over-sum, 1203,
+    # asks floating(), which a complex input is not, and one dtype of the summands, which these ops need)
+    L(1802, "view-as-complex-of-sum",
+      "aten.view_as_complex(sum(?a, ?b)) => sum(aten.view_as_complex(?a), aten.view_as_complex(?b))",
+      "dtype(?a) == dtype(?b)"),
+    L(1803, "view-as-real-of-sum",
+      "aten.view_as_real(sum(?a, ?b)) => sum(aten.view_as_real(?a), aten.view_as_real(?b))",
+      "dtype(?a) == dtype(?b)"),
 ]

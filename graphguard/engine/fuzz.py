@@ -430,6 +430,12 @@ def check_all(rules: list[Rule], reg: Registry, trials: int = CHECK_TRIALS, seed
     return [fuzz_rule(r, reg, trials=trials, seed=seed) for r in rules]
 
 
+def _declaration_rngs(seed: int, k: int, name: str) -> tuple[random.Random, np.random.Generator]:
+    """The draws of an op's k-th declaration: shapes and dtypes, and values."""
+    return (random.Random(seed * 7919 + k + sum(map(ord, name))),
+            np.random.default_rng(seed * 104729 + k + sum(map(ord, name))))
+
+
 def check_identity(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS) -> list[tuple[str, int, str | None]]:
     """Each ``identity`` declaration of ``op`` (:mod:`graphguard.engine.normalise` drops the op where it holds)
     fuzzed: ``op`` of x and a constant of the identity value -- of x's shape or 0-dim, in x's dtype or another
@@ -439,8 +445,7 @@ def check_identity(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS)
     out = []
     for k, (pos, value, fixed) in enumerate(op.identity):
         name = f"identity[{op.name}#{k}]"
-        rng = random.Random(seed * 7919 + k + sum(map(ord, op.name)))
-        nrng = np.random.default_rng(seed * 104729 + k + sum(map(ord, op.name)))
+        rng, nrng = _declaration_rngs(seed, k, op.name)
         seen, failure = set(), None
         for _ in range(40 * trials):
             if len(seen) >= trials or failure:
@@ -493,8 +498,7 @@ def _check_scalar_form(op, reg: Registry, seed: int, trials: int) -> list[tuple[
         if sop is None or sop.attr_spec(attr) is None:
             out.append((label, 0, f"{op.name}: its scalar form names {name}({attr}=...), which is not registered"))
             continue
-        rng = random.Random(seed * 7919 + 31 * k + sum(map(ord, op.name)))
-        nrng = np.random.default_rng(seed * 104729 + 31 * k + sum(map(ord, op.name)))
+        rng, nrng = _declaration_rngs(seed, 31 * k, op.name)
         seen, failure = set(), None
         for _ in range(60 * trials):
             if len(seen) >= trials or failure:

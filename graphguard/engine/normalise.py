@@ -50,15 +50,20 @@ def filled_with(g: Graph, reg: Registry, t: str):
     return number(node.attrs.get(op.fill))
 
 
+def _binary_nodes(g: Graph, reg: Registry, declaration: str):
+    """(node, its op, its output's info) for every two-input, one-output node whose op declares ``declaration``
+    (``identity`` or ``scalar_form``)."""
+    for n in g.nodes:
+        op = reg.get(n.op)
+        if op is not None and getattr(op, declaration) and len(n.inputs) == 2 and len(n.outputs) == 1:
+            yield n, op, g.tensors[n.outputs[0]]
+
+
 def drop_identities(g: Graph, reg: Registry, cx: S.Constraints) -> int:
     """Turn every op applied to its identity element into ``core.identity`` of the other operand; the number
     of nodes changed (the graph is validated again where any was)."""
     changed = 0
-    for n in g.nodes:
-        op = reg.get(n.op)
-        if op is None or not op.identity or len(n.inputs) != 2 or len(n.outputs) != 1:
-            continue
-        out = g.tensors[n.outputs[0]]
+    for n, op, out in _binary_nodes(g, reg, "identity"):
         for pos, value, fixed in op.identity:
             other = g.tensors[n.inputs[1 - pos]]
             if any(number(n.attrs.get(k)) != v for k, v in fixed.items()):
@@ -108,11 +113,7 @@ def scalar_forms(g: Graph, reg: Registry, cx: S.Constraints) -> int:
     other operand (``x * c`` -> ``mul.Scalar(x, other=c)``); the number of nodes changed (the graph is
     validated again where any was)."""
     changed = 0
-    for n in g.nodes:
-        op = reg.get(n.op)
-        if op is None or not op.scalar_form or len(n.inputs) != 2 or len(n.outputs) != 1:
-            continue
-        out = g.tensors[n.outputs[0]]
+    for n, op, out in _binary_nodes(g, reg, "scalar_form"):
         for pos, name, attr, power in op.scalar_form:
             other = g.tensors[n.inputs[1 - pos]]
             sop = reg.get(name)

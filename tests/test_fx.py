@@ -242,7 +242,7 @@ def test_capture_cli_writes_spec_impl_relation(tmp_path):
 GPT = _model_file(EXAMPLES / "gpt-tp" / "model.py")
 
 
-@pytest.mark.parametrize("world,backward", [(2, True), (4, False), (8, True)])
+@pytest.mark.parametrize("world,backward", [(2, True), (4, False), pytest.param(8, True, marks=pytest.mark.slow)])
 def test_gpt_block_tensor_parallel(world, backward):
     r = _verify(GPT, world, backward)
     assert r.verdict == "refines", r.render()

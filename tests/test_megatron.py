@@ -156,6 +156,7 @@ def _bug(name, tmp_path):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow  # (its run script runs in tests/test_examples.py, which checks the operator)
 def test_megatron_sp_layernorm_grad_allreduce_skipped(tmp_path):
     res = _bug("megatron-sp-layernorm-grad", tmp_path)
     f = res["failure"]
@@ -166,6 +167,7 @@ def test_megatron_sp_layernorm_grad_allreduce_skipped(tmp_path):
     assert "grad.decoder.layers.0.input_layernorm.weight" in f["reason"]  # also left partial
 
 
+@pytest.mark.slow  # (its run script runs in tests/test_examples.py, which checks the operator)
 def test_megatron_sp_grads_averaged_instead_of_summed(tmp_path):
     res = _bug("megatron-sp-grad-avg", tmp_path)
     f = res["failure"]

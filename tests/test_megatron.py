@@ -139,6 +139,10 @@ def test_megatron_gpt_refines(args, env):
     if "--backward" in args:
         assert "grad.embedding.word_embeddings.weight = concat(grad.embedding.word_embeddings.weight@0, " \
                "grad.embedding.word_embeddings.weight@1, dim=0)" in p.stdout
+    if args == ["--backward"] and not env:  # (tests/test_megatron_ce.py's run with labels: the same command)
+        assert "out0 = out0@0" in p.stdout and "out0 = out0@1" in p.stdout  # the loss per token, on every rank
+        assert "grad.output_layer.weight = concat(grad.output_layer.weight@0, grad.output_layer.weight@1, dim=0)" \
+            in p.stdout
     if env.get("GG_SP") == "1":  # summed by Megatron's gradient step after backward (finalize_grads)
         for r in range(2):
             assert f"grad.decoder.final_layernorm.weight = grad.decoder.final_layernorm.weight@{r}" in p.stdout

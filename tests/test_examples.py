@@ -26,7 +26,12 @@ BUG_AT = {"megatron-sp-layernorm-grad": ("aten.native_layer_norm_backward", "bw.
           "megatron-moe-routing": ("aten.topk", "topk")}
 
 
-@pytest.mark.parametrize("d", EXAMPLE_DIRS + BUG_DIRS, ids=lambda d: d.name)
+# examples whose run script repeats what another default test verifies in-process (run with -m slow)
+SLOW = {"hf-zoo": "tests/test_hf_zoo.py verifies its default, Qwen3 with HF's plan, forward and backward"}
+
+
+@pytest.mark.parametrize("d", [pytest.param(d, marks=pytest.mark.slow) if d.name in SLOW else d
+                               for d in EXAMPLE_DIRS + BUG_DIRS], ids=lambda d: d.name)
 def test_run_script_exit_code_and_replay(d, tmp_path):
     """run exits 0 for correct examples, 1 for bugs, from another working directory; replay agrees."""
     if (d / "model.py").is_file():

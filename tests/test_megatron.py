@@ -125,7 +125,8 @@ def _run(*args, env=None):
 
 
 @pytest.mark.parametrize("args,env", [(["--backward"], {}), pytest.param(["--world-size", "4"], {}, marks=pytest.mark.slow),
-                                      (["--backward"], {"GG_SP": "1"}), ([], {"GG_LABELS": "0"})],
+                                      (["--backward"], {"GG_SP": "1"}),
+                                      pytest.param([], {"GG_LABELS": "0"}, marks=pytest.mark.slow)],
                          ids=["tp2-backward", "tp4", "tp2-sp-backward", "tp2-logits"])
 def test_megatron_gpt_refines(args, env):
     p = _run(*args, env=env)

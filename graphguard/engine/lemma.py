@@ -460,6 +460,16 @@ FUNCTIONS: dict[str, Callable] = {
 RANGE_FUNCTIONS = frozenset({"vmin", "vend"})
 
 
+def keeps_order(cx, shape, p) -> bool:
+    """Does permuting ``shape`` by ``p`` keep the order of its dims that are not (provably) of size 1 -- a
+    permute that moves no data?"""
+    p = [int(i) for i in p]
+    if sorted(p) != list(range(len(shape))):
+        raise ValueError("not a permutation of the operand's dims")
+    kept = [i for i in p if not cx.prove("==", shape[i], 1)]
+    return kept == sorted(kept)
+
+
 def _dimset(p) -> tuple[int, ...]:
     """Dims named by an attribute: an int, ints, or None (none named)."""
     if p is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphguard.engine.lemma import L
+from graphguard.engine.lemma import L, keeps_order
 from graphguard.ir import scalar as S
 from graphguard.ir.ops import AttrSpec, multi_output
 
@@ -51,12 +51,10 @@ def _slice_keeps_order(ctx, x, p, d, a, b) -> bool:
     """Is ``slice(permute(x, p), dim=d, start=a, end=b)`` a permute that moves only size-1 dims (of the
     slice of x it permutes), i.e. the same data in the same order?"""
     shape = list(ctx.shape_of(x))
-    p = [int(i) for i in p]
-    if sorted(p) != list(range(len(shape))) or not 0 <= int(d) < len(p):
+    if not 0 <= int(d) < len(p) or int(p[int(d)]) >= len(shape):
         raise ValueError("not a permutation of the operand's dims")
-    shape[p[int(d)]] = S.sym(b) - S.sym(a)
-    kept = [i for i in p if not ctx.cx.prove("==", shape[i], 1)]
-    return kept == sorted(kept)
+    shape[int(p[int(d)])] = S.sym(b) - S.sym(a)
+    return keeps_order(ctx.cx, shape, p)
 
 
 # functions of this module's conditions and right-hand sides (the graphguard_lemma_functions hook)
@@ -67,6 +65,13 @@ FUNCTIONS = {
 }
 
 _FULL = "aten.full(size=?s, fill_value=?v, dtype=?t)"
+# the dispatch's token order, [experts, n]: tokens 0..n-1 once per expert (1326); its rows as an index column
+# [experts * n, 1] broadcast along the hidden dim (scatter_add / gather), or flat [experts * n] (index_add)
+_ORDER = "aten.expand(reshape(aten.arange(end=?n, dtype=?p), shape=?u), size=?s, implicit=?i)"
+_ORDER_OK = "?u == [1, ?n] and len(?s) == 2 and at(?s, 1) == ?n and (?p == None or ?p == \"int64\")"
+_COLUMN = f"aten.expand(reshape({_ORDER}, shape=?v), size=?w, implicit=?j)"
+_COLUMN_OK = (f"{_ORDER_OK} and ?v == [at(?s, 0) * ?n, 1] and (?w == [-1, size({{y}}, 1)]"
+              " or ?w == [at(?s, 0) * ?n, size({y}, 1)])")
 
 LEMMAS = [
     # the router's combine weights: the top-k probabilities written into a zero [tokens, experts] matrix along
@@ -102,12 +107,10 @@ LEMMAS = [
     # the unpermute: each expert's rows added back at token 0..n-1 (the stable order of 1326, expert-major) is
     # the sum over experts of the rows viewed [experts, n, hidden]
     L(1354, "scatter-add-at-repeated-arange-is-sum-over-repeats",
-      "aten.scatter_add(aten.zeros(size=?z, dtype=?t), aten.expand(reshape(aten.expand(reshape(aten.arange(end=?n, dtype=?p),"
-      " shape=?u), size=?s, implicit=?i), shape=?v), size=?w, implicit=?j), ?y, dim=0)"
+      f"aten.scatter_add(aten.zeros(size=?z, dtype=?t), {_COLUMN}, ?y, dim=0)"
       " => aten.sum.dim_IntList(reshape(?y, shape=[at(?s, 0), ?n, size(?y, 1)]), dim=[0], keepdim=false, dtype=None)",
-      "rank(?y) == 2 and ?z == [?n, size(?y, 1)] and ?u == [1, ?n] and len(?s) == 2 and at(?s, 1) == ?n"
-      " and ?v == [at(?s, 0) * ?n, 1] and (?w == [-1, size(?y, 1)] or ?w == [at(?s, 0) * ?n, size(?y, 1)])"
-      " and size(?y, 0) == at(?s, 0) * ?n and dtype(?y) == ?t and (?p == None or ?p == \"int64\")",
+      f"rank(?y) == 2 and ?z == [?n, size(?y, 1)] and {_COLUMN_OK.format(y='?y')}"
+      " and size(?y, 0) == at(?s, 0) * ?n and dtype(?y) == ?t",
       examples=[{"n": n, "e": e, "h": h, "y": [e * n, h], "z": [n, h], "t": "float32", "p": None, "u": [1, n], "s": [e, n],
                  "i": False, "v": [e * n, 1], "w": w, "j": False}
                 for n in (1, 2, 3) for e in (1, 2, 4) for h in (1, 3) for w in ([-1, h], [e * n, h])][:24]),
@@ -124,13 +127,10 @@ LEMMAS = [
                 {"x": [2, 5], "p": [1, 0], "d": 1, "a": 0, "b": 1}]),
     # its backward: the gradient rows gathered at token 0..n-1 for each expert are the gradient repeated per expert
     L(1356, "gather-at-repeated-arange-is-repeat",
-      "aten.gather(?g, aten.expand(reshape(aten.expand(reshape(aten.arange(end=?n, dtype=?p), shape=?u), size=?s,"
-      " implicit=?i), shape=?v), size=?w, implicit=?j), dim=0)"
+      f"aten.gather(?g, {_COLUMN}, dim=0)"
       " => reshape(aten.expand(reshape(?g, shape=[1, ?n, size(?g, 1)]), size=[at(?s, 0), ?n, size(?g, 1)], implicit=false),"
       " shape=[at(?s, 0) * ?n, size(?g, 1)])",
-      "rank(?g) == 2 and size(?g, 0) == ?n and ?u == [1, ?n] and len(?s) == 2 and at(?s, 1) == ?n"
-      " and ?v == [at(?s, 0) * ?n, 1] and (?w == [-1, size(?g, 1)] or ?w == [at(?s, 0) * ?n, size(?g, 1)])"
-      " and (?p == None or ?p == \"int64\")",
+      f"rank(?g) == 2 and size(?g, 0) == ?n and {_COLUMN_OK.format(y='?g')}",
       examples=[{"n": n, "g": [n, h], "p": None, "u": [1, n], "s": [e, n], "i": False, "v": [e * n, 1], "w": w, "j": False}
                 for n in (1, 2, 3) for e in (1, 2, 4) for h in (1, 3) for w in ([-1, h], [e * n, h])][:24]),
     # the backward of the permutations (index_select's): added back into zeros at 0..n-1, the rows are themselves;
@@ -141,11 +141,10 @@ LEMMAS = [
       examples=[{"z": z, "y": z, "n": z[0], "t": t, "p": p} for z in ([1], [4], [6, 2], [3, 1, 2], [5, 3])
                 for t in ("float32", "float64") for p in (None, "int64")]),
     L(1358, "index-add-at-repeated-arange-is-sum-over-repeats",
-      "aten.index_add(aten.full(size=?z, fill_value=0, dtype=?t), reshape(aten.expand(reshape(aten.arange(end=?n, dtype=?p),"
-      " shape=?u), size=?s, implicit=?i), shape=?w), ?y, dim=0, alpha=1)"
+      f"aten.index_add(aten.full(size=?z, fill_value=0, dtype=?t), reshape({_ORDER}, shape=?w), ?y, dim=0, alpha=1)"
       " => aten.sum.dim_IntList(reshape(?y, shape=[at(?s, 0), ?n, size(?y, 1)]), dim=[0], keepdim=false, dtype=None)",
-      "rank(?y) == 2 and ?z == [?n, size(?y, 1)] and ?u == [1, ?n] and len(?s) == 2 and at(?s, 1) == ?n"
-      " and ?w == [at(?s, 0) * ?n] and size(?y, 0) == at(?s, 0) * ?n and dtype(?y) == ?t and (?p == None or ?p == \"int64\")",
+      f"rank(?y) == 2 and ?z == [?n, size(?y, 1)] and {_ORDER_OK} and ?w == [at(?s, 0) * ?n]"
+      " and size(?y, 0) == at(?s, 0) * ?n and dtype(?y) == ?t",
       examples=[{"n": n, "y": [e * n, h], "z": [n, h], "t": "float32", "p": None, "u": [1, n], "s": [e, n], "i": False,
                  "w": [e * n]} for n in (1, 2, 3, 5) for e in (1, 2, 4) for h in (1, 3)]),
     # x[0..n-1] along a dim of size n is x

@@ -27,7 +27,7 @@ Softmax, layer and RMS normalisation need no lemma of their own: XLA spells them
 elementwise ops, and along an uncut dim each of those goes through the concatenation (tests/test_hlo_lemmas.py
 proves a softmax over row-cut inputs from these lemmas alone, and that one along the cut dim is not proved).
 """
-from graphguard.engine.lemma import L
+from graphguard.engine.lemma import L, keeps_order
 
 
 
@@ -51,12 +51,7 @@ BRIDGES = [
 
 def _moves_only_unit_dims(ctx, x, p) -> bool:
     """Does ``permute(x, p)`` keep the order of x's dims that are not (provably) of size 1?"""
-    shape = ctx.shape_of(x)
-    p = [int(i) for i in p]
-    if sorted(p) != list(range(len(shape))):
-        raise ValueError("not a permutation of the operand's dims")
-    kept = [i for i in p if not ctx.cx.prove("==", shape[i], 1)]
-    return kept == sorted(kept)
+    return keeps_order(ctx.cx, ctx.shape_of(x), p)
 
 
 # functions of this pack's conditions and right-hand sides (the graphguard_lemma_functions hook)

@@ -165,3 +165,44 @@ def test_replicated_tokens_verify_on_every_rank():
     p = _run(env={"GG_TOKENS": "replicated"})
     assert p.returncode == 0, p.stdout + p.stderr
     assert "out0 = out0@0" in p.stdout and "out0 = out0@1" in p.stdout
+
+
+# -- lemmas 1356-1358: the permutations' backward ---------------------------------------------------------------
+
+_COL = "aten.expand(reshape({o}, shape=[32, 1]), size=[-1, 3], implicit=false)".format(o=_ORDER.format(n=8, e=4))
+_REPEAT = "reshape(aten.expand(reshape(G, shape=[1, 8, 3]), size=[4, 8, 3], implicit=false), shape=[32, 3])"
+
+
+def test_gather_at_the_token_order_repeats_the_gradient_per_expert():
+    assert proves(f"aten.gather(G, {_COL}, dim=0)", _REPEAT, {"G": [8, 3]})
+
+
+def test_gather_at_the_token_order_is_not_each_token_repeated():
+    """Expert-major: the whole gradient once per expert, not each row four times in a row."""
+    rows = "reshape(aten.expand(reshape(G, shape=[8, 1, 3]), size=[8, 4, 3], implicit=false), shape=[32, 3])"
+    assert not proves(f"aten.gather(G, {_COL}, dim=0)", rows, {"G": [8, 3]})
+
+
+def test_index_add_at_arange_into_zeros_is_the_source():
+    lhs = "aten.index_add(aten.full(size=[6, 2], fill_value=0, dtype=float32), aten.arange(end=6, dtype=None), Y, dim=0, alpha=1)"
+    assert proves(lhs, "Y", {"Y": [6, 2]})
+
+
+def test_index_add_at_arange_into_ones_is_not_the_source():
+    lhs = "aten.index_add(aten.full(size=[6, 2], fill_value=1, dtype=float32), aten.arange(end=6, dtype=None), Y, dim=0, alpha=1)"
+    assert not proves(lhs, "Y", {"Y": [6, 2]})
+
+
+def _index_add(z="aten.full(size=[8, 3], fill_value=0, dtype=float32)"):
+    return f"aten.index_add({z}, reshape({_ORDER.format(n=8, e=4)}, shape=[32]), Y, dim=0, alpha=1)"
+
+
+def test_index_add_at_the_token_order_is_the_sum_over_experts():
+    sum_e = "aten.sum.dim_IntList(reshape(Y, shape=[4, 8, 3]), dim=[0], keepdim=false, dtype=None)"
+    assert proves(_index_add(), sum_e, {"Y": [32, 3]})
+
+
+def test_index_add_at_the_token_order_is_not_the_sum_over_tokens():
+    wrong = ("aten.sum.dim_IntList(permute(reshape(Y, shape=[8, 4, 3]), dims=[1, 0, 2]), dim=[0], keepdim=false,"
+             " dtype=None)")
+    assert not proves(_index_add(), wrong, {"Y": [32, 3]})

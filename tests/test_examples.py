@@ -26,6 +26,15 @@ BUG_AT = {"megatron-sp-layernorm-grad": ("aten.native_layer_norm_backward", "bw.
           "megatron-moe-routing": ("aten.topk", "topk")}
 
 
+# examples run with more than the default (forward + backward: the forward is part of it), and lines their R_o
+# must hold
+ARGS = {"megatron-moe": ["--backward"]}
+R_O = {"megatron-moe": ["out0 = concat(out0@0, out0@1, dim=0)",
+                        "grad.router.weight = sum(grad.router.weight@0, grad.router.weight@1)",
+                        "grad.hidden_states = concat(grad.hidden_states@0, grad.hidden_states@1, dim=0)",
+                        "grad.experts.local_experts.3.linear_fc2.weight = grad.experts.local_experts.1.linear_fc2.weight@1"]}
+
+
 # examples whose run script repeats what another default test verifies in-process (run with -m slow)
 SLOW = {"hf-zoo": "tests/test_hf_zoo.py verifies its default, Qwen3 with HF's plan, forward and backward"}
 
@@ -40,13 +49,15 @@ def test_run_script_exit_code_and_replay(d, tmp_path):
         for lib in re.findall(r"^(?:from|import) (transformers|torchtitan)\b", (d / "model.py").read_text(), re.M):
             pytest.importorskip(lib)
     out = tmp_path / "result.json"
-    p = subprocess.run([str(d / "run"), "--replay", "--json", str(out)], capture_output=True, text=True,
-                       cwd=tmp_path)
+    p = subprocess.run([str(d / "run"), *ARGS.get(d.name, []), "--replay", "--json", str(out)], capture_output=True,
+                       text=True, cwd=tmp_path)
     expected = 1 if d.parent.name == "bugs" else 0
     assert p.returncode == expected, p.stdout + p.stderr
     res = json.loads(out.read_text())
     assert res["replay"]["ok"] and res["replay"]["checked"] >= 1
     assert (d / "README.md").is_file()
+    for line in R_O.get(d.name, []):
+        assert f"  {line}\n" in p.stdout, p.stdout
     if expected == 1:
         assert res["failure"]["replay"]["max_abs_diff"] > 1e-3  # the bug is numerically visible
         if d.name in BUG_AT:

@@ -79,3 +79,12 @@ def relation(world, backward):
     if backward:
         rel["tangent.out0"] = _cat("tangent.out0", world) if cat else _same("tangent.out0", world)
     return {"inputs": rel}
+
+
+def expect(world, backward):
+    """With tokens sharded, each rank's router-weight gradient covers its own tokens: the sum over the ranks is
+    the layer's gradient, which Megatron's data-parallel gradient all-reduce (``finalize_model_grads``, outside
+    the layer) forms. Every expert's gradient is whole on its rank (the all-to-all brought it every token)."""
+    if not backward or TOKENS == "replicated":
+        return {}
+    return {"grad.router.weight": "sum(" + ", ".join(f"grad.router.weight@{r}" for r in range(world)) + ")"}

@@ -18,6 +18,7 @@ from ..ir.expr import App, Leaf, Term, flat_args, leaves, rename_symbols, size, 
 from ..ir.graph import Graph, Node
 from .egraph import Budget, BudgetExceeded, EGraph, Snapshot
 from .memo import Memo, Problem
+from .relayout import relayouts
 from .result import Failure, NodeStat, VerifyResult
 
 Relation = dict[str, list[Term]]
@@ -419,6 +420,21 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
                 ctx.stats["held_budget"] = ctx.stats.get("held_budget", 0) + 1
             finally:
                 eg.held = False
+        missing = [o for o in v.outputs if not found[o] and (o in ctx.g_s.consumers or o in ctx.g_s.outputs)]
+        if missing:
+            # none still: an input related in one layout while v's G_d counterparts read another (relayout.py)
+            def grow(facts):
+                eg.union_all(facts)
+                return eg.saturate(ctx.budget, deadline, ctx.stats)
+            eqs = relayouts(ctx, snap, v, R, explored, grow)
+            if eqs:
+                ctx.stats["relayouts"] = ctx.stats.get("relayouts", 0) + len(eqs)
+                eg.union_all(eqs)
+                snap = eg.saturate(ctx.budget, deadline, ctx.stats)
+                snap, more = explore_frontier(ctx, snap, roots, t_rel, deadline, v.op)
+                if not size_equalities(ctx, snap):
+                    explored |= more
+                    found, aliases = _clean_outputs(ctx, snap, v, roots)
     finally:
         eg.pop()
     # ... only the simplest of each self-provable class (checked without G_d facts or R)

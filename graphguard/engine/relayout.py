@@ -1,0 +1,199 @@
+"""Layouts proven by index maps: a G_s input known as data movement over G_d tensors, written again over the
+tensors that the G_d counterparts of its operator read.
+
+A term of data-movement ops only (``concat``, ``slice``, ``permute``, ``reshape``, ``identity``) copies entries
+of its leaves and never looks at their values. Evaluated with every entry of every leaf labelled by its own
+integer, it says which entry lands where; two such terms over the same leaves are equal for all values of
+the leaves exactly when their label arrays are equal. An equality found here is therefore a theorem of the
+concrete shapes (none is tried where a shape is symbolic), checked by evaluation, not a lemma instance.
+
+It is asked where lemmas alone find no clean expression for an operator's outputs: the operator's input is
+related in one layout (an expert-major concatenation of the ranks' chunks before an all-to-all) while each
+rank's copy of the operator reads another (the rows that all-to-all delivered). ``relayouts`` searches, for
+each input of the G_s operator, a concatenation along one dim of the ranks' inputs -- each reshaped and
+permuted -- or one rank's input alone (replicated) whose labels equal the input's.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.expr import App, Leaf, Term, app, base_name, leaves, rank_of
+from ..ir.graph import Node
+from ..ir.semantics import term_eval
+
+MOVES = frozenset({"core.concat", "core.slice", "core.permute", "core.reshape", "core.identity"})
+MAX_ENTRIES = 1 << 20  # labels evaluated per problem (the operator's input and the ranks' tensors together)
+
+
+def is_movement(t: Term) -> bool:
+    return isinstance(t, Leaf) or (isinstance(t, App) and t.op in MOVES and all(is_movement(a) for a in t.args))
+
+
+def _concrete(shape) -> tuple[int, ...] | None:
+    return tuple(shape) if all(type(d) is int for d in shape) else None
+
+
+def labelled(names, shape_of) -> dict[str, np.ndarray] | None:
+    """Every entry of every named tensor its own integer (None where a shape is symbolic or too big)."""
+    out, start = {}, 0
+    for n in names:
+        shp = _concrete(shape_of(n))
+        if shp is None:
+            return None
+        k = int(np.prod(shp, dtype=np.int64))
+        if start + k > MAX_ENTRIES:
+            return None
+        out[n] = np.arange(start, start + k, dtype=np.int64).reshape(shp)
+        start += k
+    return out
+
+
+def layout(y: Term, y_shape: tuple[int, ...], pos: np.ndarray) -> Term | None:
+    """A term ``L(y)`` (reshape, permute, reshape) whose entry at each index is ``y.flatten()[pos[index]]``, or
+    None where ``pos`` is not such a layout (a permutation of dims of some row-major view of y)."""
+    if pos.size != int(np.prod(y_shape, dtype=np.int64)) or pos.size == 0:
+        return None
+    big = [k for k in range(pos.ndim) if pos.shape[k] > 1]
+    base = pos.reshape(-1)[0]
+    if base != 0:
+        return None
+    stride = {}
+    for k in big:
+        idx = [0] * pos.ndim
+        idx[k] = 1
+        stride[k] = int(pos[tuple(idx)])
+        if stride[k] <= 0:
+            return None
+    order = sorted(big, key=lambda k: -stride[k])
+    expect = 1
+    for k in reversed(order):  # the innermost dim steps by 1, each outer one by the product of the inner sizes
+        if stride[k] != expect:
+            return None
+        expect *= pos.shape[k]
+    grid = np.zeros(pos.shape, dtype=np.int64)
+    for k in big:
+        grid = grid + stride[k] * np.arange(pos.shape[k]).reshape([-1 if j == k else 1 for j in range(pos.ndim)])
+    if not np.array_equal(grid, pos):
+        return None
+    t, shp = y, tuple(y_shape)
+    src = tuple(pos.shape[k] for k in order)
+    if src != shp:
+        t, shp = app("core.reshape", t, shape=tuple(int(s) for s in src)), src
+    perm = [order.index(k) for k in big]
+    if perm != sorted(perm):
+        t = app("core.permute", t, dims=tuple(perm))
+        shp = tuple(shp[p] for p in perm)
+    if shp != tuple(pos.shape):
+        t = app("core.reshape", t, shape=tuple(int(s) for s in pos.shape))
+    return t
+
+
+def _positions(chunk: np.ndarray, where: dict[int, tuple[int, int]]) -> tuple[int, np.ndarray] | None:
+    """The one tensor (index) holding every label of ``chunk`` and the flat positions of those labels in it."""
+    flat = chunk.reshape(-1)
+    if flat.size == 0:
+        return None
+    owner = where.get(int(flat[0]))
+    if owner is None:
+        return None
+    got = [where.get(int(x)) for x in flat]
+    if any(g is None or g[0] != owner[0] for g in got):
+        return None
+    return owner[0], np.array([g[1] for g in got], dtype=np.int64).reshape(chunk.shape)
+
+
+def solve(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term], y_shapes: list[tuple]) -> list[Term]:
+    """Terms over ``y_terms`` equal to ``x`` (label arrays): ``concat(L_0(y_a), L_1(y_b), ..., dim=d)`` with
+    each ``y`` used once, or ``L(y)`` for each y that holds all of x."""
+    where: dict[int, tuple[int, int]] = {}
+    for i, y in enumerate(ys):
+        flat = y.reshape(-1)
+        if len(np.unique(flat)) != flat.size:
+            continue  # an entry copied twice (an expand): no unique position
+        for p, lab in enumerate(flat.tolist()):
+            where.setdefault(lab, (i, p))
+    out = []
+    w = len(ys)
+    for d in range(x.ndim):
+        if w < 2 or x.shape[d] % w or x.shape[d] == 0:
+            continue
+        parts, used = [], set()
+        for chunk in np.split(x, w, axis=d):
+            hit = _positions(chunk, where)
+            if hit is None or hit[0] in used:
+                break
+            t = layout(y_terms[hit[0]], y_shapes[hit[0]], hit[1])
+            if t is None:
+                break
+            used.add(hit[0])
+            parts.append(t)
+        else:
+            out.append(app("core.concat", *parts, dim=d))
+    if not out:
+        for i in range(w):
+            hit = _positions(x, {lab: pos for lab, pos in where.items() if pos[0] == i})
+            t = layout(y_terms[i], y_shapes[i], hit[1]) if hit is not None else None
+            if t is not None:
+                out.append(t)
+    return out
+
+
+def _reach(g_d, y: str, known: set[str], limit: int = 6) -> list[Node] | None:
+    """The data-movement operators (one input each) from a known tensor down to ``y``, or None."""
+    chain, t = [], y
+    while t not in known:
+        n = g_d.producer.get(t)
+        if n is None or n.op not in MOVES or len(n.inputs) != 1 or len(chain) >= limit:
+            return None
+        chain.append(n)
+        t = n.inputs[0]
+    return chain
+
+
+def relayouts(ctx, snap, v: Node, R: dict, explored: set[str], grow) -> list[tuple[Term, Term]]:
+    """Equalities (the relation of an input of v, the same data over the inputs of v's G_d counterparts)
+    proven by labelled evaluation. The counterparts are G_d operators of v's op, grouped by output name across
+    ranks, whose input is an explored tensor or a view of one (a few data-movement operators down: their G_d
+    definitions are added by ``grow(facts)``, which returns the saturated snapshot)."""
+    g_d, reg = ctx.g_d, ctx.egraph.reg
+    known = set(explored) | {leaf for x in v.inputs for e in R.get(x, ()) for leaf in leaves(e)}
+    groups: dict[str, list[Node]] = {}
+    facts = {}
+    for n in g_d.nodes:
+        if n.op != v.op or len(n.inputs) != len(v.inputs) or len(n.outputs) != len(v.outputs):
+            continue
+        chains = [_reach(g_d, y, known) for y in n.inputs]
+        if all(c is None for c in chains):
+            continue
+        for c in chains:
+            for m in c or ():
+                facts[m.name] = [(Leaf(o), t) for o, t in zip(m.outputs, g_d.node_terms(m))]
+        groups.setdefault(base_name(n.outputs[0]), []).append(n)
+    if facts:
+        snap = grow([f for fs in facts.values() for f in fs])
+    out = []
+    for nodes in groups.values():
+        nodes.sort(key=lambda n: rank_of(n.outputs[0]) or 0)
+        for k, x in enumerate(v.inputs):
+            moves = [e for e in R.get(x, ()) if is_movement(e)][:4]
+            for e in moves:
+                base = frozenset(leaves(e))
+                y_terms = []
+                for n in nodes:
+                    y = n.inputs[k]
+                    found = [t for t in snap.clean_variants(snap.find(Leaf(y)), base) if is_movement(t)]
+                    if not found:
+                        break
+                    y_terms.append((y, found[0]))
+                else:
+                    lab = labelled(sorted(base), g_d.shape)
+                    shapes = [_concrete(g_d.shape(y)) for y, _ in y_terms]
+                    if lab is None or any(s is None for s in shapes):
+                        continue
+                    xs = term_eval(e, lab.__getitem__, reg)
+                    ys = [term_eval(t, lab.__getitem__, reg) for _, t in y_terms]
+                    got = [(e, t) for t in solve(xs, ys, [Leaf(y) for y, _ in y_terms], shapes) if t != e]
+                    if got:
+                        out.extend(got)
+                        break
+    return out

@@ -1,0 +1,136 @@
+"""Layouts proven by index maps (graphguard/engine/relayout.py): a G_s input related in one layout, re-written over
+the tensors that the G_d counterparts of its operator read -- Megatron's MoE backward, where the gradient is
+related as the expert-major concatenation of the ranks' chunks while each rank's operator reads the rows the
+all-to-all delivered.
+
+Unit tests of the label solver (found layouts equal the input, on labels and on random values; nothing is
+found where no layout exists), and engine tests: an all-to-all between two layouts verifies, and the same
+program with the ranks' chunks permuted the wrong way does not.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import graphguard
+from graphguard.engine.relayout import labelled, layout, solve
+from graphguard.ir.builder import GraphBuilder
+from graphguard.ir.expr import Leaf, to_text
+from graphguard.ir.relation import parse_relation_text
+from graphguard.ir.semantics import term_eval
+
+
+def _eval(t, env, reg):
+    return term_eval(t, env.__getitem__, reg)
+
+
+# -- the solver ------------------------------------------------------------------------------------------------
+
+def test_layout_finds_a_reshape_and_permute(plugins):
+    y = np.arange(24).reshape(2, 3, 4)
+    x = y.reshape(6, 4).T.copy()  # [4, 6]: the transpose of a merged view
+    t = layout(Leaf("Y"), (2, 3, 4), np.argsort(y.reshape(-1))[x])  # positions of x's entries in y
+    assert t is not None
+    assert np.array_equal(_eval(t, {"Y": y}, plugins.registry), x)
+
+
+@pytest.mark.parametrize("pos", [
+    np.array([[1, 0], [3, 2]]),          # reversed along a dim (a flip): no permutation of dims
+    np.array([[0, 1], [1, 2]]),          # an entry twice
+    np.array([[0, 2], [4, 6]]),          # a strided subset (not every entry)
+    np.array([[0, 1], [2, 4]]),          # not affine
+])
+def test_layout_refuses_what_no_reshape_and_permute_is(pos):
+    assert layout(Leaf("Y"), (8,) if pos.max() >= 4 else (4,), pos) is None
+
+
+def test_solve_finds_the_ranks_chunks_of_an_all_to_all(plugins):
+    """x: experts x tokens, expert-major over the ranks; each rank holds all experts for its own tokens."""
+    reg = plugins.registry
+    lab = labelled(["A", "B"], {"A": (2, 8), "B": (2, 8)}.__getitem__)
+    x = np.concatenate([lab["A"], lab["B"]], 0).T  # [8 tokens, 4 experts]
+    ys = [np.concatenate([lab["A"][:, 4 * r:4 * r + 4], lab["B"][:, 4 * r:4 * r + 4]], 0) for r in range(2)]  # [4, 4]
+    got = solve(x, ys, [Leaf("Y0"), Leaf("Y1")], [(4, 4), (4, 4)])
+    assert [to_text(t) for t in got] == ["concat(permute(Y0, dims=[1, 0]), permute(Y1, dims=[1, 0]), dim=0)"]
+    rng = np.random.default_rng(0)
+    vals = {k: rng.standard_normal(v.shape) for k, v in lab.items()}
+    env = {"Y0": np.concatenate([vals["A"][:, :4], vals["B"][:, :4]], 0),
+           "Y1": np.concatenate([vals["A"][:, 4:], vals["B"][:, 4:]], 0)}
+    assert np.array_equal(_eval(got[0], env, reg), np.concatenate([vals["A"], vals["B"]], 0).T)
+
+
+def test_solve_finds_nothing_when_the_ranks_hold_other_entries():
+    lab = labelled(["A", "B"], {"A": (2, 8), "B": (2, 8)}.__getitem__)
+    x = np.concatenate([lab["A"], lab["B"]], 0).T
+    ys = [lab["A"][:, :4], lab["B"][:, :4]]  # only half the tokens anywhere
+    assert solve(x, ys, [Leaf("Y0"), Leaf("Y1")], [(2, 4), (2, 4)]) == []
+
+
+def test_solve_random_layouts_are_exact(plugins):
+    """Random reshape/permute/slice layouts: whatever is found evaluates to x on labels."""
+    reg = plugins.registry
+    rng = np.random.default_rng(1)
+    found = 0
+    for _ in range(200):
+        shp = tuple(int(s) for s in rng.choice([1, 2, 3, 4], size=rng.integers(1, 4)))
+        lab = labelled(["A"], {"A": (2,) + shp}.__getitem__)
+        a = lab["A"]
+        perm = [0] + list(1 + rng.permutation(len(shp)))
+        x = np.transpose(a, perm)
+        if rng.random() < 0.5:
+            x = x.reshape(-1)
+        ys = [a[r].reshape(-1) if rng.random() < 0.5 else a[r] for r in range(2)]
+        shapes = [y.shape for y in ys]
+        for t in solve(x, ys, [Leaf("Y0"), Leaf("Y1")], shapes):
+            found += 1
+            assert np.array_equal(_eval(t, {"Y0": ys[0], "Y1": ys[1]}, reg), x)
+    assert found > 50
+
+
+# -- the engine ------------------------------------------------------------------------------------------------
+
+def _moe_like(plugins, perm_d):
+    """G_s: expert-major gradient X [4 experts x 8 tokens] (rank r holds experts 2r, 2r+1 flattened), viewed
+    token-major and softmaxed over the experts. G_d: each rank views its chunk [2 ranks, 2 experts, 4 tokens]
+    (``perm_d`` orders those dims), all-to-all over the first, adds the rows into zeros at 0..15 (Megatron's
+    permutation backward) and softmaxes its tokens' rows."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("X", [32])
+    s.op("core.reshape", ["X"], "X2", shape=[4, 8])
+    s.op("core.permute", ["X2"], "Z", dims=[1, 0])
+    s.op("aten._softmax", ["Z"], "W", name="softmax", dim=1, half_to_float=False)
+    s.output("W")
+    for r in range(2):
+        d.input(f"X@{r}", [16])
+        d.op("core.reshape", [f"X@{r}"], f"V@{r}", shape=[2, 2, 4])
+        d.op("core.permute", [f"V@{r}"], f"P@{r}", dims=perm_d)
+    d.op("core.all_to_all", ["P@0", "P@1"], ["O@0", "O@1"], split_dim=0, concat_dim=0, group=[0, 1])
+    for r in range(2):
+        # Megatron's permutation backward: index_add into zeros at 0..n-1, the rows themselves (lemma 1357),
+        # not data movement, so the frontier does not relate the readers of its output on its own
+        d.op("aten.full", [], f"Zero@{r}", size=[16], fill_value=0, dtype="float32")
+        d.op("aten.arange", [], f"Ar@{r}", end=16, dtype=None)
+        d.op("core.reshape", [f"O@{r}"], f"F@{r}", shape=[16])
+        d.op("aten.index_add", [f"Zero@{r}", f"Ar@{r}", f"F@{r}"], f"G@{r}", dim=0, alpha=1)
+        d.op("core.reshape", [f"G@{r}"], f"O2@{r}", shape=[4, 4])
+        d.op("core.permute", [f"O2@{r}"], f"Z@{r}", dims=[1, 0])
+        d.op("aten._softmax", [f"Z@{r}"], f"W@{r}", dim=1, half_to_float=False)
+    d.output("W@0", "W@1")
+    rel = parse_relation_text("inputs:\n  X: concat(X@0, X@1, dim=0)\n", "rel", plugins.registry)
+    cx = rel.constraints()
+    return s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel
+
+
+def test_rows_after_an_all_to_all_relate_to_the_expert_major_layout(plugins):
+    r = graphguard.verify(*_moe_like(plugins, [1, 0, 2]), replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines() == ["W = concat(W@0, W@1, dim=0)"]
+    assert r.replay["ok"]
+
+
+def test_chunks_permuted_the_wrong_way_do_not_relate(plugins):
+    """[experts, ranks, tokens] sent as if it were [ranks, experts, tokens]: each rank softmaxes a mix of two
+    ranks' experts for the wrong tokens."""
+    r = graphguard.verify(*_moe_like(plugins, [0, 1, 2]))
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.op == "aten._softmax"

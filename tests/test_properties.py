@@ -437,11 +437,40 @@ def test_regrouping_where_grouped():
     assert not proves("aten.div.Tensor(aten.div.Tensor(A, B), C)", "aten.div.Tensor(A, aten.div.Tensor(B, C))", s)
 
 
+# -- 1211 / 1212 and 223 / 224: slices of rows (several ranks' rows interleaved) ----------------------------
+
+def test_elementwise_and_rowwise_ops_of_slices():
+    s = {"A": [4, 3], "B": [4, 3]}
+    assert proves("aten.mul.Tensor(slice(A, dim=0, start=1, end=3), slice(B, dim=0, start=1, end=3))",
+                  "slice(aten.mul.Tensor(A, B), dim=0, start=1, end=3)", s)
+    assert proves("aten.neg(slice(A, dim=1, start=0, end=2))", "slice(aten.neg(A), dim=1, start=0, end=2)", s)
+    assert proves("aten._softmax(slice(A, dim=0, start=2, end=4), dim=1, half_to_float=false)",
+                  "slice(aten._softmax(A, dim=1, half_to_float=false), dim=0, start=2, end=4)", s)
+    assert proves("aten._softmax(slice(A, dim=0, start=2, end=4), dim=-1, half_to_float=false)",
+                  "slice(aten._softmax(A, dim=-1, half_to_float=false), dim=0, start=2, end=4)", s)
+    # other rows of the two inputs; a slice along the softmax's own dim (its rows are cut)
+    assert not proves("aten.mul.Tensor(slice(A, dim=0, start=1, end=3), slice(B, dim=0, start=0, end=2))",
+                      "slice(aten.mul.Tensor(A, B), dim=0, start=1, end=3)", s)
+    assert not proves("aten._softmax(slice(A, dim=1, start=0, end=2), dim=1, half_to_float=false)",
+                      "slice(aten._softmax(A, dim=1, half_to_float=false), dim=1, start=0, end=2)", s)
+    assert not proves("aten._softmax(slice(A, dim=1, start=0, end=2), dim=-1, half_to_float=false)",
+                      "slice(aten._softmax(A, dim=-1, half_to_float=false), dim=1, start=0, end=2)", s)
+
+
+def test_matmul_of_interleaved_row_slices():
+    s = {"A": [2, 3], "B": [2, 3], "W": [3, 4]}
+    rows = "concat(slice(A, dim=0, start=0, end=1), slice(B, dim=0, start=0, end=1), slice(A, dim=0, start=1, end=2), dim=0)"
+    assert proves(f"aten.mm({rows}, W)", "concat(slice(aten.mm(A, W), dim=0, start=0, end=1), "
+                  "slice(aten.mm(B, W), dim=0, start=0, end=1), slice(aten.mm(A, W), dim=0, start=1, end=2), dim=0)", s)
+    assert not proves(f"aten.mm({rows}, W)", "concat(slice(aten.mm(B, W), dim=0, start=0, end=1), "
+                      "slice(aten.mm(A, W), dim=0, start=0, end=1), slice(aten.mm(A, W), dim=0, start=1, end=2), dim=0)", s)
+
+
 # -- the derived rules are normal rules: listed, fuzzed, gated --------------------------------------------
 
 def test_every_derived_rule_is_listed_and_fuzzed(plugins):
     derived = [r for r in plugins.lemmas if r.lemma.variant]
-    assert {r.lemma.ref for r in derived} == set(range(1201, 1211))
+    assert {r.lemma.ref for r in derived} == set(range(1201, 1213))
     assert len({r.id for r in plugins.lemmas}) == len(plugins.lemmas)  # one id per rule
     # every one is in the fuzzed packs (test_lemmas.BUILTIN fuzzes each pack's rules) ...
     from test_lemmas import BUILTIN
@@ -494,9 +523,10 @@ def test_a_third_party_op_gets_the_families_by_declaring_properties(third_party,
     assert p.returncode == 0, p.stderr
     assert "[1201] elementwise-of-concats[extra.double]: extra.double(concat(?a0, ?b0, dim=?d))" in p.stdout
     assert "[1203] linear-over-sum[extra.double]" in p.stdout
+    assert "[1211] elementwise-of-slices[extra.square]" in p.stdout
     p = _gg(third_party, "plugins")  # fuzzed when first loaded, as its hand-written lemmas would be
     assert p.returncode == 0, p.stderr
-    assert re.search(r"lemmas: .*extra: 4", p.stdout), p.stdout
+    assert re.search(r"lemmas: .*extra: 6", p.stdout), p.stdout  # 1201, 1203, 1211 for double; 1201, 1211 for square; 1204
     # a false declaration (x*x is not linear) fails the fuzzer: the pack is refused, naming the derived lemma
     init.write_text(PROPERTY_PLUGIN.replace("SQUARE_LINEAR", "(0,)"))
     p = _gg(third_party, "plugins")

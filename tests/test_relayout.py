@@ -34,6 +34,32 @@ def test_layout_finds_a_reshape_and_permute(plugins):
     assert np.array_equal(_eval(t, {"Y": y}, plugins.registry), x)
 
 
+def test_layout_splits_a_dim_into_digits(plugins):
+    """Rank chunks in another order inside one dim (an all-gather over one group after an all-to-all over the
+    other: ranks 0, 2, 1, 3): no permutation of x's own dims, a permutation of the digits of its rows."""
+    y = np.arange(64).reshape(8, 8)
+    x = y.reshape(2, 2, 2, 8).transpose(1, 0, 2, 3).reshape(8, 8)
+    t = layout(Leaf("Y"), (8, 8), np.argsort(y.reshape(-1))[x])
+    assert to_text(t) == "reshape(permute(reshape(Y, shape=[2, 2, 16]), dims=[1, 0, 2]), shape=[8, 8])"  # runs merged
+    assert np.array_equal(_eval(t, {"Y": y}, plugins.registry), x)
+
+
+def test_layout_random_digit_permutations_are_exact(plugins):
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        dims = [int(d) for d in rng.integers(1, 4, size=int(rng.integers(1, 5)))]
+        y = rng.permutation(int(np.prod(dims))).reshape(dims)  # distinct values: labels
+        x = y.transpose(rng.permutation(len(dims)))
+        x = x.reshape([int(d) for d in rng.permutation(list(x.shape))]) if rng.random() < 0.5 else x
+        pos = np.argsort(y.reshape(-1))[x]
+        t = layout(Leaf("Y"), y.shape, pos)
+        assert t is not None, (dims, x.shape)
+        assert np.array_equal(_eval(t, {"Y": y}, plugins.registry), x)
+        flipped = pos.reshape(-1)[::-1].reshape(pos.shape)
+        if flipped.size > 1:
+            assert layout(Leaf("Y"), y.shape, flipped) is None  # a reversal is no layout
+
+
 @pytest.mark.parametrize("pos", [
     np.array([[1, 0], [3, 2]]),          # reversed along a dim (a flip): no permutation of dims
     np.array([[0, 1], [1, 2]]),          # an entry twice

@@ -19,14 +19,17 @@ EXPERTS, TOPK = int(os.environ.get("GG_EXPERTS", "4")), int(os.environ.get("GG_T
 DISPATCHER = os.environ.get("GG_DISPATCHER", "alltoall")
 BUG = os.environ.get("GG_BUG", "")
 TOKENS = os.environ.get("GG_TOKENS", "sharded")  # or "replicated": every rank the same tokens
+TP = int(os.environ.get("GG_TP", "1"))  # tensor parallel (with sequence parallel) x expert parallel: world = TP x EP
 
 
 def _layer(world: int) -> MoELayer:
-    gm.initialize(expert_parallel=world)
-    config = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=1, ffn_hidden_size=FFN,
+    tp = TP if world > 1 else 1
+    gm.initialize(tensor_parallel=tp, expert_parallel=world // tp)
+    config = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=max(TP, 1), ffn_hidden_size=FFN,
                                moe_ffn_hidden_size=FFN, num_moe_experts=EXPERTS, moe_router_topk=TOPK,
                                moe_token_dispatcher_type=DISPATCHER, moe_router_load_balancing_type="none", moe_router_pre_softmax=TOPK == 1,
-                               expert_model_parallel_size=world, use_cpu_initialization=True,
+                               expert_model_parallel_size=world // tp, tensor_model_parallel_size=tp,
+                               sequence_parallel=tp > 1, use_cpu_initialization=True,
                                hidden_dropout=0.0, attention_dropout=0.0, bias_dropout_fusion=False,
                                gradient_accumulation_fusion=False, add_bias_linear=False,
                                moe_permute_fusion=False, moe_grouped_gemm=False,
@@ -53,12 +56,25 @@ def impl(rank, world):
 
 def inputs(rank, world):
     torch.manual_seed(1)
-    seq = SEQ if rank is None or TOKENS == "replicated" else SEQ // world
-    return (torch.randn(seq, BATCH, HIDDEN, requires_grad=True),)
+    if rank is None or TOKENS == "replicated":
+        return (torch.randn(SEQ, BATCH, HIDDEN, requires_grad=True),)
+    tp = TP if world > 1 else 1
+    if tp == 1:
+        return (torch.randn(SEQ // world, BATCH, HIDDEN, requires_grad=True),)
+    # sequence parallel: a tensor-parallel rank holds a chunk of its data-parallel rank's sequence
+    return (torch.randn(SEQ // tp, BATCH // (world // tp), HIDDEN, requires_grad=True),)
 
 
 def _cat(name, world):
     return f"concat({', '.join(f'{name}@{r}' for r in range(world))}, dim=0)"
+
+
+def _tokens(name, world, tp):
+    """[seq, batch, hidden] over rank r = dp * tp + t: batch chunk dp, sequence chunk t of it."""
+    if tp == 1:
+        return _cat(name, world)
+    seqs = [f"concat({', '.join(f'{name}@{dp * tp + t}' for t in range(tp))}, dim=0)" for dp in range(world // tp)]
+    return f"concat({', '.join(seqs)}, dim=1)"
 
 
 def _same(name, world):
@@ -67,17 +83,22 @@ def _same(name, world):
 
 def relation(world, backward):
     """Tokens are sharded along the sequence (each expert-parallel rank is a data-parallel rank of the layers
-    around the MoE layer); the router is replicated; expert e lives on rank e // (EXPERTS / world) as local
-    expert e % (EXPERTS / world)."""
-    local = EXPERTS // world
+    around the MoE layer; with tensor parallelism, sequence parallel splits a data-parallel rank's tokens
+    further, rank r = dp * TP + tp holding chunk r); the router is replicated; expert e lives on the
+    expert-parallel rank e // (EXPERTS / EP) as local expert e % (EXPERTS / EP), its fc1 split by rows and its
+    fc2 by columns over that rank's expert-tensor-parallel group (Megatron's rank order: rank = etp + TP * ep)."""
+    tp = TP if world > 1 else 1
+    ep = world // tp
+    local = EXPERTS // ep
     cat = TOKENS != "replicated"
-    rel = {"hidden_states": _cat("hidden_states", world) if cat else _same("hidden_states", world),
+    rel = {"hidden_states": _tokens("hidden_states", world, tp) if cat else _same("hidden_states", world),
            "router.weight": _same("router.weight", world)}
     for e in range(EXPERTS):
-        for w in ("linear_fc1.weight", "linear_fc2.weight"):
-            rel[f"experts.local_experts.{e}.{w}"] = f"experts.local_experts.{e % local}.{w}@{e // local}"
+        for w, dim in (("linear_fc1.weight", 0), ("linear_fc2.weight", 1)):
+            shards = [f"experts.local_experts.{e % local}.{w}@{e // local * tp + t}" for t in range(tp)]
+            rel[f"experts.local_experts.{e}.{w}"] = shards[0] if tp == 1 else f"concat({', '.join(shards)}, dim={dim})"
     if backward:
-        rel["tangent.out0"] = _cat("tangent.out0", world) if cat else _same("tangent.out0", world)
+        rel["tangent.out0"] = _tokens("tangent.out0", world, tp) if cat else _same("tangent.out0", world)
     return {"inputs": rel}
 
 

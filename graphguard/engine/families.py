@@ -227,6 +227,57 @@ def rowwise_of_concats(op, reg):  # f(concat(a, b, d)) -> concat(f(a), f(b)), d 
         yield f"{lhs} => concat({a}, {b}, dim=?d)", " and ".join(conds), "", ex
 
 
+def _sl(x: str) -> str:
+    return f"slice({x}, dim=?d, start=?s, end=?e)"
+
+
+@family(1211, "elementwise-of-slices")
+def elementwise_of_slices(op, reg):  # f(slice(a0), slice(a1)) -> slice(f(a0, a1)), where f(a0, a1) exists
+    """The same slice of every elementwise input (of one shape: no broadcasting across the cut) is the slice of
+    the op's result; only where the op of the whole inputs exists (rows of several ranks interleaved: each
+    rank's own op is the whole)."""
+    ew = tuple(op.elementwise or ())
+    n = _n_inputs(op)
+    if not ew or not n:
+        return
+    conds = [f"shape(?a{i}) == shape(?a{ew[0]})" for i in ew[1:]]
+    lhs = call(op, [_sl(f"?a{i}") if i in ew else f"?x{i}" for i in range(n)])
+    whole = call(op, [f"?a{i}" if i in ew else f"?x{i}" for i in range(n)])
+    ex = [{**{f"a{i}": [4, 3] for i in ew}, **{f"x{i}": [] for i in range(n) if i not in ew}, "d": 0, "s": 1, "e": 3},
+          {**{f"a{i}": [2, 5] for i in ew}, **{f"x{i}": [] for i in range(n) if i not in ew}, "d": 1, "s": 0, "e": 2}]
+    yield f"{lhs} => {_sl(whole)}", " and ".join(conds), whole, ex
+
+
+@family(1212, "rowwise-of-slices")
+def rowwise_of_slices(op, reg):  # f(slice(a, d)) -> slice(f(a), d), d not in the rows, where f(a) exists
+    rw = op.rowwise
+    if rw is None or rw.index:  # (the whole is undefined where rows left out index out of range)
+        return
+    _need_attr(op, rw.dims, "rowwise")
+    kind = op.attr_spec(rw.dims).kind
+    p = rw.args[0]
+    k = f"?p_{rw.dims}"
+    untouched = {"int": f"{k} != ?d and {k} != ?d - rank(?a{p})", "ints": f"not reduces({k}, ?d)",
+                 "scalars": f"?d < rank(?a{p}) - len({k})"}.get(kind)
+    if untouched is None:
+        raise LemmaError(f"operator {op.name} ({op.source}): rowwise attribute '{rw.dims}' must be an int, ints or "
+                         f"a shape")
+    counts = [_n_inputs(op)] if op.arity is not None or op.name in VARIADIC else range(len(rw.args), rw.inputs + 1)
+    for n in counts:
+        conds = ["?d >= 0", untouched] + [f"size(?a{i}, ?d) == size(?a{p}, ?d)" for i in rw.args[1:]]
+        lhs = call(op, [_sl(f"?a{i}") if i in rw.args else f"?x{i}" for i in range(n)])
+        whole = call(op, [f"?a{i}" if i in rw.args else f"?x{i}" for i in range(n)])
+        ex = ()
+        if kind == "ints":
+            ex = [{**{f"a{i}": [3, 4] for i in rw.args}, "d": 0, "s": 0, "e": 2, "p_" + rw.dims: [1]},
+                  {**{f"a{i}": [2, 3, 2] for i in rw.args}, "d": 1, "s": 1, "e": 3, "p_" + rw.dims: [0, 2]}]
+        if kind == "scalars":
+            ex = [{**{f"a{i}": a_ for i in rw.args}, **{f"x{i}": list(row) for i in range(n) if i not in rw.args},
+                   "d": d, "s": 0, "e": 1, "p_" + rw.dims: list(row)}
+                  for a_, row, d in (([2, 3, 4], [4], 0), ([2, 3, 4], [4], 1), ([3, 4], [4], 0))]
+        yield f"{lhs} => {_sl(whole)}", " and ".join(conds), whole, ex
+
+
 @family(1210, "reduction-over-a-unit-dim")
 def reduction_over_a_unit_dim(op, reg):  # r(x, dim=[d], keepdim=false) -> x without dim d, where x has size 1 there
     """A reduction whose parts combine (sum, max, min: the reduction of one entry is that entry) over one dim of

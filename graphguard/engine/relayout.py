@@ -48,41 +48,59 @@ def labelled(names, shape_of) -> dict[str, np.ndarray] | None:
     return out
 
 
+def _digits(p: np.ndarray) -> list[tuple[int, int]] | None:
+    """``p`` (flat positions, x's row-major order) as mixed-radix digits, innermost first: [(radix, stride)] with
+    ``p[i] = sum(digit_j(i) * stride_j)``; maximal runs of one stride are one digit. None where p is not so."""
+    n, block, out = p.size, 1, []
+    if p[0] != 0:
+        return None
+    while block < n:
+        stride = int(p[block])
+        if stride <= 0:
+            return None
+        r = 1
+        head = p[:block]
+        while block * (r + 1) <= n and np.array_equal(p[block * r:block * (r + 1)], head + r * stride):
+            r += 1
+        if r == 1 or n % (block * r):
+            return None
+        out.append((r, stride))
+        block *= r
+    return out
+
+
 def layout(y: Term, y_shape: tuple[int, ...], pos: np.ndarray) -> Term | None:
     """A term ``L(y)`` (reshape, permute, reshape) whose entry at each index is ``y.flatten()[pos[index]]``, or
-    None where ``pos`` is not such a layout (a permutation of dims of some row-major view of y)."""
-    if pos.size != int(np.prod(y_shape, dtype=np.int64)) or pos.size == 0:
+    None where ``pos`` is not such a layout. Any permutation of the digits of a mixed-radix reading of y's
+    entries is one: x's flat index is split into digits (innermost first) whose strides in y, sorted, are a
+    row-major shape of y; y is reshaped to that shape, its dims permuted into x's digit order, reshaped to x."""
+    total = int(np.prod(y_shape, dtype=np.int64))
+    if pos.size != total or pos.size == 0:
         return None
-    big = [k for k in range(pos.ndim) if pos.shape[k] > 1]
-    base = pos.reshape(-1)[0]
-    if base != 0:
+    if total == 1:
+        return y if tuple(y_shape) == tuple(pos.shape) else app("core.reshape", y, shape=tuple(int(s) for s in pos.shape))
+    digits = _digits(pos.reshape(-1))
+    if digits is None:
         return None
-    stride = {}
-    for k in big:
-        idx = [0] * pos.ndim
-        idx[k] = 1
-        stride[k] = int(pos[tuple(idx)])
-        if stride[k] <= 0:
-            return None
-    order = sorted(big, key=lambda k: -stride[k])
+    by_stride = sorted(range(len(digits)), key=lambda j: digits[j][1])  # y's dims, innermost first
     expect = 1
-    for k in reversed(order):  # the innermost dim steps by 1, each outer one by the product of the inner sizes
-        if stride[k] != expect:
+    for j in by_stride:
+        if digits[j][1] != expect:
             return None
-        expect *= pos.shape[k]
-    grid = np.zeros(pos.shape, dtype=np.int64)
-    for k in big:
-        grid = grid + stride[k] * np.arange(pos.shape[k]).reshape([-1 if j == k else 1 for j in range(pos.ndim)])
-    if not np.array_equal(grid, pos):
+        expect *= digits[j][0]
+    if expect != total:
         return None
+    y_dims = list(reversed(by_stride))  # y's row-major shape, outermost first, as digit ids
+    x_dims = list(reversed(range(len(digits))))  # x's digit order, outermost first
+    perm = [y_dims.index(j) for j in x_dims]
+    if perm == sorted(perm):  # the same order: a view
+        return y if tuple(y_shape) == tuple(pos.shape) else app("core.reshape", y, shape=tuple(int(s) for s in pos.shape))
     t, shp = y, tuple(y_shape)
-    src = tuple(pos.shape[k] for k in order)
+    src = tuple(digits[j][0] for j in y_dims)
     if src != shp:
-        t, shp = app("core.reshape", t, shape=tuple(int(s) for s in src)), src
-    perm = [order.index(k) for k in big]
-    if perm != sorted(perm):
-        t = app("core.permute", t, dims=tuple(perm))
-        shp = tuple(shp[p] for p in perm)
+        t, shp = app("core.reshape", t, shape=src), src
+    t = app("core.permute", t, dims=tuple(perm))
+    shp = tuple(shp[q] for q in perm)
     if shp != tuple(pos.shape):
         t = app("core.reshape", t, shape=tuple(int(s) for s in pos.shape))
     return t
@@ -100,6 +118,46 @@ def _positions(chunk: np.ndarray, where: dict[int, tuple[int, int]]) -> tuple[in
     if any(g is None or g[0] != owner[0] for g in got):
         return None
     return owner[0], np.array([g[1] for g in got], dtype=np.int64).reshape(chunk.shape)
+
+
+MAX_CHUNKS = 64
+
+
+def chunks(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term]) -> list[Term]:
+    """``x`` as a concatenation along one dim of slices of the ranks' tensors along the same dim, the other dims
+    as they are: rows of several ranks interleaved (tokens of data-parallel ranks merged with a sequence-parallel
+    rank's). Consecutive rows of one tensor are one slice; a whole tensor stands for itself."""
+    out = []
+    for d in range(x.ndim):
+        rest = x.shape[:d] + x.shape[d + 1:]
+        cand = [i for i, y in enumerate(ys) if y.ndim == x.ndim and y.shape[:d] + y.shape[d + 1:] == rest]
+        if not cand or x.shape[d] == 0:
+            continue
+        row_of = {}  # the label at the first entry of each row of a candidate -> (tensor, row)
+        for i in cand:
+            first = np.moveaxis(ys[i], d, 0).reshape(ys[i].shape[d], -1)[:, :1]
+            for j, lab in enumerate(first[:, 0].tolist()):
+                row_of.setdefault(lab, (i, j))
+        rows = np.moveaxis(x, d, 0).reshape(x.shape[d], -1)
+        runs = []
+        for k in range(x.shape[d]):
+            hit = row_of.get(int(rows[k, 0])) if rows.shape[1] else None
+            if hit is None:
+                break
+            i, j = hit
+            if not np.array_equal(np.moveaxis(ys[i], d, 0).reshape(ys[i].shape[d], -1)[j], rows[k]):
+                break
+            if runs and runs[-1][0] == i and runs[-1][2] == j:
+                runs[-1][2] = j + 1
+            else:
+                runs.append([i, j, j + 1])
+        else:
+            if len(runs) > MAX_CHUNKS or len(runs) < 2:
+                continue
+            parts = [y_terms[i] if (a, b) == (0, ys[i].shape[d]) else app("core.slice", y_terms[i], dim=d, start=a, end=b)
+                     for i, a, b in runs]
+            out.append(app("core.concat", *parts, dim=d))
+    return out
 
 
 def solve(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term], y_shapes: list[tuple]) -> list[Term]:
@@ -129,6 +187,26 @@ def solve(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term], y_shapes: li
             parts.append(t)
         else:
             out.append(app("core.concat", *parts, dim=d))
+    if not out and w > 1:
+        out += chunks(x, ys, y_terms)
+        for d in range(ys[0].ndim if not out else 0):  # x a layout of the ranks' tensors concatenated (chunks interleaved)
+            if any(y.ndim != ys[0].ndim or y.shape[:d] + y.shape[d + 1:] != ys[0].shape[:d] + ys[0].shape[d + 1:]
+                   for y in ys):
+                continue
+            whole = np.concatenate(ys, axis=d)
+            if whole.size != x.size or len(np.unique(whole)) != whole.size:
+                break
+            at = {lab: p for p, lab in enumerate(whole.reshape(-1).tolist())}
+            if any(int(lab) not in at for lab in x.reshape(-1)[:1]):
+                break
+            try:
+                pos = np.array([at[int(lab)] for lab in x.reshape(-1)], dtype=np.int64).reshape(x.shape)
+            except KeyError:
+                break
+            t = layout(app("core.concat", *y_terms, dim=d), whole.shape, pos)
+            if t is not None:
+                out.append(t)
+                break
     if not out:
         for i in range(w):
             hit = _positions(x, {lab: pos for lab, pos in where.items() if pos[0] == i})

@@ -112,10 +112,12 @@ class RowWise:
     """Each output row depends on the input row through it only: rows span the dims named by attribute
     ``dims`` (an int or ints: those dims; a shape, such as layer norm's ``normalized_shape``: that many
     trailing dims). ``args``: tensor inputs cut into rows with the output (same shape); the others are used
-    whole. ``inputs``: for an op with optional tensor inputs, how many it takes at most."""
+    whole. ``inputs``: for an op with optional tensor inputs, how many it takes at most. ``index``: those of
+    ``args`` that hold indices into an input (a slice of rows may leave out the ones out of range)."""
     dims: str
     args: tuple[int, ...] = (0,)
     inputs: int | None = None
+    index: tuple[int, ...] = ()
 
 
 @dataclass

@@ -979,7 +979,7 @@ INDEX_OPS = [
           doc="Entries of self along dim at a rank-0/1 index.", data_movement=True),
     OpDef("aten.gather", 2, _gather_shape, _gather_ref,
           (AttrSpec("dim", "int", dim_of=0), AttrSpec("sparse_grad", "bool", False)),
-          doc="out[i][j] = self[index[i][j]][j] (for dim 0; index-shaped).", rowwise=RowWise("dim", (0, 1))),
+          doc="out[i][j] = self[index[i][j]][j] (for dim 0; index-shaped).", rowwise=RowWise("dim", (0, 1), index=(1,))),
     OpDef("aten.scatter_add", 3, _scatter_add_shape, _scatter_add_ref, (AttrSpec("dim", "int", dim_of=0),),
           doc="Copy of self with src added at index along dim (out[index[i][j]][j] += src[i][j] for dim 0)."),
     OpDef("aten.nonzero", 1, lambda shapes, a, cx: (a["count"], len(shapes[0])), _nonzero_ref,

@@ -98,6 +98,16 @@ COMPUTE = [
     L(222, "matmul-rows-of-partial-sums",
       "matmul(concat(?a, sum(?c, ?e), dim=0), ?w) => concat(matmul(?a, ?w), sum(matmul(?c, ?w), matmul(?e, ?w)), dim=0)",
       when="matmul(?e, ?w)"),
+    # ... or a slice of rows (rows of several ranks interleaved: relayout.py's chunks), where G_d multiplies them
+    L(223, "matmul-rows-of-slice",
+      "matmul(slice(?a, dim=0, start=?s, end=?e), ?w) => slice(matmul(?a, ?w), dim=0, start=?s, end=?e)",
+      when="matmul(?a, ?w)"),
+    L(224, "matmul-rows-of-last-slice",  # (concatenations are left-nested: peel the last part)
+      "matmul(concat(?a, slice(?c, dim=0, start=?s, end=?e), dim=0), ?w)"
+      " => concat(matmul(?a, ?w), slice(matmul(?c, ?w), dim=0, start=?s, end=?e), dim=0)",
+      when="matmul(?c, ?w)",
+      examples=[{"a": [2, 3], "c": [4, 3], "w": [3, 2], "s": 1, "e": 3}, {"a": [1, 2], "c": [2, 2], "w": [2, 5], "s": 0, "e": 1},
+                {"a": [3, 4], "c": [3, 4], "w": [4, 1], "s": 0, "e": 3}]),
     L(203, "matmul-cols", "matmul(?x, concat(?a, ?b, dim=1)) => concat(matmul(?x, ?a), matmul(?x, ?b), dim=1)"),
     L(204, "matmul-sum-left", "matmul(sum(?a, ?b), ?w) => sum(matmul(?a, ?w), matmul(?b, ?w))"),
     L(205, "matmul-sum-right", "matmul(?x, sum(?a, ?b)) => sum(matmul(?x, ?a), matmul(?x, ?b))"),

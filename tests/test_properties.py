@@ -381,10 +381,18 @@ def test_rowwise_op_of_a_concat_along_another_dim(plugins, op, attrs):
 
 
 @pytest.mark.parametrize("op,attrs", [("aten._softmax", {"dim": 0, "half_to_float": False}),
-                                      ("aten.roll", {"shifts": [1], "dims": [0]}),
-                                      ("aten.roll", {"shifts": [1], "dims": []})])  # (the flattened tensor)
+                                      ("aten.cumsum", {"dim": 0, "dtype": None})])
 def test_rowwise_op_along_the_cut_dim_must_not_prove(plugins, op, attrs):
     assert _verify(plugins, *_unary(op, [4, 3], [2, 3], ROWS, **attrs)).verdict != "refines"
+
+
+def test_roll_along_the_cut_dim_is_the_ranks_rows_in_another_order(plugins):
+    """Each rank rolling its own rows keeps every entry: G_s's roll is those rows rearranged (data movement
+    of the ranks' outputs, found on labelled entries), a refinement."""
+    r = _verify(plugins, *_unary("aten.roll", [4, 3], [2, 3], ROWS, shifts=[1], dims=[0]))
+    assert r.verdict == "refines", r.failure
+    assert r.r_o_lines() == ["Y = concat(slice(Y@1, dim=0, start=0, end=1), slice(Y@0, dim=0, start=1, end=2), "
+                             "slice(Y@0, dim=0, start=0, end=1), slice(Y@1, dim=0, start=1, end=2), dim=0)"]
 
 
 def test_flip_along_the_cut_dim_reverses_the_parts(plugins):

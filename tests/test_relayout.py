@@ -160,3 +160,108 @@ def test_chunks_permuted_the_wrong_way_do_not_relate(plugins):
     r = graphguard.verify(*_moe_like(plugins, [0, 1, 2]))
     assert r.verdict == "does-not-refine", r.render()
     assert r.failure.op == "aten._softmax"
+
+
+# -- rows of several ranks interleaved (chunks), and outputs of data movement at constant indices -------------
+
+def _interleaved(plugins, w_same=True, order=(0, 2, 1, 3)):
+    """G_s: tokens [4 seq, 2 batch] flattened, times W, softmax. G_d: rank r = dp * 2 + tp holds sequence chunk tp
+    of batch column dp (sequence parallel within data parallel): its flattened rows are every other G_s row."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=4)
+    s.input("H", [4, 2, 3])
+    s.input("W", [3, 5])
+    s.op("core.reshape", ["H"], "X", shape=[8, 3])
+    s.op("aten.mm", ["X", "W"], "Y")
+    s.op("aten._softmax", ["Y"], "P", name="softmax", dim=1, half_to_float=False)
+    s.output("P")
+    for r in range(4):
+        d.input(f"H@{r}", [2, 1, 3])
+        d.input(f"W@{r}", [3, 5])
+        d.op("core.reshape", [f"H@{r}"], f"X@{r}", shape=[2, 3])
+        d.op("aten.mm", [f"X@{r}", f"W@{r}"], f"Y@{r}")
+        d.op("aten._softmax", [f"Y@{r}"], f"P@{r}", dim=1, half_to_float=False)
+    d.output(*[f"P@{r}" for r in range(4)])
+    h = f"concat(concat(H@{order[0]}, H@{order[1]}, dim=0), concat(H@{order[2]}, H@{order[3]}, dim=0), dim=1)"
+    w = "[W@0, W@1, W@2, W@3]" if w_same else "W@0"
+    rel = parse_relation_text(f"inputs:\n  H: {h}\n  W: {w}\n", "rel", plugins.registry)
+    cx = rel.constraints()
+    return s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel
+
+
+def test_interleaved_rows_of_four_ranks_verify(plugins):
+    r = graphguard.verify(*_interleaved(plugins), replay=True)
+    assert r.verdict == "refines", r.render()
+    line = r.r_o_lines()[0]
+    # row (s, b) of G_s: batch column b's sequence chunk s // 2 (ranks 0, 2 hold column 0), its row s % 2
+    assert line.startswith("P = concat(slice(P@0, dim=0, start=0, end=1), slice(P@1, dim=0, start=0, end=1), "
+                           "slice(P@0, dim=0, start=1, end=2)"), line
+    assert r.replay["ok"]
+
+
+def test_interleaved_rows_in_another_rank_order_relate_otherwise(plugins):
+    """The same ranks holding other chunks: still a refinement, with the ranks' rows in that order."""
+    r = graphguard.verify(*_interleaved(plugins, order=(1, 0, 3, 2)), replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines()[0].startswith("P = concat(slice(P@1, dim=0, start=0, end=1), slice(P@3, dim=0"), r.r_o_lines()
+    assert r.replay["ok"]
+
+
+def _gather_rows(plugins, idx_d):
+    """G_s: rows of X [4 tokens, 3] at a constant order [0..3, 0..3] (Megatron's dispatch, every expert every
+    token), then exp. G_d: rank r (tokens 2r, 2r+1) the same at its own constant order ``idx_d``."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("X", [4, 3])
+    s.op("aten.arange", [], "A", end=4, dtype=None)
+    s.op("core.concat", ["A", "A"], "I", dim=0)
+    s.op("aten.index_select", ["X", "I"], "G", dim=0)
+    s.op("aten.exp", ["G"], "E")
+    s.output("E")
+    for r in range(2):
+        d.input(f"X@{r}", [2, 3])
+        d.op("aten.arange", [], f"A@{r}", end=2, dtype=None)
+        if idx_d == "reversed":
+            d.op("aten.flip", [f"A@{r}"], f"B@{r}", dims=[0])
+        elif idx_d == "first":
+            d.op("aten.full", [], f"B@{r}", size=[2], fill_value=0, dtype="int64")
+        else:
+            d.op("core.identity", [f"A@{r}"], f"B@{r}")
+        d.op("core.concat", [f"B@{r}", f"B@{r}"], f"I@{r}", dim=0)
+        d.op("aten.index_select", [f"X@{r}", f"I@{r}"], f"G@{r}", dim=0)
+        d.op("aten.exp", [f"G@{r}"], f"E@{r}")
+    d.output("E@0", "E@1")
+    rel = parse_relation_text("inputs:\n  X: concat(X@0, X@1, dim=0)\n", "rel", plugins.registry)
+    cx = rel.constraints()
+    return s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel
+
+
+def test_rows_selected_at_constant_orders_relate_by_labels(plugins):
+    r = graphguard.verify(*_gather_rows(plugins, "same"), replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.replay["ok"]
+    assert all("E@0" in line and "E@1" in line for line in r.r_o_lines())
+
+
+def test_rows_selected_in_another_order_relate_in_that_order(plugins):
+    r = graphguard.verify(*_gather_rows(plugins, "reversed"), replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines()[0].startswith("E = concat(slice(E@0, dim=0, start=1, end=2), slice(E@0, dim=0, start=0, end=1)")
+    assert r.replay["ok"]
+
+
+def test_rows_selected_at_a_wrong_constant_index_do_not_relate(plugins):
+    """Each rank selects its first token for every slot: its second token is nowhere in G_d."""
+    r = graphguard.verify(*_gather_rows(plugins, "first"))
+    assert r.verdict != "refines", r.render()
+    assert r.failure.op == "aten.index_select"
+
+
+def test_moves_refuses_an_op_that_computes(plugins):
+    """An operator declared data movement whose reference computes is refused on the values check."""
+    from graphguard.engine.relayout import _moves
+    from graphguard.ir.ops import OpDef
+    rng = np.random.default_rng(0)
+    lab = np.arange(6).reshape(2, 3)
+    take = plugins.registry.get("aten.index_select")
+    assert np.array_equal(_moves(take, [np.array([1, 0])], {"dim": 0}, lab + 10, rng), (lab + 10)[[1, 0]])
+    fake = OpDef("fake.double", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: 2 * xs[0], data_movement=True)
+    assert _moves(fake, [], {}, lab, rng) is None

@@ -18,7 +18,7 @@ from ..ir.expr import App, Leaf, Term, flat_args, leaves, rename_symbols, size, 
 from ..ir.graph import Graph, Node
 from .egraph import Budget, BudgetExceeded, EGraph, Snapshot
 from .memo import Memo, Problem
-from .relayout import relayouts
+from .relayout import moved_outputs, relayouts
 from .result import Failure, NodeStat, VerifyResult
 
 Relation = dict[str, list[Term]]
@@ -426,7 +426,8 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
             def grow(facts):
                 eg.union_all(facts)
                 return eg.saturate(ctx.budget, deadline, ctx.stats)
-            eqs = relayouts(ctx, snap, v, R, explored, grow)
+            moved = moved_outputs(ctx, snap, v, R, explored, grow, lambda t: constant_term(ctx, t))
+            eqs = relayouts(ctx, snap, v, R, explored, grow) + moved
             if eqs:
                 ctx.stats["relayouts"] = ctx.stats.get("relayouts", 0) + len(eqs)
                 eg.union_all(eqs)
@@ -435,6 +436,11 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
                 if not size_equalities(ctx, snap):
                     explored |= more
                     found, aliases = _clean_outputs(ctx, snap, v, roots)
+                    # the moved output over the ranks' own outputs is kept, though larger than other clean
+                    # forms: its readers on the ranks are what the frontier explores next
+                    for _, t in moved:
+                        if t not in found[v.outputs[0]]:
+                            found[v.outputs[0]].append(t)
     finally:
         eg.pop()
     # ... only the simplest of each self-provable class (checked without G_d facts or R)
@@ -551,6 +557,23 @@ def index_constant(ctx: Context, t: str) -> Term | None:
     finally:
         eg.pop_nested()
     return memo[t]
+
+
+def constant_term(ctx: Context, t: str, depth: int = 32) -> Term | None:
+    """A G_d tensor as a term without G_d tensors: its definition where it is computed from no input (a
+    structural constant), else what :func:`index_constant` proves; None if neither."""
+    if t not in _structure(ctx)[0]:
+        return index_constant(ctx, t)
+    n = ctx.g_d.producer.get(t)
+    if n is None or depth <= 0:
+        return None
+    subst = {}
+    for i in n.inputs:
+        c = constant_term(ctx, i, depth - 1)
+        if c is None:
+            return None
+        subst[i] = c
+    return _substitute(ctx.g_d.node_terms(n)[n.outputs.index(t)], subst)
 
 
 def _is_index_dtype(dtype: str) -> bool:

@@ -275,3 +275,94 @@ def relayouts(ctx, snap, v: Node, R: dict, explored: set[str], grow) -> list[tup
                         out.extend(got)
                         break
     return out
+
+
+def _moves(op, arrays, attrs, labels: np.ndarray, rng) -> np.ndarray | None:
+    """``op``'s output on ``labels`` (input 0) if the op provably copies entries there: its reference on the
+    labels, checked against its reference on random values of the same shapes at the same indices (an op that
+    computes rather than copies is refused)."""
+    try:
+        pos = np.asarray(op.ref([np.arange(labels.size, dtype=np.int64).reshape(labels.shape)] + list(arrays), attrs))
+        vals = rng.standard_normal(labels.shape)
+        want = np.asarray(op.ref([vals] + list(arrays), attrs), dtype=np.float64)
+    except Exception:  # noqa: BLE001 -- not defined here: nothing is claimed
+        return None
+    if pos.shape != want.shape or pos.dtype.kind not in "iu":
+        return None
+    flat = vals.reshape(-1)
+    if pos.size and (pos.min() < 0 or pos.max() >= flat.size or not np.array_equal(flat[pos], want)):
+        return None
+    return labels.reshape(-1)[pos]
+
+
+def moved_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_of) -> list[tuple[Term, Term]]:
+    """Equalities for the output of a data-movement G_s operator (``OpDef.data_movement``: entries of input 0
+    copied at indices its other inputs give) whose input 0 is related as data movement and whose other inputs
+    are constants (in G_s by R; on each rank by ``const_of``, the constants lemmas prove G_d's index tensors
+    equal to): the operator evaluated on labelled entries, in G_s and on every rank, says which rank's output
+    entry each output entry is (``solve``). The G_s side of each equality is the operator applied to the
+    input's relation (congruent to v's output)."""
+    op = ctx.egraph.reg.get(v.op)
+    g_d, g_s, reg = ctx.g_d, ctx.g_s, ctx.egraph.reg
+    if op is None or not op.data_movement or len(v.outputs) != 1:
+        return []
+    idx_s = []
+    for x in v.inputs[1:]:
+        c = next((e for e in R.get(x, ()) if next(leaves(e), None) is None), None)
+        if c is None:
+            return []
+        idx_s.append(c)
+    known = set(explored) | {leaf for e in R.get(v.inputs[0], ()) for leaf in leaves(e)}
+    groups: dict[str, list[Node]] = {}
+    facts = {}
+    for n in g_d.nodes:
+        if n.op != v.op or len(n.inputs) != len(v.inputs) or len(n.outputs) != 1:
+            continue
+        chain = _reach(g_d, n.inputs[0], known)
+        if chain is None:
+            continue
+        for m in chain:
+            facts[m.name] = [(Leaf(o), t) for o, t in zip(m.outputs, g_d.node_terms(m))]
+        groups.setdefault(base_name(n.outputs[0]), []).append(n)
+    if not groups:
+        return []
+    if facts:
+        snap = grow([f for fs in facts.values() for f in fs])
+    rng = np.random.default_rng(0)
+    try:
+        idx_vals = [term_eval(c, lambda name: None, reg) for c in idx_s]
+    except Exception:  # noqa: BLE001 -- a constant the references cannot evaluate
+        return []
+    out = []
+    for nodes in groups.values():
+        nodes.sort(key=lambda n: rank_of(n.outputs[0]) or 0)
+        consts = [[const_of(i) for i in n.inputs[1:]] for n in nodes]
+        if any(c is None for cs in consts for c in cs):
+            continue
+        for e in [e for e in R.get(v.inputs[0], ()) if is_movement(e)][:4]:
+            base = frozenset(leaves(e))
+            y_terms = []
+            for n in nodes:
+                found = [t for t in snap.clean_variants(snap.find(Leaf(n.inputs[0])), base) if is_movement(t)]
+                if not found:
+                    break
+                y_terms.append(found[0])
+            else:
+                lab = labelled(sorted(base), g_d.shape)
+                if lab is None:
+                    continue
+                try:
+                    xs = _moves(op, idx_vals, dict(v.attrs), term_eval(e, lab.__getitem__, reg), rng)
+                    ys = [_moves(op, [term_eval(c, lambda name: None, reg) for c in cs], dict(n.attrs),
+                                 term_eval(t, lab.__getitem__, reg), rng) for n, cs, t in zip(nodes, consts, y_terms)]
+                except Exception:  # noqa: BLE001
+                    continue
+                if xs is None or any(y is None for y in ys):
+                    continue
+                shapes = [tuple(y.shape) for y in ys]
+                lhs = app(v.op, e, *idx_s, **dict(v.attrs))
+                got = [(lhs, t) for t in solve(xs, ys, [Leaf(n.outputs[0]) for n in nodes], shapes)]
+                if got:
+                    out.extend(got)
+                    break
+    return out

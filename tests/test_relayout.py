@@ -265,3 +265,47 @@ def test_moves_refuses_an_op_that_computes(plugins):
     assert np.array_equal(_moves(take, [np.array([1, 0])], {"dim": 0}, lab + 10, rng), (lab + 10)[[1, 0]])
     fake = OpDef("fake.double", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: 2 * xs[0], data_movement=True)
     assert _moves(fake, [], {}, lab, rng) is None
+
+
+def _gathered_rows(plugins, order_d):
+    """G_s: X [4, 3] @ W [3, 4]. G_d: each rank all-gathers the token shards, reorders the rows at a constant
+    order (an expert's tokens re-sorted after the gather) and multiplies by its column half of W: the rows it
+    reads are reached only through the all-gather, and both ranks hold them."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("X", [4, 3])
+    s.input("W", [3, 4])
+    s.op("aten.mm", ["X", "W"], "Y")
+    s.op("aten.relu", ["Y"], "Z")
+    s.output("Z")
+    for r in range(2):
+        d.input(f"X@{r}", [2, 3])
+        d.input(f"W@{r}", [3, 2])
+    d.op("core.all_gather", ["X@0", "X@1"], ["G@0", "G@1"], dim=0, group=[0, 1])
+    for r in range(2):
+        if order_d is None:  # every slot the first token
+            d.op("aten.full", [], f"I@{r}", size=[4], fill_value=0, dtype="int64")
+        else:
+            d.op("aten.arange", [], f"A@{r}", end=4, dtype=None)
+            d.op("core.reshape", [f"A@{r}"], f"A2@{r}", shape=[2, 2])
+            d.op("core.permute", [f"A2@{r}"], f"A3@{r}", dims=order_d)
+            d.op("core.reshape", [f"A3@{r}"], f"I@{r}", shape=[4])
+        d.op("aten.index_select", [f"G@{r}", f"I@{r}"], f"P@{r}", dim=0)
+        d.op("aten.mm", [f"P@{r}", f"W@{r}"], f"Y@{r}")
+        d.op("aten.relu", [f"Y@{r}"], f"Z@{r}")
+    d.output("Z@0", "Z@1")
+    rel = parse_relation_text("inputs:\n  X: concat(X@0, X@1, dim=0)\n  W: concat(W@0, W@1, dim=1)\n", "rel",
+                              plugins.registry)
+    cx = rel.constraints()
+    return s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel
+
+
+def test_rows_reordered_after_an_all_gather_relate(plugins):
+    r = graphguard.verify(*_gathered_rows(plugins, [1, 0]), replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.replay["ok"]
+
+
+def test_rows_selected_wrongly_after_an_all_gather_do_not_relate(plugins):
+    r = graphguard.verify(*_gathered_rows(plugins, None))
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.op == "aten.mm"

@@ -533,7 +533,9 @@ class EGraph:
         prog.append("(ruleset lemmas)")
         prog.append("(ruleset clear)")
         prog.append("(ruleset held)")  # exists="tensor" lemmas: run only while ``self.held`` (see saturate)
+        prog.append("(ruleset late)")  # late=True lemmas: run only while ``self.late``
         self.held = False
+        self.late = False
         self.has_held = any(r.exists == "tensor" for r in rules)
         for r in rules:
             prog.extend(self._compile(r))
@@ -649,6 +651,8 @@ class EGraph:
         self._query(r.lhs, root, facts, [0], inner_sums=True)
         if r.exists == "tensor":  # the root's e-class holds a tensor (a leaf)
             facts.append("(= root (T leaf_name))")
+        for k, var in enumerate(r.lemma.tensors):  # ... and these variables' e-classes
+            facts.append(f"(= v_{var} (T leaf_{k}))")
         if r.when is not None:
             self._query(r.when, "when", facts, [100])
             if root:  # the e-node a constrained lemma needs is another one than the term it rewrites
@@ -666,7 +670,7 @@ class EGraph:
             decl = [f"(relation {rel} (String {' '.join(sorts)}))",
                     f"(rule (({rel} {xs})) ((delete ({rel} {xs}))) :ruleset clear)"]
         self._match_rels.add(rel)
-        rs = "held" if r.exists == "tensor" else "lemmas"
+        rs = "held" if r.exists == "tensor" else "late" if r.lemma.late else "lemmas"
         return decl + [f"(rule ({' '.join(facts)}) (({rel} {_q(r.id)} {' '.join(cols)})) :ruleset {rs})"]
 
     # -- per-operator use -----------------------------------------------------------------------
@@ -719,8 +723,8 @@ class EGraph:
         """Run the lemmas to a fixpoint (or raise BudgetExceeded); return the final snapshot. The lemmas
         constrained to e-classes that hold a tensor (``exists="tensor"``) run too while ``self.held`` is set:
         the engine sets it only where the others leave an operator's output without a clean expression."""
-        schedule = "(run-schedule (run clear) (run lemmas) (run held))" if self.held else \
-            "(run-schedule (run clear) (run lemmas))"
+        extra = (" (run held)" if self.held else "") + (" (run late)" if self.late else "")
+        schedule = f"(run-schedule (run clear) (run lemmas){extra})"
         for _ in range(budget.iterations):
             out = self._run(schedule)
             report = out[-1].report

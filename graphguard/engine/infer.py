@@ -423,24 +423,34 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
         missing = [o for o in v.outputs if not found[o] and (o in ctx.g_s.consumers or o in ctx.g_s.outputs)]
         if missing:
             # none still: an input related in one layout while v's G_d counterparts read another (relayout.py)
+            # a last resort, on a smaller budget than the operator's (where a rank's data is missing, the
+            # layouts found of what it holds grow the e-graph without finding the rest)
+            late = Budget(ctx.budget.iterations, ctx.budget.enodes // 2, ctx.budget.seconds)
+
             def grow(facts):
                 eg.union_all(facts)
-                return eg.saturate(ctx.budget, deadline, ctx.stats)
-            moved = moved_outputs(ctx, snap, v, R, explored, grow, lambda t: constant_term(ctx, t))
-            eqs = relayouts(ctx, snap, v, R, explored, grow) + moved
-            if eqs:
-                ctx.stats["relayouts"] = ctx.stats.get("relayouts", 0) + len(eqs)
-                eg.union_all(eqs)
-                snap = eg.saturate(ctx.budget, deadline, ctx.stats)
-                snap, more = explore_frontier(ctx, snap, roots, t_rel, deadline, v.op)
-                if not size_equalities(ctx, snap):
-                    explored |= more
-                    found, aliases = _clean_outputs(ctx, snap, v, roots)
-                    # the moved output over the ranks' own outputs is kept, though larger than other clean
-                    # forms: its readers on the ranks are what the frontier explores next
-                    for _, t in moved:
-                        if t not in found[v.outputs[0]]:
-                            found[v.outputs[0]].append(t)
+                return eg.saturate(late, deadline, ctx.stats)
+            try:
+                moved = moved_outputs(ctx, snap, v, R, explored, grow, lambda t: constant_term(ctx, t))
+                eqs = relayouts(ctx, snap, v, R, explored, grow, lambda t: constant_term(ctx, t)) + moved
+                if eqs:
+                    ctx.stats["relayouts"] = ctx.stats.get("relayouts", 0) + len(eqs)
+                    eg.union_all(eqs)
+                    eg.late = True  # (with the lemmas for rows of several ranks interleaved)
+                    snap2 = eg.saturate(late, deadline, ctx.stats)
+                    snap2, more = explore_frontier(ctx, snap2, roots, t_rel, deadline, v.op)
+                    if not size_equalities(ctx, snap2):
+                        explored |= more
+                        found, aliases = _clean_outputs(ctx, snap2, v, roots)
+                        # the moved output over the ranks' own outputs is kept, though larger than other clean
+                        # forms: its readers on the ranks are what the frontier explores next
+                        for _, t in moved:
+                            if t not in found[v.outputs[0]]:
+                                found[v.outputs[0]].append(t)
+            except BudgetExceeded:  # (the search without them stands: a missing output is reported as such)
+                ctx.stats["relayout_budget"] = ctx.stats.get("relayout_budget", 0) + 1
+            finally:
+                eg.late = False
     finally:
         eg.pop()
     # ... only the simplest of each self-provable class (checked without G_d facts or R)

@@ -49,23 +49,29 @@ class Lemma:
     when: str = ""  # a pattern that must also exist as an e-node (a constrained lemma, §4.3)
     index: tuple = ()  # ((var, bound), ...): tensor variables holding indices, fuzzed as integers in [0, bound)
     variant: str = ""  # a lemma of a family (engine/families.py): the op it is stated for (its rules' ids name it)
+    late: bool = False  # run only in the searches after relayout.py's equalities (EGraph.late)
+    tensors: tuple = ()  # variables whose e-class must hold a G_d tensor (a leaf) for the lemma to fire
 
     def __str__(self) -> str:
         c = f"  if {self.cond}" if self.cond else ""
         w = f"  when {self.when} exists" if self.when else ""
         w += "  where a tensor holds it" if self.exists == "tensor" else ""
+        w += "  (late)" if self.late else ""
         return f"[{self.ref}] {self.name}: {self.rule}{c}{w}"
 
 
 def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root", examples: tuple = (),
-      when: str = "", index: dict | None = None) -> Lemma:
+      when: str = "", index: dict | None = None, late: bool = False, tensors: tuple = ()) -> Lemma:
     """Declare a lemma (records the caller's file:line). ``examples`` seed the fuzzer where random shapes
     rarely satisfy the pattern; they are checked numerically like any other instance. ``index``
     (``{"i": "size(?a, 0)"}``) names tensor variables that hold indices and the bound of the left side's
-    domain (torch raises outside [0, bound)); the fuzzer draws them as integers in [0, bound)."""
+    domain (torch raises outside [0, bound)); the fuzzer draws them as integers in [0, bound). ``late``: the
+    lemma runs only in the search that follows layouts proven on labelled entries (``relayout.py``), where
+    rows of several ranks interleave; everywhere, it would grow every concatenation of slices. ``tensors``:
+    variables that must stand for an e-class holding a G_d tensor (a rank's own rows, not any sub-term)."""
     f = sys._getframe(1)
     return Lemma(ref, name, rule, cond, exists, f"{f.f_code.co_filename}:{f.f_lineno}", examples=tuple(examples),
-                 when=when, index=tuple((index or {}).items()))
+                 when=when, index=tuple((index or {}).items()), late=late, tensors=tuple(tensors))
 
 
 class LemmaError(GraphGuardError):
@@ -312,7 +318,8 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
                 raise LemmaError(f"lemma {lem.ref} ({lem.where}): with exists='args' every top-level "
                                  f"?variable must occur inside another argument ({loose})")
         avars = {k: (reg.get(op), name) for k, (op, name) in av.items()}
-        native = (cond is None and when is None and lem.exists == "root" and _is_plain(rhs)
+        native = (cond is None and when is None and lem.exists == "root" and not lem.late and not lem.tensors
+                  and _is_plain(rhs)
                   and not any(True for _ in _negative_dims(rhs, reg)))  # (those are normalised when built)
         index = {}
         for v, limit in lem.index:

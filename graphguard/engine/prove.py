@@ -20,10 +20,10 @@ from .lemma import relevant_rules, term_ops
 
 def proves(lhs: str, rhs: str, shapes: dict[str, list], symbols: dict[str, dict] | None = None,
            budget: Budget | None = None, plugins=None, dtypes: dict[str, str] | None = None,
-           ranges: dict[str, tuple[int, int]] | None = None) -> bool:
+           ranges: dict[str, tuple[int, int]] | None = None, late: bool = False) -> bool:
     """Do the loaded lemmas prove ``lhs`` and ``rhs`` equal? ``shapes`` (and ``dtypes``, float32 by default;
     ``ranges``, the [lo, hi) of an integer tensor's values, as a relation file's ``ranges:``) of the tensors
-    they name."""
+    they name. ``late``: with the lemmas that run only after layouts found on labelled entries."""
     pl = plugins or load_plugins()
     cx = S.Constraints()
     for name, spec in (symbols or {}).items():
@@ -44,6 +44,7 @@ def proves(lhs: str, rhs: str, shapes: dict[str, list], symbols: dict[str, dict]
         term_ops(t, ops)
     eg = EGraph(pl.registry, relevant_rules(pl.lemmas, ops), cx, lambda n: shp[n], ops,
                 leaf_dtype=lambda n: dt.get(n, "float32"), leaf_range=(ranges or {}).get)
+    eg.late = late
     eg.push()
     eg.add(a)
     eg.add(b)

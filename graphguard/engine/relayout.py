@@ -162,7 +162,8 @@ def chunks(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term]) -> list[Ter
 
 def solve(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term], y_shapes: list[tuple]) -> list[Term]:
     """Terms over ``y_terms`` equal to ``x`` (label arrays): ``concat(L_0(y_a), L_1(y_b), ..., dim=d)`` with
-    each ``y`` used once, or ``L(y)`` for each y that holds all of x."""
+    each ``y`` used once, else the ranks' rows interleaved (:func:`chunks`) or a layout of their concatenation;
+    and ``L(y)`` or y's rows reordered for each y that holds all of x (replicated copies)."""
     where: dict[int, tuple[int, int]] = {}
     for i, y in enumerate(ys):
         flat = y.reshape(-1)
@@ -188,7 +189,7 @@ def solve(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term], y_shapes: li
         else:
             out.append(app("core.concat", *parts, dim=d))
     if not out and w > 1:
-        out += chunks(x, ys, y_terms)
+        out += [t for t in chunks(x, ys, y_terms) if len(set(leaves(t))) > 1]  # (one tensor's rows: below)
         for d in range(ys[0].ndim if not out else 0):  # x a layout of the ranks' tensors concatenated (chunks interleaved)
             if any(y.ndim != ys[0].ndim or y.shape[:d] + y.shape[d + 1:] != ys[0].shape[:d] + ys[0].shape[d + 1:]
                    for y in ys):
@@ -207,11 +208,14 @@ def solve(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term], y_shapes: li
             if t is not None:
                 out.append(t)
                 break
-    if not out:
-        for i in range(w):
-            hit = _positions(x, {lab: pos for lab, pos in where.items() if pos[0] == i})
-            t = layout(y_terms[i], y_shapes[i], hit[1]) if hit is not None else None
-            if t is not None:
+    for i in range(w):  # one tensor holding all of x (replicated copies: each of them)
+        flat = ys[i].reshape(-1)
+        own = {lab: (i, p) for p, lab in enumerate(flat.tolist())} if len(np.unique(flat)) == flat.size else {}
+        hit = _positions(x, own)
+        t = layout(y_terms[i], y_shapes[i], hit[1]) if hit is not None else None
+        # ... and its rows in another order as slices (what row-wise lemmas carry through an operator)
+        for t in ([t] if t is not None else []) + chunks(x, [ys[i]], [y_terms[i]])[:1]:
+            if t not in out:
                 out.append(t)
     return out
 
@@ -228,7 +232,7 @@ def _reach(g_d, y: str, known: set[str], limit: int = 6) -> list[Node] | None:
     return chain
 
 
-def relayouts(ctx, snap, v: Node, R: dict, explored: set[str], grow) -> list[tuple[Term, Term]]:
+def relayouts(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_of=None) -> list[tuple[Term, Term]]:
     """Equalities (the relation of an input of v, the same data over the inputs of v's G_d counterparts)
     proven by labelled evaluation. The counterparts are G_d operators of v's op, grouped by output name across
     ranks, whose input is an explored tensor or a view of one (a few data-movement operators down: their G_d
@@ -274,6 +278,87 @@ def relayouts(ctx, snap, v: Node, R: dict, explored: set[str], grow) -> list[tup
                     if got:
                         out.extend(got)
                         break
+    if const_of is not None:  # (the inputs no explored view relates: through collectives, by G_d's definitions)
+        out += [q for q in _propagated(ctx, v, R, grow, const_of) if q not in out]
+    return out
+
+
+MAX_PROPAGATED = 256  # G_d operators one label propagation may evaluate
+
+
+class Propagated:
+    """Labels of G_d tensors computed from labelled G_d tensors by G_d's own definitions, where every operator
+    on the way moves data: core data movement and collectives whose meaning is data movement (all-gather,
+    all-to-all, split), evaluated on the labels; a ``data_movement`` operator whose other inputs are constants
+    (``const_of``), evaluated by :func:`_moves` (its reference on labels, checked on values). Anything else
+    (a reduction, arithmetic, an input not labelled) leaves the tensor without labels."""
+
+    def __init__(self, ctx, labels: dict[str, np.ndarray], const_of):
+        self.ctx, self.reg, self.const_of = ctx, ctx.egraph.reg, const_of
+        self.memo: dict[str, np.ndarray | None] = dict(labels)
+        self.evaluated = 0
+        self.rng = np.random.default_rng(0)
+
+    def get(self, t: str) -> np.ndarray | None:
+        if t in self.memo:
+            return self.memo[t]
+        self.memo[t] = None
+        g_d = self.ctx.g_d
+        n = g_d.producer.get(t)
+        if n is None or self.evaluated >= MAX_PROPAGATED:
+            return None
+        self.evaluated += 1
+        term = g_d.node_terms(n)[n.outputs.index(t)]
+        op = self.reg.get(n.op)
+        got = None
+        if is_movement(term) and all(self.get(leaf) is not None for leaf in set(leaves(term))):
+            got = term_eval(term, self.memo.__getitem__, self.reg)
+        elif op is not None and op.data_movement and len(n.outputs) == 1 and self.get(n.inputs[0]) is not None:
+            consts = [self.const_of(i) for i in n.inputs[1:]]
+            if all(c is not None for c in consts):
+                try:
+                    vals = [term_eval(c, lambda name: None, self.reg) for c in consts]
+                except Exception:  # noqa: BLE001 -- a constant the references cannot evaluate
+                    vals = None
+                if vals is not None:
+                    got = _moves(op, vals, dict(n.attrs), self.memo[n.inputs[0]], self.rng)
+        self.memo[t] = got
+        return got
+
+
+def _propagated(ctx, v: Node, R: dict, grow, const_of) -> list[tuple[Term, Term]]:
+    """Equalities for an input of v over the inputs of its G_d counterparts, whose labels G_d's definitions
+    compute from the relation's tensors (:class:`Propagated`): the counterparts' inputs need not be explored
+    (an expert's rows after an all-to-all, an all-gather and a re-sort by expert). The counterparts' own G_d
+    definitions are added (``grow``), so that v's output meets theirs."""
+    g_d, reg = ctx.g_d, ctx.egraph.reg
+    groups: dict[str, list[Node]] = {}
+    for n in g_d.nodes:
+        if n.op == v.op and len(n.inputs) == len(v.inputs) and len(n.outputs) == len(v.outputs):
+            groups.setdefault(base_name(n.outputs[0]), []).append(n)
+    out, used = [], []
+    for k, x in enumerate(v.inputs):
+        for e in [e for e in R.get(x, ()) if is_movement(e)][:2]:
+            base = sorted(set(leaves(e)))
+            lab = labelled(base, g_d.shape)
+            if lab is None:
+                continue
+            prop = Propagated(ctx, lab, const_of)
+            xs = term_eval(e, lab.__getitem__, reg)
+            for nodes in groups.values():
+                nodes.sort(key=lambda n: rank_of(n.outputs[0]) or 0)
+                ys = [prop.get(n.inputs[k]) for n in nodes]
+                if any(y is None for y in ys) or all(n.inputs[k] in lab for n in nodes):
+                    continue
+                got = [(e, t) for t in solve(xs, ys, [Leaf(n.inputs[k]) for n in nodes],
+                                             [tuple(y.shape) for y in ys]) if t != e]
+                if got:
+                    out.extend(got)
+                    used.extend(nodes)
+            if out:
+                break
+    if used:
+        grow([(Leaf(o), t) for n in used for o, t in zip(n.outputs, g_d.node_terms(n))])
     return out
 
 

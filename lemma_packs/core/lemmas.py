@@ -105,7 +105,7 @@ COMPUTE = [
     L(224, "matmul-rows-of-last-slice",  # (concatenations are left-nested: peel the last part)
       "matmul(concat(?a, slice(?c, dim=0, start=?s, end=?e), dim=0), ?w)"
       " => concat(matmul(?a, ?w), slice(matmul(?c, ?w), dim=0, start=?s, end=?e), dim=0)",
-      when="matmul(?c, ?w)",
+      when="matmul(?c, ?w)", late=True, tensors=("c",),
       examples=[{"a": [2, 3], "c": [4, 3], "w": [3, 2], "s": 1, "e": 3}, {"a": [1, 2], "c": [2, 2], "w": [2, 5], "s": 0, "e": 1},
                 {"a": [3, 4], "c": [3, 4], "w": [4, 1], "s": 0, "e": 3}]),
     L(203, "matmul-cols", "matmul(?x, concat(?a, ?b, dim=1)) => concat(matmul(?x, ?a), matmul(?x, ?b), dim=1)"),

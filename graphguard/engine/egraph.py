@@ -536,6 +536,7 @@ class EGraph:
         prog.append("(ruleset late)")  # late=True lemmas: run only while ``self.late``
         self.held = False
         self.late = False
+        self.has_late = any(r.lemma.late for r in rules)
         self.has_held = any(r.exists == "tensor" for r in rules)
         for r in rules:
             prog.extend(self._compile(r))

@@ -20,16 +20,17 @@ from ..ir.expr import VARIADIC
 from ..ir.ops import OpDef, Registry
 from .lemma import Lemma, LemmaError
 
-FAMILIES: list[tuple[int, str, Callable, str]] = []  # (ref, name, derive(op, reg) -> rule pieces, file:line)
+FAMILIES: list[tuple[int, str, Callable, str, bool]] = []  # (ref, name, derive(op, reg), file:line, late)
 
 
-def family(ref: int, name: str):
-    """Register a family: ``fn(op, reg)`` yields ``(rule, cond, when, examples)`` for each lemma of ``op``."""
+def family(ref: int, name: str, late: bool = False):
+    """Register a family: ``fn(op, reg)`` yields ``(rule, cond, when, examples)`` for each lemma of ``op``.
+    ``late``: its lemmas run only in the search after relayout.py's equalities (:func:`graphguard.engine.lemma.L`)."""
     f = sys._getframe(1)
     where = f"{f.f_code.co_filename}:{f.f_lineno + 1}"
 
     def deco(fn):
-        FAMILIES.append((ref, name, fn, where))
+        FAMILIES.append((ref, name, fn, where, late))
         return fn
     return deco
 
@@ -231,11 +232,12 @@ def _sl(x: str) -> str:
     return f"slice({x}, dim=?d, start=?s, end=?e)"
 
 
-@family(1211, "elementwise-of-slices")
+@family(1211, "elementwise-of-slices", late=True)
 def elementwise_of_slices(op, reg):  # f(slice(a0), slice(a1)) -> slice(f(a0, a1)), where f(a0, a1) exists
     """The same slice of every elementwise input (of one shape: no broadcasting across the cut) is the slice of
     the op's result; only where the op of the whole inputs exists (rows of several ranks interleaved: each
-    rank's own op is the whole)."""
+    rank's own op is the whole). Late (as 1212): run in every search, they cost verified runs about 10 % more
+    time, and the slices they serve are the ones relayout.py's equalities bring."""
     ew = tuple(op.elementwise or ())
     n = _n_inputs(op)
     if not ew or not n:
@@ -248,7 +250,7 @@ def elementwise_of_slices(op, reg):  # f(slice(a0), slice(a1)) -> slice(f(a0, a1
     yield f"{lhs} => {_sl(whole)}", " and ".join(conds), whole, ex
 
 
-@family(1212, "rowwise-of-slices")
+@family(1212, "rowwise-of-slices", late=True)
 def rowwise_of_slices(op, reg):  # f(slice(a, d)) -> slice(f(a), d), d not in the rows, where f(a) exists
     rw = op.rowwise
     if rw is None or rw.index:  # (the whole is undefined where rows left out index out of range)
@@ -321,11 +323,11 @@ def derive(reg: Registry) -> list[Lemma]:
     """Every family's lemmas for every registered operator, in a stable order (family, op)."""
     out = []
     ops = sorted((op for op in reg if op.meaning is None and op.shape is not None), key=lambda o: o.name)
-    for ref, name, fn, where in FAMILIES:
+    for ref, name, fn, where, late in FAMILIES:
         for op in ops:
             pieces = list(fn(op, reg))
             for k, (rule, cond, when, examples) in enumerate(pieces):
                 tag = op.name if len(pieces) == 1 else f"{op.name}#{k}" if "#" not in op.name else f"{op.name}/{k}"
                 out.append(Lemma(ref, f"{name}[{tag}]", rule, cond, "root", f"{where} ({op.name})",
-                                 pack=op.source, examples=tuple(examples), when=when, variant=tag))
+                                 pack=op.source, examples=tuple(examples), when=when, variant=tag, late=late))
     return out

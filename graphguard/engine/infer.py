@@ -433,7 +433,7 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
             try:
                 moved = moved_outputs(ctx, snap, v, R, explored, grow, lambda t: constant_term(ctx, t))
                 eqs = relayouts(ctx, snap, v, R, explored, grow, lambda t: constant_term(ctx, t)) + moved
-                if eqs:
+                if eqs or eg.has_late:  # (the late lemmas carry ops through slices the relation already holds)
                     ctx.stats["relayouts"] = ctx.stats.get("relayouts", 0) + len(eqs)
                     eg.union_all(eqs)
                     eg.late = True  # (with the lemmas for rows of several ranks interleaved)

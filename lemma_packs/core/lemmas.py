@@ -101,7 +101,7 @@ COMPUTE = [
     # ... or a slice of rows (rows of several ranks interleaved: relayout.py's chunks), where G_d multiplies them
     L(223, "matmul-rows-of-slice",
       "matmul(slice(?a, dim=0, start=?s, end=?e), ?w) => slice(matmul(?a, ?w), dim=0, start=?s, end=?e)",
-      when="matmul(?a, ?w)"),
+      when="matmul(?a, ?w)", late=True, tensors=("a",)),
     L(224, "matmul-rows-of-last-slice",  # (concatenations are left-nested: peel the last part)
       "matmul(concat(?a, slice(?c, dim=0, start=?s, end=?e), dim=0), ?w)"
       " => concat(matmul(?a, ?w), slice(matmul(?c, ?w), dim=0, start=?s, end=?e), dim=0)",

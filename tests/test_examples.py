@@ -28,15 +28,23 @@ BUG_AT = {"megatron-sp-layernorm-grad": ("aten.native_layer_norm_backward", "bw.
 
 # examples run with more than the default (forward + backward: the forward is part of it), and lines their R_o
 # must hold
-ARGS = {"megatron-moe": ["--backward"]}
-R_O = {"megatron-moe": ["out0 = concat(out0@0, out0@1, dim=0)",
+ARGS = {"megatron-moe": ["--backward"], "megatron-gpt": ["--backward"]}
+R_O = {"megatron-gpt": ["out0 = out0@0", "out0 = out0@1",  # the loss per token, on every rank
+                        "grad.embedding.word_embeddings.weight = concat(grad.embedding.word_embeddings.weight@0, "
+                        "grad.embedding.word_embeddings.weight@1, dim=0)",
+                        "grad.output_layer.weight = concat(grad.output_layer.weight@0, grad.output_layer.weight@1, dim=0)"],
+       "megatron-moe": ["out0 = concat(out0@0, out0@1, dim=0)",
                         "grad.router.weight = sum(grad.router.weight@0, grad.router.weight@1)",
                         "grad.hidden_states = concat(grad.hidden_states@0, grad.hidden_states@1, dim=0)",
                         "grad.experts.local_experts.3.linear_fc2.weight = grad.experts.local_experts.1.linear_fc2.weight@1"]}
 
 
 # examples whose run script repeats what another default test verifies in-process (run with -m slow)
-SLOW = {"hf-zoo": "tests/test_hf_zoo.py verifies its default, Qwen3 with HF's plan, forward and backward"}
+SLOW = {"hf-zoo": "tests/test_hf_zoo.py verifies its default, Qwen3 with HF's plan, forward and backward",
+        # the project's own imitations of bugs that are planted in real megatron-core and run by default
+        "layernorm-grad-sp": "examples/bugs/megatron-sp-layernorm-grad: the same bug in megatron-core",
+        "grad-accum-scale": "examples/bugs/megatron-grad-accum-scale: the same bug in megatron-core",
+        "mlp-dtensor": "examples/gpt-tp-dtensor: DTensor capture of a whole block"}
 
 
 @pytest.mark.parametrize("d", [pytest.param(d, marks=pytest.mark.slow) if d.name in SLOW else d

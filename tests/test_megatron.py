@@ -1,6 +1,6 @@
 """megatron-core's real GPTModel (examples/megatron-gpt) and the lemmas it needs (lemma_packs/aten/megatron.py).
 
-The example itself runs in test_examples.py (TP=2 forward, with replay); here: its other configurations, the
+The example itself runs in test_examples.py (TP=2 forward and backward, with replay); here: its other configurations, the
 one-rank group of a TP=1 capture, and one-line "proves" / "must not prove" tests of lemmas 1300-1306.
 """
 from __future__ import annotations
@@ -124,7 +124,8 @@ def _run(*args, env=None):
                           env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("args,env", [(["--backward"], {}), pytest.param(["--world-size", "4"], {}, marks=pytest.mark.slow),
+@pytest.mark.parametrize("args,env", [pytest.param(["--backward"], {}, marks=pytest.mark.slow),  # test_examples' run
+                                      pytest.param(["--world-size", "4"], {}, marks=pytest.mark.slow),
                                       (["--backward"], {"GG_SP": "1"}),
                                       pytest.param([], {"GG_LABELS": "0"}, marks=pytest.mark.slow)],
                          ids=["tp2-backward", "tp4", "tp2-sp-backward", "tp2-logits"])

@@ -191,7 +191,7 @@ def _run(path, *args, env=None):
     return subprocess.run([str(path), *args], capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
-@pytest.mark.slow  # (the same command is tests/test_megatron.py's tp2-backward, which checks these lines too)
+@pytest.mark.slow  # (the same command runs in tests/test_examples.py (megatron-gpt), which checks these lines too)
 def test_megatron_gpt_cross_entropy_with_labels_refines_forward_and_backward():
     p = _run(EXAMPLES / "megatron-gpt" / "run", "--backward")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

@@ -200,11 +200,10 @@ def reduction_along_it(op, reg):  # r(concat(a, b, d), dims with d) -> combine(r
            " and ".join(conds), "", ())
 
 
-@family(1207, "rowwise-of-concats")
-def rowwise_of_concats(op, reg):  # f(concat(a, b, d)) -> concat(f(a), f(b)), d not in the rows
+def _rowwise(op: OpDef):
+    """A row-wise op's pieces: the attribute's kind, the first row input, the condition that ``?d`` is not a
+    row dim, and the input counts to state it for."""
     rw = op.rowwise
-    if rw is None:
-        return
     _need_attr(op, rw.dims, "rowwise")
     kind = op.attr_spec(rw.dims).kind
     p = rw.args[0]
@@ -215,6 +214,15 @@ def rowwise_of_concats(op, reg):  # f(concat(a, b, d)) -> concat(f(a), f(b)), d 
         raise LemmaError(f"operator {op.name} ({op.source}): rowwise attribute '{rw.dims}' must be an int, ints or "
                          f"a shape")
     counts = [_n_inputs(op)] if op.arity is not None or op.name in VARIADIC else range(len(rw.args), rw.inputs + 1)
+    return kind, p, untouched, counts
+
+
+@family(1207, "rowwise-of-concats")
+def rowwise_of_concats(op, reg):  # f(concat(a, b, d)) -> concat(f(a), f(b)), d not in the rows
+    rw = op.rowwise
+    if rw is None:
+        return
+    kind, p, untouched, counts = _rowwise(op)
     for n in counts:
         conds = [untouched] + [f"size(?{h}{i}, ?d) == size(?{h}{p}, ?d)" for i in rw.args[1:] for h in "ab"]
         lhs = call(op, [_cat(i, "?d") if i in rw.args else f"?x{i}" for i in range(n)])
@@ -255,16 +263,9 @@ def rowwise_of_slices(op, reg):  # f(slice(a, d)) -> slice(f(a), d), d not in th
     rw = op.rowwise
     if rw is None or rw.index:  # (the whole is undefined where rows left out index out of range)
         return
-    _need_attr(op, rw.dims, "rowwise")
-    kind = op.attr_spec(rw.dims).kind
-    p = rw.args[0]
-    k = f"?p_{rw.dims}"
-    untouched = {"int": f"{k} != ?d and {k} != ?d - rank(?a{p})", "ints": f"not reduces({k}, ?d)",
-                 "scalars": f"?d < rank(?a{p}) - len({k})"}.get(kind)
-    if untouched is None:
-        raise LemmaError(f"operator {op.name} ({op.source}): rowwise attribute '{rw.dims}' must be an int, ints or "
-                         f"a shape")
-    counts = [_n_inputs(op)] if op.arity is not None or op.name in VARIADIC else range(len(rw.args), rw.inputs + 1)
+    kind, p, untouched, counts = _rowwise(op)
+    if kind == "int":  # (a negative row dim too)
+        untouched += f" and ?p_{rw.dims} != ?d - rank(?a{p})"
     for n in counts:
         conds = ["?d >= 0", untouched] + [f"size(?a{i}, ?d) == size(?a{p}, ?d)" for i in rw.args[1:]]
         lhs = call(op, [_sl(f"?a{i}") if i in rw.args else f"?x{i}" for i in range(n)])

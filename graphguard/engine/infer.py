@@ -10,6 +10,8 @@ operator whose problem repeats one solved before (a stacked layer) reuses that r
 """
 from __future__ import annotations
 
+import functools
+
 import time
 from dataclasses import dataclass, field
 
@@ -431,8 +433,9 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
                 eg.union_all(facts)
                 return eg.saturate(late, deadline, ctx.stats)
             try:
-                moved = moved_outputs(ctx, snap, v, R, explored, grow, lambda t: constant_term(ctx, t))
-                eqs = relayouts(ctx, snap, v, R, explored, grow, lambda t: constant_term(ctx, t)) + moved
+                const_of = functools.partial(constant_term, ctx)
+                moved = moved_outputs(ctx, snap, v, R, explored, grow, const_of)
+                eqs = relayouts(ctx, snap, v, R, explored, grow, const_of) + moved
                 if eqs or eg.has_late:  # (the late lemmas carry ops through slices the relation already holds)
                     ctx.stats["relayouts"] = ctx.stats.get("relayouts", 0) + len(eqs)
                     eg.union_all(eqs)

@@ -232,6 +232,39 @@ def _reach(g_d, y: str, known: set[str], limit: int = 6) -> list[Node] | None:
     return chain
 
 
+def _counterparts(g_d, v: Node, keep=lambda n: True) -> list[list[Node]]:
+    """v's G_d counterparts: operators of v's op and arity, grouped by output name across ranks (rank order)."""
+    groups: dict[str, list[Node]] = {}
+    for n in g_d.nodes:
+        if n.op == v.op and len(n.inputs) == len(v.inputs) and len(n.outputs) == len(v.outputs) and keep(n):
+            groups.setdefault(base_name(n.outputs[0]), []).append(n)
+    return [sorted(ns, key=lambda n: rank_of(n.outputs[0]) or 0) for ns in groups.values()]
+
+
+def _reached(ctx, snap, v: Node, known: set[str], ks, grow):
+    """The counterparts one of whose inputs ``ks`` is a known tensor or a view of one (a few data-movement
+    operators down), and the snapshot with those views' G_d definitions added (``grow``)."""
+    g_d, facts = ctx.g_d, {}
+
+    def keep(n):
+        chains = [_reach(g_d, n.inputs[k], known) for k in ks]
+        for m in (m for c in chains for m in c or ()):
+            facts[m.name] = [(Leaf(o), t) for o, t in zip(m.outputs, g_d.node_terms(m))]
+        return any(c is not None for c in chains)
+    groups = _counterparts(g_d, v, keep)
+    if facts:
+        snap = grow([f for fs in facts.values() for f in fs])
+    return groups, snap
+
+
+def _value(c: Term, reg) -> np.ndarray | None:
+    """A constant term's value by the references (None where they cannot evaluate it)."""
+    try:
+        return term_eval(c, lambda name: None, reg)
+    except Exception:  # noqa: BLE001 -- a constant the references cannot evaluate
+        return None
+
+
 def relayouts(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_of=None) -> list[tuple[Term, Term]]:
     """Equalities (the relation of an input of v, the same data over the inputs of v's G_d counterparts)
     proven by labelled evaluation. The counterparts are G_d operators of v's op, grouped by output name across
@@ -239,23 +272,9 @@ def relayouts(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_of=No
     definitions are added by ``grow(facts)``, which returns the saturated snapshot)."""
     g_d, reg = ctx.g_d, ctx.egraph.reg
     known = set(explored) | {leaf for x in v.inputs for e in R.get(x, ()) for leaf in leaves(e)}
-    groups: dict[str, list[Node]] = {}
-    facts = {}
-    for n in g_d.nodes:
-        if n.op != v.op or len(n.inputs) != len(v.inputs) or len(n.outputs) != len(v.outputs):
-            continue
-        chains = [_reach(g_d, y, known) for y in n.inputs]
-        if all(c is None for c in chains):
-            continue
-        for c in chains:
-            for m in c or ():
-                facts[m.name] = [(Leaf(o), t) for o, t in zip(m.outputs, g_d.node_terms(m))]
-        groups.setdefault(base_name(n.outputs[0]), []).append(n)
-    if facts:
-        snap = grow([f for fs in facts.values() for f in fs])
+    groups, snap = _reached(ctx, snap, v, known, range(len(v.inputs)), grow)
     out = []
-    for nodes in groups.values():
-        nodes.sort(key=lambda n: rank_of(n.outputs[0]) or 0)
+    for nodes in groups:
         for k, x in enumerate(v.inputs):
             moves = [e for e in R.get(x, ()) if is_movement(e)][:4]
             for e in moves:
@@ -315,13 +334,9 @@ class Propagated:
             got = term_eval(term, self.memo.__getitem__, self.reg)
         elif op is not None and op.data_movement and len(n.outputs) == 1 and self.get(n.inputs[0]) is not None:
             consts = [self.const_of(i) for i in n.inputs[1:]]
-            if all(c is not None for c in consts):
-                try:
-                    vals = [term_eval(c, lambda name: None, self.reg) for c in consts]
-                except Exception:  # noqa: BLE001 -- a constant the references cannot evaluate
-                    vals = None
-                if vals is not None:
-                    got = _moves(op, vals, dict(n.attrs), self.memo[n.inputs[0]], self.rng)
+            vals = [_value(c, self.reg) if c is not None else None for c in consts]
+            if all(x is not None for x in vals):
+                got = _moves(op, vals, dict(n.attrs), self.memo[n.inputs[0]], self.rng)
         self.memo[t] = got
         return got
 
@@ -332,10 +347,7 @@ def _propagated(ctx, v: Node, R: dict, grow, const_of) -> list[tuple[Term, Term]
     (an expert's rows after an all-to-all, an all-gather and a re-sort by expert). The counterparts' own G_d
     definitions are added (``grow``), so that v's output meets theirs."""
     g_d, reg = ctx.g_d, ctx.egraph.reg
-    groups: dict[str, list[Node]] = {}
-    for n in g_d.nodes:
-        if n.op == v.op and len(n.inputs) == len(v.inputs) and len(n.outputs) == len(v.outputs):
-            groups.setdefault(base_name(n.outputs[0]), []).append(n)
+    groups = _counterparts(g_d, v)
     out, used = [], []
     for k, x in enumerate(v.inputs):
         for e in [e for e in R.get(x, ()) if is_movement(e)][:2]:
@@ -345,8 +357,7 @@ def _propagated(ctx, v: Node, R: dict, grow, const_of) -> list[tuple[Term, Term]
                 continue
             prop = Propagated(ctx, lab, const_of)
             xs = term_eval(e, lab.__getitem__, reg)
-            for nodes in groups.values():
-                nodes.sort(key=lambda n: rank_of(n.outputs[0]) or 0)
+            for nodes in groups:
                 ys = [prop.get(n.inputs[k]) for n in nodes]
                 if any(y is None for y in ys) or all(n.inputs[k] in lab for n in nodes):
                     continue
@@ -388,7 +399,7 @@ def moved_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_o
     entry each output entry is (``solve``). The G_s side of each equality is the operator applied to the
     input's relation (congruent to v's output)."""
     op = ctx.egraph.reg.get(v.op)
-    g_d, g_s, reg = ctx.g_d, ctx.g_s, ctx.egraph.reg
+    g_d, reg = ctx.g_d, ctx.egraph.reg
     if op is None or not op.data_movement or len(v.outputs) != 1:
         return []
     idx_s = []
@@ -398,29 +409,15 @@ def moved_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_o
             return []
         idx_s.append(c)
     known = set(explored) | {leaf for e in R.get(v.inputs[0], ()) for leaf in leaves(e)}
-    groups: dict[str, list[Node]] = {}
-    facts = {}
-    for n in g_d.nodes:
-        if n.op != v.op or len(n.inputs) != len(v.inputs) or len(n.outputs) != 1:
-            continue
-        chain = _reach(g_d, n.inputs[0], known)
-        if chain is None:
-            continue
-        for m in chain:
-            facts[m.name] = [(Leaf(o), t) for o, t in zip(m.outputs, g_d.node_terms(m))]
-        groups.setdefault(base_name(n.outputs[0]), []).append(n)
+    groups, snap = _reached(ctx, snap, v, known, [0], grow)
     if not groups:
         return []
-    if facts:
-        snap = grow([f for fs in facts.values() for f in fs])
     rng = np.random.default_rng(0)
-    try:
-        idx_vals = [term_eval(c, lambda name: None, reg) for c in idx_s]
-    except Exception:  # noqa: BLE001 -- a constant the references cannot evaluate
+    idx_vals = [_value(c, reg) for c in idx_s]
+    if any(x is None for x in idx_vals):
         return []
     out = []
-    for nodes in groups.values():
-        nodes.sort(key=lambda n: rank_of(n.outputs[0]) or 0)
+    for nodes in groups:
         consts = [[const_of(i) for i in n.inputs[1:]] for n in nodes]
         if any(c is None for cs in consts for c in cs):
             continue
@@ -438,7 +435,7 @@ def moved_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_o
                     continue
                 try:
                     xs = _moves(op, idx_vals, dict(v.attrs), term_eval(e, lab.__getitem__, reg), rng)
-                    ys = [_moves(op, [term_eval(c, lambda name: None, reg) for c in cs], dict(n.attrs),
+                    ys = [_moves(op, [_value(c, reg) for c in cs], dict(n.attrs),
                                  term_eval(t, lab.__getitem__, reg), rng) for n, cs, t in zip(nodes, consts, y_terms)]
                 except Exception:  # noqa: BLE001
                     continue

@@ -11,7 +11,6 @@ operator whose problem repeats one solved before (a stacked layer) reuses that r
 from __future__ import annotations
 
 import functools
-
 import time
 from dataclasses import dataclass, field
 

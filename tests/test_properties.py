@@ -476,6 +476,11 @@ def test_matmul_of_interleaved_row_slices():
     assert not proves(f"aten.mm({rows}, W)", "concat(slice(aten.mm(B, W), dim=0, start=0, end=1), "
                       "slice(aten.mm(A, W), dim=0, start=0, end=1), slice(aten.mm(A, W), dim=0, start=1, end=2), dim=0)",
                       s, late=True)
+    # 223 alone: a slice of the rows is the same slice of the product, not another one
+    assert proves("aten.mm(slice(A, dim=0, start=1, end=2), W)", "slice(aten.mm(A, W), dim=0, start=1, end=2)", s,
+                  late=True)
+    assert not proves("aten.mm(slice(A, dim=0, start=1, end=2), W)", "slice(aten.mm(A, W), dim=0, start=0, end=1)", s,
+                      late=True)
     # ... and only over slices of a tensor (a rank's own rows), not of any sub-term
     assert not proves(f"aten.mm(concat(slice(A, dim=0, start=0, end=1), slice(aten.neg(B), dim=0, start=0, end=1), "
                       "dim=0), W)", "concat(slice(aten.mm(A, W), dim=0, start=0, end=1), "

@@ -227,8 +227,11 @@ def report(models: list[str], tps: list[int], modes: list[str], results: dict, c
             sel = [r for r in rows if r["tp"] == tp and r["mode"] == mode]
             ok = sum(r["verdict"] == "verifies" for r in sel)
             run = sum(r["verdict"] != "not-run" for r in sel)
+            built = [r for r in sel if r["verdict"] not in ("cannot-build", "not-run")]
             print(f"pass rate tp={tp} {mode:8}: {ok}/{len(sel)} verify ({100 * ok / max(len(sel), 1):.1f} %)"
-                  + (f"; {len(sel) - run} not run yet" if run < len(sel) else ""))
+                  + (f"; {len(sel) - run} not run yet" if run < len(sel) else "")
+                  + f"; of the {len(built)} whose HF code runs under HF's plan: {ok}/{len(built)} "
+                    f"({100 * ok / max(len(built), 1):.1f} %)")
 
 
 def _tf_version() -> str:

@@ -148,7 +148,7 @@ def lemmas_check(ctx, trials, seed, refs):
     """Fuzz every lemma against the NumPy references; fails loudly on an unsound or untested one."""
     import time
 
-    from .engine.fuzz import CHECK_TRIALS, check_identity, check_scalar_form, fuzz_rule
+    from .engine.fuzz import CHECK_TRIALS, check_identity, check_rows, check_scalar_form, fuzz_rule
     trials = trials or CHECK_TRIALS
     pl = _plugins(ctx.find_root(), gate=False)  # the tool that shows why a pack is refused
     t0 = time.monotonic()
@@ -168,16 +168,18 @@ def lemmas_check(ctx, trials, seed, refs):
             click.echo(f"FAIL  {r.id:>6} {r.lemma.name} [{r.lemma.where}]: {rep.why()}")
     idents = 0
     forms = 0
-    for op in (o for o in pl.registry if (o.identity or o.scalar_form) and not refs):  # engine/normalise.py's
-        for check in (check_identity, check_scalar_form):  # declarations: identity elements, scalar forms
+    rows = 0
+    for op in (o for o in pl.registry if (o.identity or o.scalar_form or o.rows) and not refs):  # declarations
+        for check in (check_identity, check_scalar_form, check_rows):  # normalise.py's, relayout.py's
             for name, n, why in check(op, pl.registry, seed=seed, trials=trials):
                 idents += check is check_identity
                 forms += check is check_scalar_form
+                rows += check is check_rows
                 bad += why is not None
                 click.echo(f"ok    {name} ({n} instances)" if why is None else f"FAIL  {name} [{op.source}]: {why}")
     lemmas_n = len({id(r.lemma) for r in rules})
-    click.echo(f"{len(rules) + idents + forms - bad} passed, {bad} failed ({lemmas_n} lemmas, {len(rules)} rules, "
-               f"{idents} identity declarations, {forms} scalar forms"
+    click.echo(f"{len(rules) + idents + forms + rows - bad} passed, {bad} failed ({lemmas_n} lemmas, {len(rules)} rules, "
+               f"{idents} identity declarations, {forms} scalar forms, {rows} row declarations"
                + (f"; fewest instances: {least.instances} ({least.rule.id})" if least else "")
                + f"; {time.monotonic() - t0:.1f} s)")
     ctx.exit(1 if bad else 0)

@@ -100,6 +100,27 @@ def test_planted_routing_bug_is_flagged_at_the_expert_choice():
     assert "out0 = concat(out0@0, out0@1, dim=0)" in good.stdout and "out1" not in good.stdout
 
 
+@pytest.mark.slow  # (about 3 minutes each: examples/megatron-moe/README.md, "TP x EP")
+def test_tensor_times_expert_parallel_refines():
+    """EP 2 x TP 2 with sequence parallel: the router over interleaved token shards, the experts' probabilities
+    multiplied on rows another all-gather re-sorted, fc2 on the pair's column halves, the output reached through
+    reduce-scatter, all-to-all and scatter_add (relayout.py's labels, sums and row layouts)."""
+    p = _run("--world-size", "4", "--replay", env={"GG_TP": "2"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert ("out0 = permute(reshape(concat(out0@0, out0@1, out0@2, out0@3, dim=0), shape=[2, 4, 8]), "
+            "dims=[1, 0, 2])") in p.stdout
+    assert "replay: ok" in p.stdout
+
+
+@pytest.mark.slow
+def test_planted_routing_bug_is_flagged_at_tensor_times_expert_parallel():
+    pytest.importorskip("megatron.core")
+    bad = subprocess.run([str(EXAMPLES / "bugs" / "megatron-moe-routing" / "run"), "--world-size", "4"],
+                         capture_output=True, text=True, env={**os.environ, "GG_TP": "2"})
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "stopped at G_s operator aten.topk" in bad.stdout, bad.stdout
+
+
 # -- lemmas 1352-1355 and 511: the dispatch's index arithmetic and all-to-all views --------------------------------
 
 _ORDER = "aten.expand(reshape(aten.arange(end={n}, dtype=None), shape=[1, {n}]), size=[{e}, {n}], implicit=false)"

@@ -474,6 +474,65 @@ def check_identity(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS)
     return out
 
 
+def check_rows(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS) -> list[tuple[str, int, str | None]]:
+    """The ``rows`` declaration of ``op`` (``(input, trailing)``; :func:`graphguard.engine.relayout.rows_through`
+    carries row layouts through the op by it) fuzzed: the op of that input's rows picked by any index list
+    (repeats, drops, none at all) equals the op's output rows picked by the same list, over every dtype, empty
+    and size-1 dims and special values; the other inputs' shapes are drawn until the op accepts them."""
+    if not op.rows:
+        return []
+    with warnings.catch_warnings():  # (overflow of float16 casts: values, not news)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _check_rows(op, seed, trials)
+
+
+def _check_rows(op, seed: int, trials: int) -> list[tuple[str, int, str | None]]:
+    from ..ir.ops import normalize_attrs
+    p, trailing = op.rows
+    name = f"rows[{op.name}]"
+    rng, nrng = _declaration_rngs(seed, 97, op.name)
+    attrs = dict(normalize_attrs(op, {}, op.name))
+    seen, failure, n, cx = set(), None, op.arity or p + 1, S.Constraints()
+    for _ in range(200 * trials):
+        if len(seen) >= trials or failure:
+            break
+        shapes = [tuple(_size(rng) for _ in range(rng.randint(0, 3))) for _ in range(n)]
+        shapes[p] = tuple(_size(rng) for _ in range(rng.randint(trailing + 1, trailing + 2)))
+        try:
+            op.shape(shapes, attrs, cx)
+        except ShapeError:
+            continue
+        dt = rng.choice(DTYPES)
+        special = rng.random() < 0.3
+        xs = [_values(nrng, s, dt, special=special) for s in shapes]
+        try:
+            with np.errstate(all="ignore"):
+                out = np.asarray(op.ref(xs, attrs))
+        except Exception:  # noqa: BLE001 -- shapes (or a dtype) the op does not take
+            continue
+        x = xs[p]
+        rows = x.shape[:x.ndim - trailing]
+        if out.ndim != x.ndim or out.shape[:len(rows)] != rows:
+            failure = f"{op.name}: output {list(out.shape)} does not keep the rows {list(rows)} of input {p}"
+            break
+        k = int(np.prod(rows, dtype=np.int64))
+        idx = nrng.integers(0, max(k, 1), size=rng.randint(0, 5)) if k else np.zeros(0, dtype=np.int64)
+        picked = x.reshape((k,) + x.shape[len(rows):])[idx]
+        try:
+            with np.errstate(all="ignore"):
+                got = np.asarray(op.ref([picked if i == p else a for i, a in enumerate(xs)], attrs))
+        except Exception as e:  # noqa: BLE001
+            failure = f"{op.name} of rows {list(picked.shape)} fails ({type(e).__name__}: {e}) where the whole works"
+            break
+        want = out.reshape((k,) + out.shape[len(rows):])[idx]
+        seen.add((tuple(shapes), dt, len(idx)))
+        why = _compare(got, want, special=special)
+        if why:
+            failure = f"{op.name} of rows {idx.tolist()} of {dt}{list(x.shape)}: {why}"
+    return [(name, len(seen), failure or (None if len(seen) >= MIN_INSTANCES else
+                                          f"only {len(seen)} instances (needs {MIN_INSTANCES})"))]
+
+
 SCALAR_FORM_VALUES = (2, -3, Fraction(1, 2), Fraction(-1, 4), 8, 1, 0, 12, Fraction(3, 8), 1024)
 
 

@@ -19,7 +19,7 @@ from ..ir.expr import App, Leaf, Term, flat_args, leaves, rename_symbols, size, 
 from ..ir.graph import Graph, Node
 from .egraph import Budget, BudgetExceeded, EGraph, Snapshot
 from .memo import Memo, Problem
-from .relayout import moved_outputs, relayouts
+from .relayout import elementwise_outputs, moved_outputs, relayouts, rows_through, sum_outputs, summed_outputs
 from .result import Failure, NodeStat, VerifyResult
 
 Relation = dict[str, list[Term]]
@@ -131,6 +131,12 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
     for o in ctx.g_s.outputs:
         exprs = [e for e in R.get(o, []) if set(leaves(e)) <= d_out and next(leaves(e), None) is not None
                  and not _is_scaled(e) and o not in carried.origin]
+        if not exprs and o not in carried.origin:  # (its sums over other G_d tensors, carried to the outputs)
+            outs = sorted(d_out)
+            for e in R.get(o, [])[:4]:
+                exprs = summed_outputs(ctx, e, outs, functools.partial(constant_term, ctx))[:2]
+                if exprs:
+                    break
         if not exprs:
             v = ctx.g_s.producer.get(o)
             known = ", ".join(to_text(e) for e in R.get(o, [])) or "none"
@@ -431,10 +437,15 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
             def grow(facts):
                 eg.union_all(facts)
                 return eg.saturate(late, deadline, ctx.stats)
+            const_of, moved = functools.partial(constant_term, ctx), []
             try:
-                const_of = functools.partial(constant_term, ctx)
-                moved = moved_outputs(ctx, snap, v, R, explored, grow, const_of)
-                eqs = relayouts(ctx, snap, v, R, explored, grow, const_of) + moved
+                moved = (moved_outputs(ctx, snap, v, R, explored, grow, const_of)
+                         or elementwise_outputs(ctx, snap, v, R, explored, grow, const_of)
+                         or sum_outputs(ctx, snap, v, R, explored, grow, const_of))
+                eqs = relayouts(ctx, snap, v, R, explored, grow, const_of)
+                # (a row-wise operator of rows its counterparts read in another order: through it, on them)
+                ins = {x: [t for e, t in eqs if e in R.get(x, ())] + list(R.get(x, ())) for x in v.inputs}
+                eqs += moved + rows_through(ctx, v, {**R, **ins})
                 if eqs or eg.has_late:  # (the late lemmas carry ops through slices the relation already holds)
                     ctx.stats["relayouts"] = ctx.stats.get("relayouts", 0) + len(eqs)
                     eg.union_all(eqs)
@@ -451,6 +462,9 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
                                 found[v.outputs[0]].append(t)
             except BudgetExceeded:  # (the search without them stands: a missing output is reported as such)
                 ctx.stats["relayout_budget"] = ctx.stats.get("relayout_budget", 0) + 1
+                for _, t in moved:  # (an output proven on labels stands without the search's other forms)
+                    found[v.outputs[0]].append(t)
+                    explored |= set(leaves(t))
             finally:
                 eg.late = False
     finally:

@@ -12,8 +12,20 @@ related in one layout (an expert-major concatenation of the ranks' chunks before
 rank's copy of the operator reads another (the rows that all-to-all delivered). ``relayouts`` searches, for
 each input of the G_s operator, a concatenation along one dim of the ranks' inputs -- each reshaped and
 permuted -- or one rank's input alone (replicated) whose labels equal the input's.
+
+The same evaluation on labels proves an operator's output directly where its inputs are related in layouts
+its G_d counterparts do not share: ``moved_outputs`` (data movement at constant indices), ``elementwise_outputs``
+(an elementwise operator: an output entry is f of its inputs' labels), ``rows_through`` (a row-wise operator --
+``OpDef.rows`` or ``RowWise`` -- of rows re-sorted: the same rows of the operator of the ranks' tensors). With
+entries as sums of labels (:class:`Sums`: reductions across ranks, ``scatter_add`` into zeros) G_s outputs
+known over intermediate G_d tensors are carried to G_d's outputs (``summed_outputs``); with entries as
+polynomials (:class:`Poly`: references that add and multiply, checked at a random point) an operator is the
+sum over ranks of their products (``sum_outputs``: a contraction dim the ranks split in any interleaving).
+Equal labels, multisets or polynomials mean equal values in real arithmetic, the model every lemma states.
 """
 from __future__ import annotations
+
+from fractions import Fraction
 
 import numpy as np
 
@@ -358,8 +370,11 @@ def _propagated(ctx, v: Node, R: dict, grow, const_of) -> list[tuple[Term, Term]
             prop = Propagated(ctx, lab, const_of)
             xs = term_eval(e, lab.__getitem__, reg)
             for nodes in groups:
+                # (the ranks whose input the labelled tensors reach: the others hold replicated copies, or
+                # other data)
+                nodes = [n for n in nodes if prop.get(n.inputs[k]) is not None]
                 ys = [prop.get(n.inputs[k]) for n in nodes]
-                if any(y is None for y in ys) or all(n.inputs[k] in lab for n in nodes):
+                if not nodes or all(n.inputs[k] in lab for n in nodes):
                     continue
                 got = [(e, t) for t in solve(xs, ys, [Leaf(n.inputs[k]) for n in nodes],
                                              [tuple(y.shape) for y in ys]) if t != e]
@@ -448,3 +463,491 @@ def moved_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_o
                     out.extend(got)
                     break
     return out
+
+
+MAX_COUNTERPARTS = 64  # G_d operators one elementwise search may read
+
+
+def elementwise_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_of) -> list[tuple[Term, Term]]:
+    """Equalities for the output of an elementwise G_s operator (``OpDef.elementwise`` on every input, NumPy
+    broadcasting allowed) whose inputs are each related as data movement, possibly in different layouts (an
+    expert's activations as the ranks' column halves, its routing weights as rows an all-to-all delivered).
+    Every entry of the relation's G_d tensors is labelled and the labels carried through G_d's definitions
+    (:class:`Propagated`) to the inputs of v's G_d counterparts (same op and attributes, same dtypes). An
+    output entry of v whose input entries carry the labels (a, b, ...) is f(a, b, ...); so is each entry of a
+    counterpart's output whose input entries carry the same labels. Where every output entry of v finds one,
+    v's output is that data movement of the counterparts' outputs (``solve`` on fresh labels). The G_s side is
+    v's op applied to the inputs' relations (congruent to v's output)."""
+    op = ctx.egraph.reg.get(v.op)
+    g_s, g_d, reg = ctx.g_s, ctx.g_d, ctx.egraph.reg
+    if (op is None or len(v.outputs) != 1 or not v.inputs
+            or sorted(op.elementwise) != list(range(len(v.inputs)))):
+        return []
+    out_shape = _concrete(g_s.shape(v.outputs[0]))
+    if out_shape is None or not 0 < int(np.prod(out_shape, dtype=np.int64)) <= MAX_ELEMENTWISE:
+        return []
+    rels = []
+    for x in v.inputs:
+        e = next((e for e in R.get(x, ()) if is_movement(e) and next(leaves(e), None) is not None), None)
+        if e is None:
+            return []
+        rels.append(e)
+    lab = labelled(sorted({leaf for e in rels for leaf in leaves(e)}), g_d.shape)
+    if lab is None:
+        return []
+    try:
+        ev = [term_eval(e, lab.__getitem__, reg) for e in rels]
+        xs = [np.broadcast_to(a, out_shape) for a in ev]
+    except ValueError:
+        return []
+    for x, a in zip(v.inputs, ev):  # replicated copies of an input: the same labels (equal data)
+        for e in R.get(x, ()):
+            if isinstance(e, Leaf) and e.name not in lab and _concrete(g_d.shape(e.name)) == a.shape:
+                lab[e.name] = a
+    dtypes = [g_s.tensors[x].dtype for x in v.inputs] + [g_s.tensors[v.outputs[0]].dtype]
+    attrs = dict(v.attrs)
+    nodes = [n for ns in _counterparts(g_d, v) for n in ns
+             if dict(n.attrs) == attrs and [g_d.tensors[t].dtype for t in n.inputs + n.outputs] == dtypes]
+    prop = Propagated(ctx, lab, const_of)
+    where: dict[tuple, tuple[int, int]] = {}  # input labels -> (counterpart, flat output index)
+    used, ys, base = [], [], 0
+    for n in nodes[:MAX_COUNTERPARTS]:
+        z = _concrete(g_d.shape(n.outputs[0]))
+        ins = [prop.get(t) for t in n.inputs]
+        if z is None or any(a is None for a in ins):
+            continue
+        try:
+            ins = [np.broadcast_to(a, z).reshape(-1) for a in ins]
+        except ValueError:
+            continue
+        size = int(np.prod(z, dtype=np.int64))
+        if base + size > MAX_ELEMENTWISE * 4:
+            break
+        k = len(used)
+        for q, key in enumerate(zip(*ins)):
+            where.setdefault(key, (k, q))
+        used.append(n)
+        ys.append(np.arange(base, base + size, dtype=np.int64).reshape(z))
+        base += size
+    if not used:
+        return []
+    flat = [a.reshape(-1) for a in xs]
+    got = np.empty(len(flat[0]), dtype=np.int64)
+    for p, key in enumerate(zip(*flat)):
+        hit = where.get(key)
+        if hit is None:
+            return []
+        got[p] = ys[hit[0]].reshape(-1)[hit[1]]
+    lhs = app(v.op, *rels, **attrs)
+    terms = solve(got.reshape(out_shape), ys, [Leaf(n.outputs[0]) for n in used], [tuple(y.shape) for y in ys])
+    return [(lhs, t) for t in terms]
+
+
+def _row_dims(op, attrs: dict, ndim: int) -> tuple[int, tuple[int, ...]] | None:
+    """A row-wise op's row input and the dims its rows span (the other dims index the rows, in input and output
+    alike): ``OpDef.rows`` (trailing dims), or a :class:`RowWise` with one row input and no index inputs."""
+    if op.rows:
+        p, trailing = op.rows
+        return p, tuple(range(ndim - trailing, ndim))
+    rw = op.rowwise
+    if rw is None or len(rw.args) != 1 or rw.index or rw.dims not in attrs:
+        return None
+    d = attrs[rw.dims]
+    if isinstance(d, int):
+        dims = (d,)
+    elif isinstance(d, (list, tuple)) and all(isinstance(x, int) for x in d):
+        dims = tuple(d) if op.attr_spec(rw.dims).kind == "ints" else tuple(range(ndim - len(d), ndim))
+    else:
+        return None
+    dims = tuple(sorted({x % ndim for x in dims})) if ndim else ()
+    return (rw.args[0], dims) if dims and len(dims) < ndim else None
+
+
+def _as_rows(a: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
+    """``a``'s rows (the index over the dims not in ``dims``) as a 2-D array, one row each."""
+    other = [d for d in range(a.ndim) if d not in dims]
+    b = np.transpose(a, other + list(dims))
+    return b.reshape(int(np.prod([a.shape[d] for d in other], dtype=np.int64)), -1)
+
+
+def rows_through(ctx, v: Node, R: dict) -> list[tuple[Term, Term]]:
+    """Equalities carrying a row layout through a row-wise G_s operator (``OpDef.rows``, or a ``RowWise`` with
+    one row input): where each row of the row input's relation is, on labelled entries, a whole row of a term
+    X over its G_d tensors -- one of them, or all of them concatenated along a dim (an expert's rows re-sorted
+    from the ranks' column halves) --, the operator of x is the same rows of the operator of X, the other inputs
+    used whole (the declaration says so, fuzzed). The right side is not clean: lemmas take the operator of X on
+    (a matmul of column halves is a sum of the ranks' products)."""
+    op = ctx.egraph.reg.get(v.op)
+    g_s, g_d, reg = ctx.g_s, ctx.g_d, ctx.egraph.reg
+    if op is None or len(v.outputs) != 1:
+        return []
+    out_shape = _concrete(g_s.shape(v.outputs[0]))
+    attrs = dict(v.attrs)
+    rd = _row_dims(op, attrs, len(out_shape)) if out_shape is not None else None
+    if rd is None:
+        return []
+    p, dims = rd
+    x_shape = _concrete(g_s.shape(v.inputs[p]))
+    rels = [next(iter(R.get(x, ())), None) for x in v.inputs]
+    if x_shape is None or len(x_shape) != len(out_shape) or any(r is None for r in rels) or \
+            any(x_shape[d] != out_shape[d] for d in range(len(out_shape)) if d not in dims):
+        return []
+    for e in [e for e in R.get(v.inputs[p], ()) if is_movement(e) and next(leaves(e), None) is not None][:4]:
+        got = _rows_of(v, reg, g_d, rels[:p] + [e] + rels[p + 1:], p, dims, x_shape, out_shape)
+        if got:
+            return got
+    return []
+
+
+def _rows_of(v: Node, reg, g_d, rels: list[Term], p: int, dims, x_shape, out_shape) -> list[tuple[Term, Term]]:
+    """:func:`rows_through` for one relation ``rels[p]`` of the row input."""
+    e, attrs = rels[p], dict(v.attrs)
+    names = list(dict.fromkeys(leaves(e)))
+    lab = labelled(sorted(names), g_d.shape)
+    if lab is None or not all(lab[n].ndim == len(x_shape) for n in names):
+        return []
+    xr = _as_rows(term_eval(e, lab.__getitem__, reg), dims)
+    if not xr.size:
+        return []
+    cands = [(Leaf(n), lab[n]) for n in names]
+    if len(names) > 1:
+        for d in range(len(x_shape)):
+            try:
+                cands.append((app("core.concat", *(Leaf(n) for n in names), dim=d),
+                              np.concatenate([lab[n] for n in names], axis=d)))
+            except ValueError:
+                continue
+    out = []
+    for X, xl in cands:
+        if any(xl.shape[d] != x_shape[d] for d in dims):
+            continue
+        at = {tuple(r): i for i, r in reversed(list(enumerate(_as_rows(xl, dims).tolist())))}
+        pi = [at.get(tuple(r)) for r in xr.tolist()]
+        if any(i is None for i in pi):
+            continue
+        fx_shape = tuple(out_shape[d] if d in dims else xl.shape[d] for d in range(len(out_shape)))
+        fx = app(v.op, *[X if i == p else r for i, r in enumerate(rels)], **attrs)
+        whole = np.arange(int(np.prod(fx_shape, dtype=np.int64)), dtype=np.int64).reshape(fx_shape)
+        picked = _as_rows(whole, dims)[np.asarray(pi, dtype=np.int64)]
+        other = [d for d in range(len(out_shape)) if d not in dims]
+        pos = np.transpose(picked.reshape([out_shape[d] for d in other] + [out_shape[d] for d in dims]),
+                           np.argsort(other + list(dims)))
+        t = layout(fx, fx_shape, pos)
+        lhs = app(v.op, *rels, **attrs)
+        out.extend((lhs, t) for t in ([t] if t is not None else chunks(pos, [whole], [fx])[:1]) if t != lhs)
+        if out:
+            break
+    return out
+
+
+MAX_SUMMED = 1 << 18  # entries labelled by sums (object arrays: a tuple of labels each)
+
+
+def _tuples(shape, fill=None) -> np.ndarray:
+    """An object array of label tuples: ``fill(i)`` for entry i (flat), else empty (a zero)."""
+    out = np.empty(shape, dtype=object)
+    flat = out.reshape(-1)
+    for i in range(flat.size):
+        flat[i] = fill(i) if fill is not None else ()
+    return out
+
+
+class Sums:
+    """Entries of G_d tensors as sums of labelled entries: each entry a tuple of labels (a multiset; empty for
+    a zero), computed by G_d's own definitions from the labelled tensors. Data movement and collectives
+    (their meanings: concatenations, slices, sums across ranks) act on the tuples by the core references (a sum
+    joins two tuples); an operator declared ``linear`` in its non-constant inputs, whose constant inputs are
+    indices or zeros, is evaluated by its reference on the tuples (``scatter_add`` into zeros joins the rows
+    sent to one place) and the result checked at a random point: each label a random value, the reference on
+    the values must equal the sums the tuples say. Anything else leaves the tensor without sums. Two entries
+    with the same multiset of labels are equal (real arithmetic, as the sum lemmas state)."""
+
+    def __init__(self, ctx, names, const_of):
+        self.ctx, self.reg, self.const_of = ctx, ctx.egraph.reg, const_of
+        self.memo: dict[str, np.ndarray | None] = {}
+        self.rng = np.random.default_rng(0)
+        start = 0
+        for n in names:
+            shp = _concrete(ctx.g_d.shape(n))
+            k = int(np.prod(shp, dtype=np.int64)) if shp is not None else MAX_SUMMED + 1
+            if start + k > MAX_SUMMED:
+                self.memo = {}
+                self.ok = False
+                return
+            self.memo[n] = _tuples(shp, lambda i, s=start: (s + i,))
+            start += k
+        self.ok = bool(self.memo)
+        self.point = self.rng.standard_normal(start)
+        self.evaluated = 0
+
+    def value(self, a: np.ndarray) -> np.ndarray:
+        """The sums' values at the random point."""
+        flat = np.array([sum(self.point[list(t)]) if t else 0.0 for t in a.reshape(-1)], dtype=np.float64)
+        return flat.reshape(a.shape)
+
+    def eval(self, t: Term) -> np.ndarray | None:
+        try:
+            return term_eval(t, self.memo.__getitem__, self.reg)
+        except Exception:  # noqa: BLE001 -- an op whose reference does not take tuples
+            return None
+
+    def get(self, t: str) -> np.ndarray | None:
+        if t in self.memo:
+            return self.memo[t]
+        self.memo[t] = None
+        n = self.ctx.g_d.producer.get(t)
+        if n is None or self.evaluated >= MAX_PROPAGATED:
+            return None
+        self.evaluated += 1
+        term = self.ctx.g_d.node_terms(n)[n.outputs.index(t)]
+        op = self.reg.get(n.op)
+        got = None
+        if _summing(term) and all(self.get(leaf) is not None for leaf in set(leaves(term))):
+            got = self.eval(term)
+        elif op is not None and op.linear and len(n.outputs) == 1:
+            got = self._linear(n, op)
+        self.memo[t] = got
+        return got
+
+    def _linear(self, n: Node, op) -> np.ndarray | None:
+        ins, vals, lin = [], [], set()
+        for i, x in enumerate(n.inputs):
+            c = self.const_of(x)
+            v = _value(c, self.reg) if c is not None else None
+            if v is not None and (np.asarray(v).dtype.kind in "iub" or not np.any(v)):
+                ins.append(_tuples(np.shape(v)) if np.asarray(v).dtype.kind == "f" else np.asarray(v))
+                vals.append(np.asarray(v))
+                continue
+            a = self.get(x)
+            if a is None:
+                return None
+            ins.append(a)
+            vals.append(self.value(a))
+            lin.add(i)
+        if not lin or not any(lin <= set(g) for g in op.linear_groups()):
+            return None
+        try:
+            got = np.asarray(op.ref(ins, dict(n.attrs)))
+            want = np.asarray(op.ref(vals, dict(n.attrs)), dtype=np.float64)
+        except Exception:  # noqa: BLE001
+            return None
+        if got.dtype != object or got.shape != want.shape or \
+                any(not isinstance(e, tuple) or any(type(x) is not int for x in e) for e in got.reshape(-1)):
+            return None
+        return got if np.allclose(self.value(got), want, rtol=1e-9, atol=1e-9) else None
+
+
+def _summing(t: Term) -> bool:
+    return isinstance(t, Leaf) or (isinstance(t, App) and (t.op in MOVES or t.op == "core.sum")
+                                   and all(_summing(a) for a in t.args))
+
+
+def summed_outputs(ctx, e: Term, outputs: list[str], const_of) -> list[Term]:
+    """Terms over G_d outputs equal to ``e`` (a clean term of data movement and sums over other G_d tensors):
+    both sides as sums of labelled entries (:class:`Sums`), every distinct multiset of labels a label of its
+    own, then ``solve`` (the ranks' outputs holding e's entries in their layout)."""
+    if not _summing(e) or next(leaves(e), None) is None:
+        return []
+    sums = Sums(ctx, sorted(set(leaves(e))), const_of)
+    if not sums.ok:
+        return []
+    xs = sums.eval(e)
+    if xs is None:
+        return []
+    ids: dict[tuple, int] = {}
+
+    def key(a):
+        return np.array([ids.setdefault(tuple(sorted(t)), len(ids)) for t in a.reshape(-1)],
+                        dtype=np.int64).reshape(a.shape)
+    x = key(xs)
+    ys, names = [], []
+    for o in outputs:
+        a = sums.get(o)
+        if a is not None and a.size:
+            ys.append(key(a))
+            names.append(o)
+    if not ys or not set(x.reshape(-1).tolist()) <= {i for y in ys for i in y.reshape(-1).tolist()}:
+        return []
+    return solve(x, ys, [Leaf(o) for o in names], [tuple(y.shape) for y in ys])
+
+
+# -- polynomial labels: operators that add and multiply, related as sums over the ranks ---------------------------
+
+MAX_MONOMIALS = 1 << 18  # monomials one polynomial evaluation may hold
+MAX_POLY_ENTRIES = 1 << 14  # output entries of one polynomial problem (Python objects; its labelled entries: 32 x)
+MAX_ELEMENTWISE = 1 << 17  # output entries of one elementwise problem
+
+
+class Poly:
+    """A polynomial in labelled entries with exact rational coefficients: ``{monomial: coefficient}``, a
+    monomial a sorted tuple of labels. NumPy's object arrays of these evaluate the references of operators
+    that only add and multiply (``mm``, ``bmm``, ``mul``, ``sum``) symbolically; anything else (a comparison,
+    a cast, a transcendental function) raises."""
+    __slots__ = ("t",)
+
+    def __init__(self, t):
+        self.t = t
+
+    @staticmethod
+    def _of(x):
+        if isinstance(x, Poly):
+            return x
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, Fraction, np.integer, np.floating)):
+            raise TypeError(f"not a polynomial: {type(x).__name__}")
+        c = Fraction(float(x)) if isinstance(x, (float, np.floating)) else Fraction(int(x))
+        return Poly({(): c} if c else {})
+
+    def __add__(self, o):
+        o = Poly._of(o)
+        t = dict(self.t)
+        for m, c in o.t.items():
+            s = t.get(m, 0) + c
+            if s:
+                t[m] = s
+            else:
+                t.pop(m, None)
+        return Poly(t)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return Poly({m: -c for m, c in self.t.items()})
+
+    def __sub__(self, o):
+        return self + (-Poly._of(o))
+
+    def __rsub__(self, o):
+        return Poly._of(o) + (-self)
+
+    def __mul__(self, o):
+        o = Poly._of(o)
+        t: dict = {}
+        for m1, c1 in self.t.items():
+            for m2, c2 in o.t.items():
+                m = tuple(sorted(m1 + m2))
+                s = t.get(m, 0) + c1 * c2
+                if s:
+                    t[m] = s
+                else:
+                    t.pop(m, None)
+        return Poly(t)
+
+    __rmul__ = __mul__
+
+    def value(self, point: np.ndarray) -> float:
+        return float(sum(float(c) * float(np.prod(point[list(m)])) for m, c in self.t.items()))
+
+
+def _polys(labels: np.ndarray) -> np.ndarray:
+    out = np.empty(labels.shape, dtype=object)
+    flat, lab = out.reshape(-1), labels.reshape(-1)
+    for i in range(flat.size):
+        flat[i] = Poly({(int(lab[i]),): Fraction(1)})
+    return out
+
+
+def _poly_values(a: np.ndarray, point: np.ndarray) -> np.ndarray:
+    return np.array([p.value(point) if isinstance(p, Poly) else np.nan for p in a.reshape(-1)],
+                    dtype=np.float64).reshape(a.shape)
+
+
+def _poly_op(op, ins: list[np.ndarray], attrs: dict, point: np.ndarray) -> np.ndarray | None:
+    """``op``'s reference on polynomial arrays, checked at a random point (each label a random value: the
+    reference on the values must equal the polynomials' values), else None."""
+    try:
+        with np.errstate(all="ignore"):
+            got = np.asarray(op.ref(ins, attrs), dtype=object)
+            want = np.asarray(op.ref([_poly_values(a, point) for a in ins], attrs), dtype=np.float64)
+    except Exception:  # noqa: BLE001 -- not an operator of additions and products
+        return None
+    if got.shape != want.shape or any(not isinstance(p, Poly) for p in got.reshape(-1)):
+        return None
+    if sum(len(p.t) for p in got.reshape(-1)) > MAX_MONOMIALS:
+        return None
+    have = _poly_values(got, point)
+    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
+    return got if np.allclose(have, want, rtol=1e-9, atol=1e-9 * scale) else None
+
+
+def sum_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_of) -> list[tuple[Term, Term]]:
+    """Equalities for the output of a G_s operator that adds and multiplies (its reference evaluates on
+    polynomials: ``bmm``, ``mm``, ``mul``, ...) whose inputs are related as data movement, and whose G_d
+    counterparts (same op and attributes) each compute part of it -- a contraction whose dim the ranks split in
+    any interleaving (a packed gate/up projection at TP 4). Every entry of the relation's G_d tensors is a
+    variable; v's output and the counterparts' outputs (their inputs' labels carried through G_d's definitions,
+    :class:`Propagated`) are polynomials in them. Where each entry of v is the sum of one entry of each of the
+    same counterparts, the equality is v = sum over those counterparts of a layout of each (``layout``)."""
+    op = ctx.egraph.reg.get(v.op)
+    g_s, g_d, reg = ctx.g_s, ctx.g_d, ctx.egraph.reg
+    if op is None or len(v.outputs) != 1 or not v.inputs:
+        return []
+    out_shape = _concrete(g_s.shape(v.outputs[0]))
+    if out_shape is None or not 0 < int(np.prod(out_shape, dtype=np.int64)) <= MAX_POLY_ENTRIES:
+        return []
+    rels = []
+    for x in v.inputs:
+        e = next((e for e in R.get(x, ()) if is_movement(e) and next(leaves(e), None) is not None), None)
+        if e is None:
+            return []
+        rels.append(e)
+    lab = labelled(sorted({leaf for e in rels for leaf in leaves(e)}), g_d.shape)
+    if lab is None or sum(a.size for a in lab.values()) > 32 * MAX_POLY_ENTRIES:
+        return []
+    ev = [term_eval(e, lab.__getitem__, reg) for e in rels]
+    for x, a in zip(v.inputs, ev):  # replicated copies of an input: the same labels (equal data)
+        for e in R.get(x, ()):
+            if isinstance(e, Leaf) and e.name not in lab and _concrete(g_d.shape(e.name)) == a.shape:
+                lab[e.name] = a
+    point = np.random.default_rng(0).standard_normal(1 + max(int(a.max()) for a in lab.values() if a.size))
+    attrs = dict(v.attrs)
+    xs = _poly_op(op, [_polys(a) for a in ev], attrs, point)
+    if xs is None or xs.shape != out_shape:
+        return []
+    prop = Propagated(ctx, lab, const_of)
+    nodes, zs = [], []
+    for n in (n for ns in _counterparts(g_d, v) for n in ns if dict(n.attrs) == attrs):
+        ins = [prop.get(t) for t in n.inputs]
+        if any(a is None for a in ins):
+            continue
+        z = _poly_op(op, [_polys(a) for a in ins], dict(n.attrs), point)
+        if z is not None and z.shape == _concrete(g_d.shape(n.outputs[0])):
+            nodes.append(n)
+            zs.append(z)
+        if len(nodes) >= MAX_COUNTERPARTS:
+            break
+    where: dict[tuple, tuple[int, int]] = {}  # a monomial -> the first counterpart entry holding it
+    for k, z in enumerate(zs):
+        for q, p in enumerate(z.reshape(-1)):
+            for m in p.t:
+                where.setdefault(m, (k, q))
+    parts = []  # per entry of v: its counterpart entries, in counterpart order
+    for p in xs.reshape(-1):
+        rest, got = Poly(dict(p.t)), []
+        while rest.t:
+            hit = where.get(next(iter(rest.t)))
+            if hit is None or any(k == hit[0] for k, _ in got):
+                return []
+            got.append(hit)
+            rest = rest - zs[hit[0]].reshape(-1)[hit[1]]
+        parts.append(sorted(got))
+    lhs = app(v.op, *rels, **attrs)
+    if parts and all(len(g) == 1 for g in parts):  # each entry one counterpart's: the ranks' outputs laid out
+        base = np.cumsum([0] + [z.size for z in zs])
+        ys = [np.arange(base[k], base[k + 1], dtype=np.int64).reshape(z.shape) for k, z in enumerate(zs)]
+        x = np.array([base[g[0][0]] + g[0][1] for g in parts], dtype=np.int64).reshape(out_shape)
+        return [(lhs, t) for t in solve(x, ys, [Leaf(n.outputs[0]) for n in nodes], [z.shape for z in zs])]
+    ks = [k for k, _ in parts[0]] if parts else []
+    if not ks or any([k for k, _ in g] != ks for g in parts):
+        return []
+    terms = []
+    for j, k in enumerate(ks):
+        pos = np.array([g[j][1] for g in parts], dtype=np.int64).reshape(out_shape)
+        z_shape = tuple(zs[k].shape)
+        t = layout(Leaf(nodes[k].outputs[0]), z_shape, pos)
+        if t is None:
+            whole = np.arange(int(np.prod(z_shape, dtype=np.int64)), dtype=np.int64).reshape(z_shape)
+            t = next(iter(chunks(pos, [whole], [Leaf(nodes[k].outputs[0])])), None)
+        if t is None:
+            return []
+        terms.append(t)
+    return [(lhs, terms[0] if len(terms) == 1 else app("core.sum", *terms))]

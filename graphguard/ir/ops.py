@@ -148,6 +148,10 @@ class OpDef:
     (``add``: ``((0, 1),)``). ``scalar_factor``: the op is ``x * c`` for its number attribute of that name
     (``scale``'s ``factor``). ``reduction``: a :class:`Reduction`. ``rowwise``: a :class:`RowWise`.
     ``data_movement``: every output entry is a copy of an entry of input 0 (the other inputs are indices).
+    ``rows``: ``(input, trailing)`` -- row-wise without an attribute: each output row (the index over all but
+    the last ``trailing`` dims, the same dims as that input's) depends on that input's row at the same index
+    alone, the other inputs used whole (``mm``: ``out[i, :] = x[i, :] @ w``). Declarations only; the fuzzer
+    checks that permuting the input's rows permutes the output's.
     ``identity``: ``((input, value, attrs), ...)`` -- that input filled with ``value`` (under those attribute
     values) makes the op return its other input (``x + 0``, ``x * 1``) where shape and dtype stay the same;
     :mod:`graphguard.engine.normalise` drops such ops before proving, and the fuzzer checks the declaration.
@@ -182,6 +186,7 @@ class OpDef:
     reduction: "Reduction | None" = None
     rowwise: "RowWise | None" = None
     data_movement: bool = False
+    rows: tuple[int, int] | tuple = ()
     identity: tuple = ()
     fill: str = ""
     scalar_form: tuple = ()

@@ -243,7 +243,7 @@ BETA_ALPHA = (AttrSpec("beta", "number", 1), AttrSpec("alpha", "number", 1))
 
 MATMUL_OPS = [
     OpDef("aten.mm", 2, _mm_shape, lambda xs, a: xs[0] @ xs[1], doc="Matrix product of rank-2 tensors.",
-          linear=(0, 1)),
+          linear=(0, 1), rows=(0, 1)),
     OpDef("aten.bmm", 2, _bmm_shape, lambda xs, a: np.matmul(xs[0], xs[1]),
           doc="Batched matrix product of rank-3 tensors (same batch size).", linear=(0, 1)),
     OpDef("aten.addmm", 3, _addmm_shape("aten.addmm", _mm_shape), _addmm_ref, BETA_ALPHA,
@@ -981,14 +981,16 @@ INDEX_OPS = [
           (AttrSpec("dim", "int", dim_of=0), AttrSpec("sparse_grad", "bool", False)),
           doc="out[i][j] = self[index[i][j]][j] (for dim 0; index-shaped).", rowwise=RowWise("dim", (0, 1), index=(1,))),
     OpDef("aten.scatter_add", 3, _scatter_add_shape, _scatter_add_ref, (AttrSpec("dim", "int", dim_of=0),),
-          doc="Copy of self with src added at index along dim (out[index[i][j]][j] += src[i][j] for dim 0)."),
+          doc="Copy of self with src added at index along dim (out[index[i][j]][j] += src[i][j] for dim 0).",
+          linear=((0, 2),)),
     OpDef("aten.nonzero", 1, lambda shapes, a, cx: (a["count"], len(shapes[0])), _nonzero_ref,
           (AttrSpec("count", "scalar"),), dtype=_int64, data_sizes=(("count", 0),),
           doc="Coordinates of the nonzero entries, one row each in row-major order: [count, rank] (count: a "
               "size the data decides, the captured symbol)."),
     OpDef("aten.index_add", 3, _index_add_shape, _index_add_ref,
           (AttrSpec("dim", "int", dim_of=0), AttrSpec("alpha", "number", 1)),
-          doc="Copy of self with alpha * source added at index along dim (repeated indices accumulate)."),
+          doc="Copy of self with alpha * source added at index along dim (repeated indices accumulate).",
+          linear=((0, 2),)),
     OpDef("aten.scatter.src", 3, _scatter_add_shape, _scatter_src_ref, (AttrSpec("dim", "int", dim_of=0),),
           doc="Copy of self with src written at index along dim (out[index[i][j]][j] = src[i][j] for dim 0)."),
     OpDef("aten.one_hot", 1, _one_hot_shape, _one_hot_ref, (AttrSpec("num_classes", "int", -1),),

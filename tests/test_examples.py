@@ -43,8 +43,18 @@ R_O = {"megatron-gpt": ["out0 = out0@0", "out0 = out0@1",  # the loss per token,
 SLOW = {"hf-zoo": "tests/test_hf_zoo.py verifies its default, Qwen3 with HF's plan, forward and backward",
         # the project's own imitations of bugs that are planted in real megatron-core and run by default
         "layernorm-grad-sp": "examples/bugs/megatron-sp-layernorm-grad: the same bug in megatron-core",
-        "grad-accum-scale": "examples/bugs/megatron-grad-accum-scale: the same bug in megatron-core",
-        "mlp-dtensor": "examples/gpt-tp-dtensor: DTensor capture of a whole block"}
+        "mlp-dtensor": "examples/gpt-tp-dtensor: DTensor capture of a whole block",
+        # (suite time: real megatron-core bugs whose capture costs ~25 s each; one runs by default, its
+        # imitation runs for the gradient-accumulation scale, the others' operators are checked by
+        # bench/mutants.py's corpus and tests/test_megatron*.py)
+        "megatron-grad-accum-scale": "examples/bugs/grad-accum-scale: the same bug, the project's model",
+        "megatron-sp-grad-avg": "tests/test_megatron.py::test_megatron_sp_grads_averaged_instead_of_summed (slow)",
+        "megatron-ce-vocab-offset": "tests/test_megatron_ce.py: Megatron's vocab-parallel cross-entropy bugs",
+        "hf-llama-tp": "tests/test_hf_zoo.py: HF's own plans for Llama-family models",
+        "cross-fx-hlo-llama": "tests/test_jax.py: the PyTorch Llama layer refined by the JAX layer",
+        "gpt-tp-sp-apex": "examples/gpt-tp-sp: the same block with PyTorch's layer norm",
+        "vllm-qwen2-tp": "examples/vllm-qwen2-real: vLLM's own Qwen2 graphs (tests/test_vllm_real.py)",
+        "gpt-tp-vocab": "examples/megatron-gpt: Megatron's own vocab-parallel embedding and cross-entropy"}
 
 
 @pytest.mark.parametrize("d", [pytest.param(d, marks=pytest.mark.slow) if d.name in SLOW else d

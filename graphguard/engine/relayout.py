@@ -773,7 +773,7 @@ def summed_outputs(ctx, e: Term, outputs: list[str], const_of) -> list[Term]:
 
 # -- polynomial labels: operators that add and multiply, related as sums over the ranks ---------------------------
 
-MAX_MONOMIALS = 1 << 18  # monomials one polynomial evaluation may hold
+MAX_MONOMIALS = 1 << 18  # monomials one polynomial evaluation may hold (estimated first: 8 x that)
 MAX_POLY_ENTRIES = 1 << 14  # output entries of one polynomial problem (Python objects; its labelled entries: 32 x)
 MAX_ELEMENTWISE = 1 << 17  # output entries of one elementwise problem
 
@@ -894,6 +894,10 @@ def sum_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_of)
     if lab is None or sum(a.size for a in lab.values()) > 32 * MAX_POLY_ENTRIES:
         return []
     ev = [term_eval(e, lab.__getitem__, reg) for e in rels]
+    # (the monomials a product of two inputs holds, estimated before any is built: a matmul's out x k)
+    n_out = int(np.prod(out_shape, dtype=np.int64))
+    if n_out * np.sqrt(float(np.prod([max(a.size, 1) for a in ev[:2]])) / n_out) > 8 * MAX_MONOMIALS:
+        return []
     for x, a in zip(v.inputs, ev):  # replicated copies of an input: the same labels (equal data)
         for e in R.get(x, ()):
             if isinstance(e, Leaf) and e.name not in lab and _concrete(g_d.shape(e.name)) == a.shape:

@@ -506,7 +506,7 @@ def elementwise_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, c
                 lab[e.name] = a
     dtypes = [g_s.tensors[x].dtype for x in v.inputs] + [g_s.tensors[v.outputs[0]].dtype]
     attrs = dict(v.attrs)
-    nodes = [n for ns in _counterparts(g_d, v) for n in ns
+    nodes = [n for ns in _named_first(_counterparts(g_d, v), v) for n in ns
              if dict(n.attrs) == attrs and [g_d.tensors[t].dtype for t in n.inputs + n.outputs] == dtypes]
     prop = Propagated(ctx, lab, const_of)
     where: dict[tuple, tuple[int, int]] = {}  # input labels -> (counterpart, flat output index)
@@ -907,18 +907,37 @@ def sum_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_of)
     xs = _poly_op(op, [_polys(a) for a in ev], attrs, point)
     if xs is None or xs.shape != out_shape:
         return []
-    prop = Propagated(ctx, lab, const_of)
-    nodes, zs = [], []
-    for n in (n for ns in _counterparts(g_d, v) for n in ns if dict(n.attrs) == attrs):
-        ins = [prop.get(t) for t in n.inputs]
-        if any(a is None for a in ins):
-            continue
-        z = _poly_op(op, [_polys(a) for a in ins], dict(n.attrs), point)
-        if z is not None and z.shape == _concrete(g_d.shape(n.outputs[0])):
-            nodes.append(n)
-            zs.append(z)
-        if len(nodes) >= MAX_COUNTERPARTS:
-            break
+    lhs = app(v.op, *rels, **attrs)
+    everyone: tuple[list, list] = ([], [])
+    prop = Propagated(ctx, lab, const_of)  # (the group named as v first: its evaluations are counted)
+    for group in _named_first(_counterparts(g_d, v), v):  # (each group alone first: another operator may
+        nodes, zs = [], []  # compute the same products, a recomputation)
+        for n in group:
+            if dict(n.attrs) != attrs or len(everyone[0]) >= MAX_COUNTERPARTS:
+                continue
+            ins = [prop.get(t) for t in n.inputs]
+            if any(a is None for a in ins):
+                continue
+            z = _poly_op(op, [_polys(a) for a in ins], dict(n.attrs), point)
+            if z is not None and z.shape == _concrete(g_d.shape(n.outputs[0])):
+                nodes.append(n)
+                zs.append(z)
+        got = _sum_of(lhs, xs, nodes, zs, out_shape) if nodes else []
+        if got:
+            return got
+        everyone[0].extend(nodes)
+        everyone[1].extend(zs)
+    return _sum_of(lhs, xs, *everyone, out_shape) if everyone[0] else []
+
+
+def _named_first(groups: list[list[Node]], v: Node) -> list[list[Node]]:
+    """Counterpart groups, the one named as v's output first (a capture names a rank's copy of an operator as
+    the specification's)."""
+    return sorted(groups, key=lambda ns: base_name(ns[0].outputs[0]) != base_name(v.outputs[0]))
+
+
+def _sum_of(lhs: Term, xs: np.ndarray, nodes: list[Node], zs: list[np.ndarray], out_shape) -> list[tuple[Term, Term]]:
+    """:func:`sum_outputs`' match of v's polynomials ``xs`` to sums of the counterparts' entries ``zs``."""
     where: dict[tuple, tuple[int, int]] = {}  # a monomial -> the first counterpart entry holding it
     for k, z in enumerate(zs):
         for q, p in enumerate(z.reshape(-1)):
@@ -934,7 +953,6 @@ def sum_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_of)
             got.append(hit)
             rest = rest - zs[hit[0]].reshape(-1)[hit[1]]
         parts.append(sorted(got))
-    lhs = app(v.op, *rels, **attrs)
     if parts and all(len(g) == 1 for g in parts):  # each entry one counterpart's: the ranks' outputs laid out
         base = np.cumsum([0] + [z.size for z in zs])
         ys = [np.arange(base[k], base[k + 1], dtype=np.int64).reshape(z.shape) for k, z in enumerate(zs)]

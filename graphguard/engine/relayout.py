@@ -468,6 +468,31 @@ def moved_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_o
 MAX_COUNTERPARTS = 64  # G_d operators one elementwise search may read
 
 
+def _labelled_inputs(ctx, v: Node, R: dict, max_out: int, max_labels: int | None = None):
+    """The common start of the label searches for v's output: its concrete shape (1 to ``max_out`` entries),
+    each input's first relation of data movement over G_d tensors, those tensors labelled (at most
+    ``max_labels`` entries) and the inputs' labels; replicated copies of an input (other relations that are one
+    tensor of its shape) get the same labels (equal data). None where any of that is missing."""
+    out_shape = _concrete(ctx.g_s.shape(v.outputs[0]))
+    if out_shape is None or not 0 < int(np.prod(out_shape, dtype=np.int64)) <= max_out:
+        return None
+    rels = []
+    for x in v.inputs:
+        e = next((e for e in R.get(x, ()) if is_movement(e) and next(leaves(e), None) is not None), None)
+        if e is None:
+            return None
+        rels.append(e)
+    lab = labelled(sorted({leaf for e in rels for leaf in leaves(e)}), ctx.g_d.shape)
+    if lab is None or (max_labels is not None and sum(a.size for a in lab.values()) > max_labels):
+        return None
+    ev = [term_eval(e, lab.__getitem__, ctx.egraph.reg) for e in rels]
+    for x, a in zip(v.inputs, ev):
+        for e in R.get(x, ()):
+            if isinstance(e, Leaf) and e.name not in lab and _concrete(ctx.g_d.shape(e.name)) == a.shape:
+                lab[e.name] = a
+    return out_shape, rels, lab, ev
+
+
 def elementwise_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_of) -> list[tuple[Term, Term]]:
     """Equalities for the output of an elementwise G_s operator (``OpDef.elementwise`` on every input, NumPy
     broadcasting allowed) whose inputs are each related as data movement, possibly in different layouts (an
@@ -479,31 +504,18 @@ def elementwise_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, c
     v's output is that data movement of the counterparts' outputs (``solve`` on fresh labels). The G_s side is
     v's op applied to the inputs' relations (congruent to v's output)."""
     op = ctx.egraph.reg.get(v.op)
-    g_s, g_d, reg = ctx.g_s, ctx.g_d, ctx.egraph.reg
+    g_s, g_d = ctx.g_s, ctx.g_d
     if (op is None or len(v.outputs) != 1 or not v.inputs
             or sorted(op.elementwise) != list(range(len(v.inputs)))):
         return []
-    out_shape = _concrete(g_s.shape(v.outputs[0]))
-    if out_shape is None or not 0 < int(np.prod(out_shape, dtype=np.int64)) <= MAX_ELEMENTWISE:
+    got = _labelled_inputs(ctx, v, R, MAX_ELEMENTWISE)
+    if got is None:
         return []
-    rels = []
-    for x in v.inputs:
-        e = next((e for e in R.get(x, ()) if is_movement(e) and next(leaves(e), None) is not None), None)
-        if e is None:
-            return []
-        rels.append(e)
-    lab = labelled(sorted({leaf for e in rels for leaf in leaves(e)}), g_d.shape)
-    if lab is None:
-        return []
+    out_shape, rels, lab, ev = got
     try:
-        ev = [term_eval(e, lab.__getitem__, reg) for e in rels]
         xs = [np.broadcast_to(a, out_shape) for a in ev]
     except ValueError:
         return []
-    for x, a in zip(v.inputs, ev):  # replicated copies of an input: the same labels (equal data)
-        for e in R.get(x, ()):
-            if isinstance(e, Leaf) and e.name not in lab and _concrete(g_d.shape(e.name)) == a.shape:
-                lab[e.name] = a
     dtypes = [g_s.tensors[x].dtype for x in v.inputs] + [g_s.tensors[v.outputs[0]].dtype]
     attrs = dict(v.attrs)
     nodes = [n for ns in _named_first(_counterparts(g_d, v), v) for n in ns
@@ -878,30 +890,17 @@ def sum_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_of)
     :class:`Propagated`) are polynomials in them. Where each entry of v is the sum of one entry of each of the
     same counterparts, the equality is v = sum over those counterparts of a layout of each (``layout``)."""
     op = ctx.egraph.reg.get(v.op)
-    g_s, g_d, reg = ctx.g_s, ctx.g_d, ctx.egraph.reg
+    g_d = ctx.g_d
     if op is None or len(v.outputs) != 1 or not v.inputs:
         return []
-    out_shape = _concrete(g_s.shape(v.outputs[0]))
-    if out_shape is None or not 0 < int(np.prod(out_shape, dtype=np.int64)) <= MAX_POLY_ENTRIES:
+    got = _labelled_inputs(ctx, v, R, MAX_POLY_ENTRIES, 32 * MAX_POLY_ENTRIES)
+    if got is None:
         return []
-    rels = []
-    for x in v.inputs:
-        e = next((e for e in R.get(x, ()) if is_movement(e) and next(leaves(e), None) is not None), None)
-        if e is None:
-            return []
-        rels.append(e)
-    lab = labelled(sorted({leaf for e in rels for leaf in leaves(e)}), g_d.shape)
-    if lab is None or sum(a.size for a in lab.values()) > 32 * MAX_POLY_ENTRIES:
-        return []
-    ev = [term_eval(e, lab.__getitem__, reg) for e in rels]
+    out_shape, rels, lab, ev = got
     # (the monomials a product of two inputs holds, estimated before any is built: a matmul's out x k)
     n_out = int(np.prod(out_shape, dtype=np.int64))
     if n_out * np.sqrt(float(np.prod([max(a.size, 1) for a in ev[:2]])) / n_out) > 8 * MAX_MONOMIALS:
         return []
-    for x, a in zip(v.inputs, ev):  # replicated copies of an input: the same labels (equal data)
-        for e in R.get(x, ()):
-            if isinstance(e, Leaf) and e.name not in lab and _concrete(g_d.shape(e.name)) == a.shape:
-                lab[e.name] = a
     point = np.random.default_rng(0).standard_normal(1 + max(int(a.max()) for a in lab.values() if a.size))
     attrs = dict(v.attrs)
     xs = _poly_op(op, [_polys(a) for a in ev], attrs, point)

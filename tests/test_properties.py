@@ -174,6 +174,24 @@ def test_non_linear_ops_of_partial_sums_must_not_prove(plugins, after):
     assert _mm_then(plugins, after).verdict != "refines"
 
 
+def test_scatter_add_is_linear_in_self_and_src_jointly_and_not_in_src_alone():
+    """aten.scatter_add / aten.index_add declare linear=((0, 2),) (relayout.Sums relies on it): family 1203
+    splits self and src together; a src added to both halves of self is added twice."""
+    shapes = {"A": [4, 3], "B": [4, 3], "C": [2, 3], "D": [2, 3], "I": [2, 3]}
+    dt = {"I": "int64"}
+    lhs = "aten.scatter_add(sum(A, B), I, sum(C, D), dim=0)"
+    assert proves(lhs, "sum(aten.scatter_add(A, I, C, dim=0), aten.scatter_add(B, I, D, dim=0))", shapes, dtypes=dt)
+    assert not proves("aten.scatter_add(sum(A, B), I, C, dim=0)",
+                      "sum(aten.scatter_add(A, I, C, dim=0), aten.scatter_add(B, I, C, dim=0))", shapes, dtypes=dt)
+    ishapes = {"A": [4, 3], "B": [4, 3], "C": [2, 3], "D": [2, 3], "I": [2]}
+    assert proves("aten.index_add(sum(A, B), I, sum(C, D), dim=0, alpha=1)",
+                  "sum(aten.index_add(A, I, C, dim=0, alpha=1), aten.index_add(B, I, D, dim=0, alpha=1))",
+                  ishapes, dtypes=dt)
+    assert not proves("aten.index_add(sum(A, B), I, C, dim=0, alpha=1)",
+                      "sum(aten.index_add(A, I, C, dim=0, alpha=1), aten.index_add(B, I, C, dim=0, alpha=1))",
+                      ishapes, dtypes=dt)
+
+
 def test_scalar_factors_through_linear_ops_and_not_others():
     shapes = {"X": [4, 3], "W": [3, 2]}
     assert proves("aten.mm(scale(X, factor=3), W)", "scale(aten.mm(X, W), factor=3)", shapes)

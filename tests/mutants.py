@@ -895,9 +895,10 @@ def baseline(ex: Example, workdir: Path, plugins) -> Baseline:
     from graphguard.frontends.fx.relations import input_relation
     with _env(ex):
         src = ast.unparse(ast.parse(_source(ex))) + "\n" + PRELUDE
-        mod = _load(ex.name, src, workdir)
+        mod = _load(f"{ex.name}-b{os.getpid()}", src, workdir)  # (one file per worker: they share workdir)
         s, d = _capture(mod, ex, "spec", plugins), _capture(mod, ex, "impl", plugins)
-        rel = input_relation(s, d, _user_relation(mod, workdir / f"{ex.name}.m" / "model.py", ex.world, ex.backward),
+        rel = input_relation(s, d, _user_relation(mod, workdir / f"{ex.name}-b{os.getpid()}.m" / "model.py", ex.world,
+                                                  ex.backward),
                              plugins, ex.path)
         res = graphguard.verify(s.graph(plugins), d.graph(plugins), rel, plugins=plugins)
         if res.verdict != "refines":
@@ -955,7 +956,7 @@ def run_one(mid: str, workdir: Path, plugins, timeout: float = 300.0) -> dict:
         out["what"] = f"relation: {name}: {rel['inputs'][name]}"
     with _env(ex):
         try:
-            mod = _load(f"{ex_name}-m", src, workdir)
+            mod = _load(f"{ex_name}-m{os.getpid()}", src, workdir)  # (one file per worker: they share workdir)
             d = _capture(mod, ex, "impl", plugins)
         except Exception as e:  # noqa: BLE001 -- the mutant's program fails: not counted
             return done(status="invalid", why=f"capture: {(str(e).strip().splitlines() or [''])[0][:300]}")

@@ -463,6 +463,31 @@ def test_regrouping_where_grouped():
     assert not proves("aten.div.Tensor(aten.div.Tensor(A, B), C)", "aten.div.Tensor(A, aten.div.Tensor(B, C))", s)
 
 
+# -- 1213: elementwise ops of reshaped inputs ---------------------------------------------------------------
+
+def test_elementwise_of_reshapes():
+    """where(mask.unsqueeze(-1), ids.unsqueeze(-1), 0) (a specification's nll_loss targets) is the rank's
+    where(mask, ids, 0) unsqueezed (the right side holds it: the lemmas apply where it exists; late lemmas, as
+    1211/1212); another reshape of the result, or inputs of other shapes, must not."""
+    assert not proves("aten.mul.Tensor(reshape(A, shape=[6]), reshape(A, shape=[6]))",
+                      "reshape(aten.mul.Tensor(A, A), shape=[6])", {"A": [2, 3]})  # (not in the first search)
+    s = {"M": [6], "I": [6], "A": [2, 3], "B": [3, 2]}
+    d = {"M": "bool", "I": "int64"}
+    zero = "aten.scalar_tensor(s=0, dtype=int64)"
+    whole = f"aten.where.self(M, I, {zero})"
+    lhs = f"aten.where.self(reshape(M, shape=[6, 1]), reshape(I, shape=[6, 1]), {zero})"
+    assert proves(lhs, f"reshape({whole}, shape=[6, 1])", s, dtypes=d, late=True)
+    assert not proves(f"reshape({lhs}, shape=[6])", f"aten.flip(reshape({whole}, shape=[6, 1]), dims=[0])", s,
+                      dtypes=d, late=True)
+    assert proves("aten.mul.Tensor(reshape(A, shape=[6]), reshape(A, shape=[6]))",
+                  "reshape(aten.mul.Tensor(A, A), shape=[6])", s, late=True)
+    # [2, 3] and [3, 2] both read as [6], but B's entries are not A's
+    assert not proves("aten.mul.Tensor(reshape(A, shape=[6]), reshape(B, shape=[6]))",
+                      "reshape(aten.mul.Tensor(A, A), shape=[6])", s, late=True)
+    assert not proves("aten.mul.Tensor(reshape(A, shape=[6]), reshape(A, shape=[6]))",
+                      "reshape(aten.mul.Tensor(A, A), shape=[3, 2])", s, late=True)
+
+
 # -- 1211 / 1212 and 223 / 224: slices of rows (several ranks' rows interleaved) ----------------------------
 
 def test_elementwise_and_rowwise_ops_of_slices():
@@ -509,7 +534,7 @@ def test_matmul_of_interleaved_row_slices():
 
 def test_every_derived_rule_is_listed_and_fuzzed(plugins):
     derived = [r for r in plugins.lemmas if r.lemma.variant]
-    assert {r.lemma.ref for r in derived} == set(range(1201, 1213))
+    assert {r.lemma.ref for r in derived} == set(range(1201, 1214))
     assert len({r.id for r in plugins.lemmas}) == len(plugins.lemmas)  # one id per rule
     # every one is in the fuzzed packs (test_lemmas.BUILTIN fuzzes each pack's rules) ...
     from test_lemmas import BUILTIN
@@ -565,7 +590,7 @@ def test_a_third_party_op_gets_the_families_by_declaring_properties(third_party,
     assert "[1211] elementwise-of-slices[extra.square]" in p.stdout
     p = _gg(third_party, "plugins")  # fuzzed when first loaded, as its hand-written lemmas would be
     assert p.returncode == 0, p.stderr
-    assert re.search(r"lemmas: .*extra: 6", p.stdout), p.stdout  # 1201, 1203, 1211 for double; 1201, 1211 for square; 1204
+    assert re.search(r"lemmas: .*extra: 8", p.stdout), p.stdout  # 1201, 1203, 1211, 1213 for double; 1201, 1211, 1213 for square; 1204
     # a false declaration (x*x is not linear) fails the fuzzer: the pack is refused, naming the derived lemma
     init.write_text(PROPERTY_PLUGIN.replace("SQUARE_LINEAR", "(0,)"))
     p = _gg(third_party, "plugins")

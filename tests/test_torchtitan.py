@@ -162,6 +162,84 @@ def test_dropped_norm_gradient_all_reduce_is_flagged():
     assert "not outputs of G_d" in r.failure.reason  # left as the ranks' partial sums
 
 
+# -- torchtitan's loss parallel (GG_TITAN_LOSS=1: _LossParallelCrossEntropy on the vocab-sharded logits) -----------
+
+def test_tp2_loss_parallel_forward_backward_refines():
+    """torchtitan's cross-entropy on vocab-sharded logits (max and sum of exponentials all-reduced, the target's
+    log-probability gathered where the rank owns it and all-reduced; a fused backward with no collective)
+    against PyTorch's cross-entropy of the whole logits (log_softmax, nll_loss, and their backward)."""
+    spec, impl, rel = _load("tp2-loss")
+    r = _verify(spec, impl, rel)
+    assert r.verdict == "refines", r.failure
+    lines = r.r_o_lines()
+    assert "out0 = out0@0" in lines and "out0 = out0@1" in lines  # the summed loss, on every rank
+    assert ("grad.model.lm_head.weight = concat(grad.model.lm_head.weight@0, grad.model.lm_head.weight@1, dim=0)"
+            in lines)
+    assert r.expect["checked"] == 10 and not r.expect["missing"]
+
+
+@pytest.mark.slow
+def test_tp4_loss_parallel_forward_backward_refines():
+    spec, impl, rel = _load("tp4-loss")
+    r = _verify(spec, impl, rel)
+    assert r.verdict == "refines", r.failure
+    assert "out0 = out0@3" in r.r_o_lines() and not r.expect["missing"]
+
+
+def _at(loc):
+    return lambda n: n.get("loc") == loc
+
+
+def _set_const(impl, prefix, rank, value):
+    """The implementation with the ``aten.scalar_tensor`` constants whose names start with ``prefix`` on ``rank``
+    holding ``value``."""
+    impl = copy.deepcopy(impl)
+    hit = [n for n in impl["nodes"] if n["name"].startswith(prefix) and n["name"].endswith(f"@{rank}")]
+    assert hit
+    for n in hit:
+        n["attrs"]["s"] = str(value)
+    return impl
+
+
+# Each is flagged at the user's cross-entropy line (model.py's loss, loss.py:60 in G_s). Without the max or the
+# sum all-reduce, log_softmax has no clean expression and is carried to its readers, as is nll_loss's backward
+# multiply (bw.mul_11: the ranks fuse it into log_softmax's backward); the reader of both fails and the report
+# names the earlier of the two (Carried, rule 3). Without the target's all-reduce the summed log-probability is
+# known as a partial sum over the ranks, which the masking `where` does not take.
+@pytest.mark.parametrize("loc,node", [
+    ("loss.py:158", "bw.mul_11"),  # the sum of exponentials: each rank's own softmax denominator
+    pytest.param("loss.py:151", "bw.mul_11", marks=pytest.mark.slow),  # the max: each rank its own shift
+    ("loss.py:174", "where_1"),  # the target's log-probability: left as the ranks' partial sums
+])
+def test_loss_parallel_without_an_all_reduce_is_flagged(loc, node):
+    spec, impl, rel = _load("tp2-loss")
+    r = _verify(spec, _drop(impl, "core.all_reduce", _at(loc), _keep_own), rel)
+    assert r.verdict == "does-not-refine"
+    assert (r.failure.node, r.failure.loc) == (node, "loss.py:60"), r.failure
+    if node == "where_1":
+        assert r.failure.input_relations["neg_2"] == ["sum(neg_2@0, neg_2@1)"]
+
+
+def test_loss_parallel_with_a_wrong_vocab_offset_is_flagged():
+    """Rank 1 shifts its targets by 0 instead of its shard's start (32), forward and backward: the backward's
+    one-hot of the targets (first in G_s's order: it reads only the labels) has no counterpart."""
+    spec, impl, rel = _load("tp2-loss")
+    bad = _set_const(_set_const(impl, "sub_3.const", 1, 0), "bw.sub_4.const", 1, 0)
+    r = _verify(spec, bad, rel)
+    assert r.verdict == "does-not-refine"
+    assert (r.failure.op, r.failure.loc) == ("aten.scatter.value", "loss.py:60"), r.failure
+
+
+def test_loss_parallel_backward_with_the_one_hot_sign_flipped_is_flagged():
+    """The fused backward writes mask + 1 (1 where the rank owns the target) instead of mask - 1."""
+    spec, impl, rel = _load("tp2-loss")
+    bad = _set_const(_set_const(impl, "bw.sub_5.const", 0, -1), "bw.sub_5.const", 1, -1)
+    r = _verify(spec, bad, rel)
+    assert r.verdict == "does-not-refine"
+    assert r.failure.loc == "loss.py:60" and r.failure.op in ("aten._log_softmax_backward_data", "aten.mul.Tensor",
+                                                              "aten.scatter.value"), r.failure
+
+
 # -- operators: references against torch -----------------------------------------------------------------
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -338,3 +416,84 @@ def test_a_dropped_collective_from_the_cli(tmp_path):
                 d / "relation.yaml")
     assert p.returncode == 1, p.stdout + p.stderr
     assert "stopped at G_s operator aten.pow.Tensor_Scalar (node 'pow_1'" in p.stdout
+
+
+# -- lemmas 1730-1735: loss parallel ---------------------------------------------------------------------------
+
+_MX = "max(aten.amax(A, dim=[1], keepdim=true), aten.amax(B, dim=[1], keepdim=true))"
+
+
+def _sumexp(x, m=_MX):
+    return f"aten.sum.dim_IntList(aten.exp(aten.sub.Tensor({x}, {m})), dim=[1], keepdim=true, dtype=None)"
+
+
+def _logp(x, total):
+    return f"aten.sub.Tensor(aten.sub.Tensor({x}, {_MX}), aten.log({total}))"
+
+
+def test_log_softmax_of_vocab_shards():
+    """1730: log_softmax over the split dim from the parts' maxes and sums of exponentials all-reduced; a part's
+    own sum (the sum all-reduce missing) or log_softmax along the other dim must not prove."""
+    s = {"A": [4, 3], "B": [4, 5]}
+    lhs = "aten._log_softmax(concat(A, B, dim=1), dim=1, half_to_float=false)"
+    total = f"sum({_sumexp('A')}, {_sumexp('B')})"
+    assert proves(lhs, f"concat({_logp('A', total)}, {_logp('B', total)}, dim=1)", s)
+    assert proves("aten._log_softmax(concat(A, B, dim=1), dim=-1, half_to_float=false)",
+                  f"concat({_logp('A', total)}, {_logp('B', total)}, dim=1)", s)  # (dims made explicit first)
+    assert not proves(lhs, f"concat({_logp('A', _sumexp('A'))}, {_logp('B', _sumexp('B'))}, dim=1)", s)
+    assert not proves(lhs, f"concat({_logp('A', total)}, {_logp('B', _sumexp('B'))}, dim=1)", s)
+    assert not proves("aten._log_softmax(concat(A, B, dim=1), dim=0, half_to_float=false)",
+                      f"concat({_logp('A', total)}, {_logp('B', total)}, dim=1)", s)
+
+
+def test_target_column_gather_and_masked_index_put():
+    """1731: gather with a column of indices is advanced indexing; 1732: index_put with a boolean mask of the
+    tensor's shape commutes with a reshape of both. Gathering along dim 0, or a mask reshaped otherwise, must
+    not prove."""
+    s = {"X": [4, 6], "I": [4], "Y": [4], "M": [4], "Z": []}
+    d = {"I": "int64", "M": "bool"}
+    r = {"I": (0, 6)}
+    assert proves("aten.gather(X, reshape(I, shape=[4, 1]), dim=1, sparse_grad=false)",
+                  "reshape(aten.index.Tensor(X, aten.arange.start(start=0, end=4), I), shape=[4, 1])", s, dtypes=d,
+                  ranges=r)
+    assert not proves("aten.gather(X, reshape(I, shape=[4, 1]), dim=0, sparse_grad=false)",
+                      "reshape(aten.index.Tensor(X, aten.arange.start(start=0, end=4), I), shape=[4, 1])", s,
+                      dtypes=d, ranges=r)
+    assert proves("aten.index_put(reshape(Y, shape=[4, 1]), reshape(M, shape=[4, 1]), Z)",
+                  "reshape(aten.index_put(Y, M, Z), shape=[4, 1])", s, dtypes=d)
+    assert not proves("aten.index_put(reshape(Y, shape=[4, 1]), reshape(aten.flip(M, dims=[0]), shape=[4, 1]), Z)",
+                      "reshape(aten.index_put(Y, M, Z), shape=[4, 1])", s, dtypes=d)
+
+
+_ONE_HOT = "aten.scatter.value(aten.full(size=[4, 6], fill_value=0, dtype=float32), T, dim=1, value=-1)"
+
+
+def test_cross_entropy_backward_is_the_fused_form():
+    """1733: log_softmax's backward of nll_loss's one-hot times w is (one-hot + exp(ls)) * w, torchtitan's
+    fused backward; minus exp(ls), or another one-hot's, must not prove."""
+    s = {"T": [4, 1], "W": [4, 1], "L": [4, 6], "U": [4, 1]}
+    d = {"T": "int64", "U": "int64"}
+    r = {"T": (0, 6), "U": (0, 6)}
+    lhs = f"aten._log_softmax_backward_data(aten.mul.Tensor({_ONE_HOT}, W), L, dim=1, input_dtype=float32)"
+    assert proves(lhs, f"aten.mul.Tensor(aten.add.Tensor({_ONE_HOT}, aten.exp(L)), W)", s, dtypes=d, ranges=r)
+    assert not proves(lhs, f"aten.mul.Tensor(aten.sub.Tensor({_ONE_HOT}, aten.exp(L)), W)", s, dtypes=d, ranges=r)
+    other = _ONE_HOT.replace("T,", "U,")
+    assert not proves(lhs, f"aten.mul.Tensor(aten.add.Tensor({other}, aten.exp(L)), W)", s, dtypes=d, ranges=r)
+
+
+def _oh(s_, e, n=4):
+    from lemma_packs.aten.titan import _OH
+    return _OH.format(n=n, z=f"[{n}, {e - s_}]", s=s_, e=e).replace("?i", "I").replace("?y", "float32")
+
+
+def test_one_hot_of_vocab_shards():
+    """1734/1735: nll_loss's one-hot over a vocabulary of 8 split at the ranks' shard ends (where their masks
+    compare the ids) is each rank's one-hot of its own targets; the shards' offsets swapped must not prove."""
+    s = {"I": [4]}
+    d = {"I": "int64"}
+    r = {"I": (0, 8)}
+    lhs = "aten.scatter.value(aten.full(size=[4, 8], fill_value=0, dtype=float32), reshape(I, shape=[4, 1]), dim=1, value=-1)"
+    assert proves(lhs, f"concat({_oh(0, 4)}, {_oh(4, 8)}, dim=1)", s, dtypes=d, ranges=r)
+    assert proves(lhs, f"concat({_oh(0, 2)}, {_oh(2, 4)}, {_oh(4, 6)}, {_oh(6, 8)}, dim=1)", s, dtypes=d, ranges=r)
+    assert not proves(lhs, f"concat({_oh(4, 8)}, {_oh(0, 4)}, dim=1)", s, dtypes=d, ranges=r)
+    assert not proves(lhs, f"concat({_oh(0, 4)}, {_oh(0, 4)}, dim=1)", s, dtypes=d, ranges=r)

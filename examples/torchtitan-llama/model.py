@@ -22,6 +22,7 @@ import graphguard.torch as gg
 from torchtitan.config import ParallelismConfig, TrainingConfig, CompileConfig
 from torchtitan.components.loss import cross_entropy_loss
 from torchtitan.distributed import ParallelDims
+from torchtitan.distributed import utils as dist_utils
 from torchtitan.models.common import ComplexRoPE, CosSinRoPE, Embedding, Linear, RMSNorm
 from torchtitan.models.common.attention import ScaledDotProductAttention
 from torchtitan.models.llama3 import Llama3Model, _build_llama3_layers, parallelize_llama
@@ -78,6 +79,7 @@ def impl(rank, world):
     tp = tp_degree(world)
     parallelism = ParallelismConfig(tensor_parallel_degree=tp, data_parallel_shard_degree=world // tp,
                                     enable_sequence_parallel=SP, spmd_backend="partial_dtensor")
+    dist_utils.set_spmd_backend(parallelism.spmd_backend)  # what torchtitan's Trainer does (trainer.py:319)
     with gg.torchtitan_on_cpu():
         dims = ParallelDims.from_config(parallelism, world)
         model = config().build()
@@ -108,8 +110,8 @@ def relation(world, backward):
     """With a data-parallel axis: the batch (each DP group's shards, in order, make the whole batch) and RoPE's
     table; the placements state the rest. (Tokens and the table are DTensors on a TP group only, which says
     nothing about the other TP groups.)"""
-    if MESH == "tp":
-        return {"inputs": {}}
+    if MESH == "tp":  # labels: a plain tensor, the same on every rank
+        return {"inputs": {"labels": [f"labels@{r}" for r in range(world)]} if LOSS else {}}
     cat = lambda n: [f"concat({', '.join(f'{n}@{r}' for r in g)}, dim=0)" for g in _dp_groups(world)]  # noqa: E731
     rel = {"tokens": cat("tokens"), **({"labels": cat("labels")} if LOSS else {})}
     for layer in range(LAYERS):  # RoPE's cos/sin table, a buffer (FSDP shards parameters only): on every rank

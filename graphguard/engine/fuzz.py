@@ -304,6 +304,8 @@ def _fuzz(rule: Rule, reg: Registry, trials: int, attempts: int, seed: int) -> F
         complex_too = complex_too or (attempt == 300 and not rep.instances)  # no real instance in 300 tries
         dtypes = _draw_dtypes(rng, rule.tvars, complex_too)
         dtypes.update({v: "int64" for v in index})
+        if sd is not None:  # a seed's "m:dtype": a boolean mask beside float operands, say
+            dtypes.update({v: sd[f"{v}:dtype"] for v in rule.tvars if f"{v}:dtype" in sd})
         ranges = _draw_ranges(rng, rule, sd, dtypes)
         ctx = EvalContext(lambda leaf: shapes[leaf.name], cx, reg.functions, lambda leaf: dtypes[leaf.name],
                           lambda leaf: ranges.get(leaf.name))

@@ -109,9 +109,10 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
                 subst = {t: R[t][0] for t in v.inputs}
                 for t in v.inputs:  # (the term names one G_d tensor of each input: the others equal to it are
                     _leaf_aliases(ctx, R[t])  # its aliases, so the readers explore every rank's copy)
+                defs = _definitions(ctx, v, R)
                 for o, term in zip(v.outputs, ctx.g_s.node_terms(v)):
                     if o in missing:
-                        r_v[o] = [_substitute(term, subst)]
+                        r_v[o] = [_substitute(term, subst)] + ([_substitute(term, {**subst, **defs})] if defs else [])
                 carried.defer(v, missing, failure, verdict)
                 R.update(r_v)
                 continue
@@ -269,6 +270,22 @@ class Carried:
         """The earliest of the failures charged and the origins of the deferred tensors no reader rescued."""
         return min([self.failed] * (self.failed is not None) + [self.origin[t] for t in self.unrescued()],
                    key=self._at)
+
+
+def _definitions(ctx: Context, v: Node, R: Relation) -> dict[str, Term]:
+    """For a deferred operator: each input that an operator computed, as that operator's term over its own
+    inputs' expressions (the same value as the input's clean expression, which that operator's search proved
+    from this very term). A reader then also sees how the input was made -- the one-hot that PyTorch's
+    cross-entropy backward scatters, multiplied by the upstream gradient, inside log_softmax's backward, which
+    the ranks compute fused."""
+    out = {}
+    for t in dict.fromkeys(v.inputs):
+        n = ctx.g_s.producer.get(t)
+        if n is None or any(not R.get(x) for x in n.inputs) or t in ctx.g_s.inputs:
+            continue
+        term = ctx.g_s.node_terms(n)[n.outputs.index(t)]
+        out[t] = _substitute(term, {x: R[x][0] for x in n.inputs})
+    return out
 
 
 MAX_DEFERRED = 2  # operators in a row whose outputs are carried as terms to their readers (no clean expression)

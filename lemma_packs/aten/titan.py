@@ -26,7 +26,7 @@ from graphguard.engine.lemma import L
 from graphguard.ir.ops import AttrSpec, fail, fmt_shape, multi_output
 
 from .ops import ABSENT, _optional, _same, _softmax
-from .vocab import _UNSQ, _unsq
+from .vocab import _LOCAL as _CE_LOCAL, _MASK as _CE_MASK, _UNSQ, _unsq
 
 
 # =================================================================================================
@@ -315,4 +315,77 @@ EMBEDDING += [
                 for i, j, d in (([2, 4], [1, 4], 0), ([2, 3], [2, 1], 1), ([3], [2], 0), ([1, 2, 2], [1, 1, 2], 1))]),
 ]
 
-LEMMAS = ATTENTION + EMBEDDING + REDUCTIONS
+# torchtitan's loss parallel (``components/loss.py: _LossParallelCrossEntropy``) on vocabulary-sharded logits: the
+# max and the sum of exponentials all-reduced, the target's log-probability gathered with a column index and
+# zeroed where another rank owns the target (``index_put`` with the mask as a column)
+_SUB = "aten.sub.Tensor({x}, {y}, alpha=1)"
+_MAXES = "max(aten.amax(?a, dim=[?d], keepdim=true), aten.amax(?b, dim=[?d], keepdim=true))"
+_SUMEXP = "aten.sum.dim_IntList(aten.exp({x}), dim=[?d], keepdim=true, dtype=None)"
+_SUMS = f"sum({_SUMEXP.format(x=_SUB.format(x='?a', y=_MAXES))}, {_SUMEXP.format(x=_SUB.format(x='?b', y=_MAXES))})"
+# torchtitan's one-hot of a rank's targets in [s, e) (Megatron's masks and masked local ids, vocab.py): zeros [n, e - s] with (mask - 1) at (row, masked local id)
+_OH = ("aten.index_put(aten.full(size={z}, fill_value=0, dtype=?y), aten.arange(end={n}, dtype=None),"
+       f" {_CE_LOCAL.format(i='?i', s='{s}', e='{e}')},"
+       f" aten.sub.Tensor(aten._to_copy({_CE_MASK.format(i='?i', s='{s}', e='{e}')}, dtype=?y),"
+       " aten.scalar_tensor(s=1, dtype=?y), alpha=1))")
+LOSS = [
+    # log_softmax over a dim split in two: log_softmax(x) = x - m - log(sum(exp(x - m))) for any finite m, here
+    # the max of the parts' maxes; the sum of exponentials is the sum of the parts' sums
+    L(1730, "log-softmax-of-concat-along-it",
+      "aten._log_softmax(concat(?a, ?b, dim=?d), dim=?d, half_to_float=false)"
+      f" => concat({_SUB.format(x=_SUB.format(x='?a', y=_MAXES), y=f'aten.log({_SUMS})')},"
+      f" {_SUB.format(x=_SUB.format(x='?b', y=_MAXES), y=f'aten.log({_SUMS})')}, dim=?d)",
+      "size(?a, ?d) > 0 and size(?b, ?d) > 0 and floating(dtype(?a))"),
+    # gather along dim 1 with a column of indices is advanced indexing by (arange, indices)
+    L(1731, "gather-of-an-index-column-is-index",
+      "aten.gather(?x, reshape(?i, shape=?s), dim=1, sparse_grad=?g)"
+      " => reshape(aten.index.Tensor(?x, aten.arange.start(start=0, end=size(?x, 0)), ?i), shape=?s)",
+      "rank(?x) == 2 and ?s == [size(?x, 0), 1] and shape(?i) == [size(?x, 0)]", index={"i": "size(?x, 1)"},
+      examples=[{"x": [n, v], "i": [n], "s": [n, 1]} for n, v in ((3, 4), (1, 2), (5, 1), (2, 6))]),
+    # a boolean mask of the tensor's own shape and a single value: index_put is elementwise, so it commutes
+    # with a reshape of both
+    L(1732, "masked-index-put-of-reshapes",
+      "aten.index_put(reshape(?y, shape=?s), reshape(?m, shape=?s), ?z)"
+      " => reshape(aten.index_put(?y, ?m, ?z), shape=?s)",
+      "shape(?m) == shape(?y) and dtype(?m) == \"bool\" and shape(?z) == [] and dtype(?z) == dtype(?y)",
+      examples=[{"y": y, "m": y, "z": [], "s": s, "m:dtype": "bool", "y:dtype": t, "z:dtype": t}
+                for y, s, t in (([4], [4, 1], "float32"), ([2, 3], [6], "float64"), ([3, 2], [2, 1, 3], "int64"),
+                                ([1], [1, 1], "float16"), ([2, 2], [4], "bfloat16"), ([0, 3], [3, 0], "float32"),
+                                ([5, 1], [5], "int32"), ([2, 2, 2], [4, 2], "float64"), ([6], [2, 3], "bool"),
+                                ([3], [1, 3, 1], "float32"))]),
+
+    # the backward of cross-entropy as PyTorch decomposes it: nll_loss's gradient is a one-hot of -1 (scatter into
+    # zeros, one index per row) times the per-row upstream gradient w; its row sum is -w, so log_softmax's backward
+    # g - exp(ls) * sum(g) is (one-hot + exp(ls)) * w -- torchtitan's fused form
+    L(1733, "log-softmax-backward-of-a-scaled-one-hot",
+      "aten._log_softmax_backward_data(aten.mul.Tensor(aten.scatter.value(aten.full(size=?z, fill_value=0, dtype=?y),"
+      " ?t, dim=1, value=-1), ?w), ?l, dim=1, input_dtype=?it)"
+      " => aten.mul.Tensor(aten.add.Tensor(aten.scatter.value(aten.full(size=?z, fill_value=0, dtype=?y), ?t, dim=1,"
+      " value=-1), aten.exp(?l), alpha=1), ?w)",
+      "rank(?l) == 2 and ?z == shape(?l) and shape(?t) == [size(?l, 0), 1] and shape(?w) == [size(?l, 0), 1]"
+      " and floating(?y) and ?y == dtype(?l) and ?it == dtype(?l) and dtype(?w) == dtype(?l)", index={"t": "size(?l, 1)"},
+      examples=[{"l": [n, v], "t": [n, 1], "w": [n, 1], "z": [n, v], "y": y, "it": y, "l:dtype": y, "w:dtype": y}
+                for n, v in ((3, 4), (1, 2), (4, 1), (2, 5), (5, 3))
+                for y in ("float32", "float64", "float16", "bfloat16")]),
+    # that one-hot over a vocabulary split at m (the first rank's shard end, where its mask compares the ids):
+    # each rank's one-hot of its own targets, -1 where it owns the target and 0 elsewhere (mask - 1), written
+    # at the masked local ids
+    L(1734, "one-hot-of-vocab-shards",
+      "aten.scatter.value(aten.full(size=?z, fill_value=0, dtype=?y), reshape(?i, shape=?u), dim=1, value=-1)"
+      f" => concat({_OH.format(n='size(?i, 0)', z='[size(?i, 0), ?m]', s=0, e='?m')},"
+      f" {_OH.format(n='size(?i, 0)', z='[size(?i, 0), at(?z, 1) - ?m]', s='?m', e='at(?z, 1)')}, dim=1)",
+      "rank(?i) == 1 and ?u == [size(?i, 0), 1] and len(?z) == 2 and at(?z, 0) == size(?i, 0) and ?m // 1 == ?m"
+      " and 0 < ?m and ?m < at(?z, 1) and floating(?y)", when="aten.ge.Scalar(?i, other=?m)",
+      index={"i": "at(?z, 1)"},
+      examples=[{"i": [n], "u": [n, 1], "z": [n, v], "m": m} for n, v, m in ((3, 4, 2), (1, 5, 1), (4, 6, 5), (2, 3, 1))]),
+    # ... and a rank's one-hot of [s, e) split again at m (more ranks)
+    L(1735, "masked-one-hot-of-vocab-shards",
+      f"{_OH.format(n='?n', z='?z', s='?s', e='?e')}"
+      f" => concat({_OH.format(n='?n', z='[?n, ?m - ?s]', s='?s', e='?m')},"
+      f" {_OH.format(n='?n', z='[?n, ?e - ?m]', s='?m', e='?e')}, dim=1)",
+      "rank(?i) == 1 and size(?i, 0) == ?n and ?z == [?n, ?e - ?s] and ?s // 1 == ?s and ?m // 1 == ?m and ?s < ?m"
+      " and ?m < ?e and floating(?y)", when="aten.ge.Scalar(?i, other=?m)", index={"i": "?e + 2"},
+      examples=[{"i": [n], "n": n, "z": [n, e - s], "s": s, "e": e, "m": m}
+                for n, s, m, e in ((3, 1, 3, 6), (2, 0, 2, 4), (4, 4, 8, 16), (1, 2, 3, 4), (5, 0, 1, 5))]),
+]
+
+LEMMAS = ATTENTION + EMBEDDING + REDUCTIONS + LOSS

@@ -208,14 +208,27 @@ def test_interleaved_rows_in_another_rank_order_relate_otherwise(plugins):
     assert r.replay["ok"]
 
 
-def _gather_rows(plugins, idx_d):
+def _select(b, x, i, n, out, op):
+    """Rows of x at the index vector i of n entries: ``index_select``, or ``gather`` with i expanded along the row
+    (Megatron's unpermute backward, moe_utils.py:464)."""
+    if op == "index_select":
+        b.op("aten.index_select", [x, i], out, dim=0)
+        return
+    name, at = (i.split("@") + [""])[:2]
+    col, rows = (f"{name}col" + (f"@{at}" if at else ""), f"{name}rows" + (f"@{at}" if at else ""))
+    b.op("core.reshape", [i], col, shape=[n, 1])
+    b.op("aten.expand", [col], rows, size=[-1, 3], implicit=False)
+    b.op("aten.gather", [x, rows], out, dim=0, sparse_grad=False)
+
+
+def _gather_rows(plugins, idx_d, op="index_select"):
     """G_s: rows of X [4 tokens, 3] at a constant order [0..3, 0..3] (Megatron's dispatch, every expert every
     token), then exp. G_d: rank r (tokens 2r, 2r+1) the same at its own constant order ``idx_d``."""
     s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
     s.input("X", [4, 3])
     s.op("aten.arange", [], "A", end=4, dtype=None)
     s.op("core.concat", ["A", "A"], "I", dim=0)
-    s.op("aten.index_select", ["X", "I"], "G", dim=0)
+    _select(s, "X", "I", 8, "G", op)
     s.op("aten.exp", ["G"], "E")
     s.output("E")
     for r in range(2):
@@ -228,7 +241,7 @@ def _gather_rows(plugins, idx_d):
         else:
             d.op("core.identity", [f"A@{r}"], f"B@{r}")
         d.op("core.concat", [f"B@{r}", f"B@{r}"], f"I@{r}", dim=0)
-        d.op("aten.index_select", [f"X@{r}", f"I@{r}"], f"G@{r}", dim=0)
+        _select(d, f"X@{r}", f"I@{r}", 4, f"G@{r}", op)
         d.op("aten.exp", [f"G@{r}"], f"E@{r}")
     d.output("E@0", "E@1")
     rel = parse_relation_text("inputs:\n  X: concat(X@0, X@1, dim=0)\n", "rel", plugins.registry)
@@ -236,25 +249,31 @@ def _gather_rows(plugins, idx_d):
     return s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel
 
 
-def test_rows_selected_at_constant_orders_relate_by_labels(plugins):
-    r = graphguard.verify(*_gather_rows(plugins, "same"), replay=True)
+SELECT = ["index_select", "gather"]  # (gather: declared data movement, index-shaped)
+
+
+@pytest.mark.parametrize("op", SELECT)
+def test_rows_selected_at_constant_orders_relate_by_labels(plugins, op):
+    r = graphguard.verify(*_gather_rows(plugins, "same", op), replay=True)
     assert r.verdict == "refines", r.render()
     assert r.replay["ok"]
     assert all("E@0" in line and "E@1" in line for line in r.r_o_lines())
 
 
-def test_rows_selected_in_another_order_relate_in_that_order(plugins):
-    r = graphguard.verify(*_gather_rows(plugins, "reversed"), replay=True)
+@pytest.mark.parametrize("op", SELECT)
+def test_rows_selected_in_another_order_relate_in_that_order(plugins, op):
+    r = graphguard.verify(*_gather_rows(plugins, "reversed", op), replay=True)
     assert r.verdict == "refines", r.render()
     assert r.r_o_lines()[0].startswith("E = concat(slice(E@0, dim=0, start=1, end=2), slice(E@0, dim=0, start=0, end=1)")
     assert r.replay["ok"]
 
 
-def test_rows_selected_at_a_wrong_constant_index_do_not_relate(plugins):
+@pytest.mark.parametrize("op", SELECT)
+def test_rows_selected_at_a_wrong_constant_index_do_not_relate(plugins, op):
     """Each rank selects its first token for every slot: its second token is nowhere in G_d."""
-    r = graphguard.verify(*_gather_rows(plugins, "first"))
+    r = graphguard.verify(*_gather_rows(plugins, "first", op))
     assert r.verdict != "refines", r.render()
-    assert r.failure.op == "aten.index_select"
+    assert r.failure.op == f"aten.{op}"
 
 
 def test_moves_refuses_an_op_that_computes(plugins):

@@ -488,6 +488,33 @@ def test_elementwise_of_reshapes():
                       "reshape(aten.mul.Tensor(A, A), shape=[3, 2])", s, late=True)
 
 
+# -- 1214: a reduction over the last dim of rows in another layout ----------------------------------------------
+
+def _layout(x, shape):
+    return f"reshape(permute(reshape({x}, shape=[2, 2, 2, {shape}]), dims=[0, 2, 1, 3]), shape=[8, {shape}])"
+
+
+def test_reduction_over_the_last_dim_of_a_layout():
+    """Megatron's probabilities' gradient at TP x EP: the rows of X re-sorted (reshape, permute, reshape keeping
+    the last dim) then summed over the last dim are X's row sums re-sorted the same way; summing over a dim the
+    layout moves, or re-sorting the sums otherwise, must not prove."""
+    s = {"X": [8, 5]}
+    lhs = f"aten.sum.dim_IntList({_layout('X', 5)}, dim=[1], keepdim=true, dtype=None)"
+    rhs = _layout("aten.sum.dim_IntList(X, dim=[1], keepdim=true, dtype=None)", 1)
+    assert not proves(lhs, rhs, s)  # (late)
+    assert proves(lhs, rhs, s, late=True)
+    assert proves(f"aten.amax({_layout('X', 5)}, dim=[1], keepdim=false)",
+                  "reshape(permute(reshape(aten.amax(X, dim=[1], keepdim=false), shape=[2, 2, 2]), dims=[0, 2, 1]),"
+                  " shape=[8])",
+                  s, late=True)
+    other = "reshape(permute(reshape({x}, shape=[2, 2, 2, 1]), dims=[1, 0, 2, 3]), shape=[8, 1])"
+    assert not proves(lhs, other.format(x="aten.sum.dim_IntList(X, dim=[1], keepdim=true, dtype=None)"), s, late=True)
+    assert not proves("aten.sum.dim_IntList(permute(reshape(X, shape=[2, 4, 5]), dims=[0, 2, 1]), dim=[2], "
+                      "keepdim=true, dtype=None)",
+                      "permute(aten.sum.dim_IntList(reshape(X, shape=[2, 4, 5]), dim=[2], keepdim=true, dtype=None), "
+                      "dims=[0, 2, 1])", s, late=True)
+
+
 # -- 1211 / 1212 and 223 / 224: slices of rows (several ranks' rows interleaved) ----------------------------
 
 def test_elementwise_and_rowwise_ops_of_slices():
@@ -534,7 +561,7 @@ def test_matmul_of_interleaved_row_slices():
 
 def test_every_derived_rule_is_listed_and_fuzzed(plugins):
     derived = [r for r in plugins.lemmas if r.lemma.variant]
-    assert {r.lemma.ref for r in derived} == set(range(1201, 1214))
+    assert {r.lemma.ref for r in derived} == set(range(1201, 1215))
     assert len({r.id for r in plugins.lemmas}) == len(plugins.lemmas)  # one id per rule
     # every one is in the fuzzed packs (test_lemmas.BUILTIN fuzzes each pack's rules) ...
     from test_lemmas import BUILTIN

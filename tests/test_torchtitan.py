@@ -209,7 +209,7 @@ def _set_const(impl, prefix, rank, value):
 @pytest.mark.parametrize("loc,node", [
     ("loss.py:158", "bw.mul_11"),  # the sum of exponentials: each rank's own softmax denominator
     pytest.param("loss.py:151", "bw.mul_11", marks=pytest.mark.slow),  # the max: each rank its own shift
-    ("loss.py:174", "where_1"),  # the target's log-probability: left as the ranks' partial sums
+    pytest.param("loss.py:174", "where_1", marks=pytest.mark.slow),  # the target's: left as partial sums
 ])
 def test_loss_parallel_without_an_all_reduce_is_flagged(loc, node):
     spec, impl, rel = _load("tp2-loss")
@@ -230,6 +230,7 @@ def test_loss_parallel_with_a_wrong_vocab_offset_is_flagged():
     assert (r.failure.op, r.failure.loc) == ("aten.scatter.value", "loss.py:60"), r.failure
 
 
+@pytest.mark.slow
 def test_loss_parallel_backward_with_the_one_hot_sign_flipped_is_flagged():
     """The fused backward writes mask + 1 (1 where the rank owns the target) instead of mask - 1."""
     spec, impl, rel = _load("tp2-loss")

@@ -281,6 +281,33 @@ def elementwise_of_reshapes(op, reg):  # f(reshape(a0, s), reshape(a1, s), c) ->
         yield f"{lhs} => reshape({whole}, shape=?s)", " and ".join(conds), whole, ex
 
 
+@family(1214, "reduction-over-the-last-dim-of-a-layout", late=True)
+def reduction_of_layout(op, reg):  # r(reshape(x, s), last) -> reshape(r(x, last), s'), r(permute(x, p), last) -> ...
+    """A reduction over the last dim only, of a reshape that keeps that dim (its size is x's last) or of a permute
+    that keeps it last, is the reshape / permute of x's reduction over its last dim: the other dims only move
+    whole rows (Megatron's expert-tensor-parallel probabilities' gradient: rows the ranks' layout interleaves,
+    summed over the hidden dim). Late, as the layouts it serves come from relayout.py."""
+    r = op.reduction
+    if r is None or r.dims is None or r.keepdim is None or op.attr_spec(r.dims).kind != "ints" or _n_inputs(op) != 1:
+        return
+    k = f"?p_{r.dims}"
+    for keep in (True, False):
+        fx = {r.keepdim: keep}
+        when = call(op, ["?x0"], {**fx, r.dims: "[rank(?x0) - 1]"})
+        lhs = call(op, ["reshape(?x0, shape=?s)"], fx)
+        shape = "set_at(?s, len(?s) - 1, 1)" if keep else "drop_at(?s, len(?s) - 1)"
+        conds = ["rank(?x0) >= 1", "len(?s) >= 1", f"{k} == [len(?s) - 1]",
+                 "at(?s, len(?s) - 1) == size(?x0, rank(?x0) - 1)", "size(?x0, rank(?x0) - 1) > 0"]  # (else the rows
+        # before it need not match: [1, 0] as [2, 0] has one row of no entries, then two)
+        ex = [{"x0": [2, 3, 4], "s": [6, 4], "p_" + r.dims: [1]}, {"x0": [6, 2], "s": [2, 3, 2], "p_" + r.dims: [2]}]
+        yield f"{lhs} => reshape({when}, shape={shape})", " and ".join(conds), "", ex
+        lhs = call(op, ["permute(?x0, dims=?q)"], fx)
+        dims = "?q" if keep else "drop_at(?q, len(?q) - 1)"
+        conds = ["rank(?x0) >= 1", f"{k} == [len(?q) - 1]", "at(?q, len(?q) - 1) == len(?q) - 1"]
+        ex = [{"x0": [2, 3, 4], "q": [1, 0, 2], "p_" + r.dims: [2]}, {"x0": [2, 2, 3, 2], "q": [2, 0, 1, 3], "p_" + r.dims: [3]}]
+        yield f"{lhs} => permute({when}, dims={dims})", " and ".join(conds), "", ex
+
+
 @family(1212, "rowwise-of-slices", late=True)
 def rowwise_of_slices(op, reg):  # f(slice(a, d)) -> slice(f(a), d), d not in the rows, where f(a) exists
     rw = op.rowwise

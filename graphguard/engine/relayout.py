@@ -785,8 +785,10 @@ def summed_outputs(ctx, e: Term, outputs: list[str], const_of) -> list[Term]:
 
 # -- polynomial labels: operators that add and multiply, related as sums over the ranks ---------------------------
 
-MAX_MONOMIALS = 1 << 18  # monomials one polynomial evaluation may hold (estimated first: 8 x that)
-MAX_POLY_ENTRIES = 1 << 14  # output entries of one polynomial problem (Python objects; its labelled entries: 32 x)
+# (HF Mixtral's experts' backward bmm at TP 4 -- [32, 128, 192] x [32, 192, 1], 8 pieces -- needs 1 << 21 and
+# 1 << 16: its verify then peaks at 2.0 GB and takes 47 s; at 1 << 18 / 1 << 14 it was refused)
+MAX_MONOMIALS = 1 << 21  # monomials one polynomial evaluation may hold (estimated first: 8 x that)
+MAX_POLY_ENTRIES = 1 << 16  # output entries of one polynomial problem (Python objects; its labelled entries: 32 x)
 MAX_ELEMENTWISE = 1 << 17  # output entries of one elementwise problem
 
 

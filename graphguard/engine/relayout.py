@@ -811,15 +811,19 @@ class Poly:
         c = Fraction(float(x)) if isinstance(x, (float, np.floating)) else Fraction(int(x))
         return Poly({(): c} if c else {})
 
+    @staticmethod
+    def _acc(t: dict, m: tuple, c) -> None:
+        """Add c to monomial m's coefficient in t, dropping it where it cancels."""
+        s = t.get(m, 0) + c
+        if s:
+            t[m] = s
+        else:
+            t.pop(m, None)
+
     def __add__(self, o):
-        o = Poly._of(o)
         t = dict(self.t)
-        for m, c in o.t.items():
-            s = t.get(m, 0) + c
-            if s:
-                t[m] = s
-            else:
-                t.pop(m, None)
+        for m, c in Poly._of(o).t.items():
+            Poly._acc(t, m, c)
         return Poly(t)
 
     __radd__ = __add__
@@ -838,12 +842,7 @@ class Poly:
         t: dict = {}
         for m1, c1 in self.t.items():
             for m2, c2 in o.t.items():
-                m = tuple(sorted(m1 + m2))
-                s = t.get(m, 0) + c1 * c2
-                if s:
-                    t[m] = s
-                else:
-                    t.pop(m, None)
+                Poly._acc(t, tuple(sorted(m1 + m2)), c1 * c2)
         return Poly(t)
 
     __rmul__ = __mul__

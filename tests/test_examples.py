@@ -54,7 +54,11 @@ SLOW = {"hf-zoo": "tests/test_hf_zoo.py verifies its default, Qwen3 with HF's pl
         "cross-fx-hlo-llama": "tests/test_jax.py: the PyTorch Llama layer refined by the JAX layer",
         "gpt-tp-sp-apex": "examples/gpt-tp-sp: the same block with PyTorch's layer norm",
         "vllm-qwen2-tp": "examples/vllm-qwen2-real: vLLM's own Qwen2 graphs (tests/test_vllm_real.py)",
-        "gpt-tp-vocab": "examples/megatron-gpt: Megatron's own vocab-parallel embedding and cross-entropy"}
+        "gpt-tp-vocab": "examples/megatron-gpt: Megatron's own vocab-parallel embedding and cross-entropy",
+        # the ONNX route's run script runs for onnx-mlp-tp; the others are captured and verified in-process
+        "onnx-block-tp": "tests/test_onnx_examples.py::test_onnx_block_tp_refines",
+        "onnx-llama-tp": "tests/test_onnx_examples.py::test_onnx_llama_tp4_refines (TP 4)",
+        "onnx-mlp-missing-allreduce": "tests/test_onnx_examples.py::test_onnx_missing_allreduce_is_flagged"}
 
 
 @pytest.mark.parametrize("d", [pytest.param(d, marks=pytest.mark.slow) if d.name in SLOW else d

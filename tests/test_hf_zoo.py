@@ -6,6 +6,7 @@ values part. Also the constructs these models brought: HF's backward hook transl
 empty concat parts, _StridedShard placements, and their lemmas (14xx, 18xx)."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import numpy as np
@@ -31,6 +32,7 @@ Z.TINY.update(num_hidden_layers=1, first_k_dense_replace=0)  # one layer (a MoE 
 GATHERED = [f"out0 = out0@{r}" for r in range(W)]  # lm_head colwise_gather_output: every rank holds the logits
 
 
+@functools.lru_cache(maxsize=4)  # (the same specification serves a proving test and the bug tests)
 def _spec_of(mt, backward=False):
     return ggt.capture(lambda r: Z.spec(mt), lambda r: Z.inputs(None, W, mt), backward=backward)
 

@@ -10,9 +10,9 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")
 
 
-def capture(model, out, **kw):
+def capture(model, out, world=2, **kw):
     from graphguard.frontends.onnx.capture import capture_model_file
-    return capture_model_file(model, out, 2, **kw)
+    return capture_model_file(model, out, world, **kw)
 
 
 def verify(files, *extra):
@@ -61,6 +61,69 @@ def test_onnx_missing_allreduce_is_flagged(tmp_path, plugins):
     assert r.exit_code == 1, r.render()
     assert r.failure.op == "onnx.Add" and r.failure.node == "add", r.render()
     assert "linear_1 = sum(linear_1@0, linear_1@1)" in r.render()
+
+
+# -- onnx-llama-tp: examples/llama-tp/model.py exported to ONNX, at TP 4 (each KV head on two ranks) -------------
+
+@pytest.fixture(scope="module")
+def llama4(tmp_path_factory):
+    return capture(EXAMPLES / "llama-tp" / "model.py", tmp_path_factory.mktemp("onnx-llama"), world=4)
+
+
+def test_onnx_llama_tp4_refines(llama4, plugins):
+    """RMSNorm, RoPE, grouped-query attention whose 2 KV heads are each replicated on two of the 4 ranks: the
+    specification's Expand of the KV heads splits at the ranks' narrower copies (families 1215/1216)."""
+    import onnx
+    ops = {n.op_type for n in onnx.load(llama4["spec"]).graph.node}
+    assert {"Expand", "Slice", "Neg", "ReduceMean", "Reciprocal", "Sigmoid", "Softmax"} <= ops
+    r = verify_here(plugins, llama4, replay=True)
+    assert r.exit_code == 0, r.render()
+    assert all(f"out0 = out0@{k}" in r.render() for k in range(4)) and "replay: ok" in r.render()
+
+
+def _without_first(path, op_type, out):
+    """The ONNX file with its first ``op_type`` node replaced by an Identity (the collective forgotten)."""
+    import onnx
+    m = onnx.load(path)
+    n = next(n for n in m.graph.node if n.op_type == op_type)
+    n.op_type, n.domain = "Identity", ""
+    del n.attribute[:]
+    onnx.save(m, out)
+    return out
+
+
+def test_onnx_llama_tp4_missing_attention_all_reduce_is_flagged(llama4, plugins, tmp_path):
+    """Every rank's file without the all-reduce after o_proj: the residual stream holds each rank's partial sum;
+    flagged at the first operator a partial sum cannot pass: the next RMSNorm's square."""
+    impl = [str(_without_first(f, "AllReduce", tmp_path / f"bad{r}.onnx")) for r, f in enumerate(llama4["impl"].split())]
+    r = verify_here(plugins, dict(llama4, impl=" ".join(impl)), replay=True)
+    assert r.exit_code == 1, r.render()
+    assert r.failure.op == "onnx.Pow", r.render()
+    assert "sum(pow_2@0, pow_2@1, pow_2@2, pow_2@3)" in r.render()  # each rank squares its own partial sum
+    assert r.failure.replay["max_abs_diff"] > 1e-3, r.render()
+
+
+def test_onnx_llama_tp4_missing_all_reduce_on_one_rank_is_a_deadlock(llama4, tmp_path):
+    """One rank's file alone without it: the ranks' collectives do not match (exit 2, one line naming it)."""
+    impl = llama4["impl"].split()
+    impl[3] = str(_without_first(impl[3], "AllReduce", tmp_path / "bad3.onnx"))
+    p = verify(dict(llama4, impl=" ".join(impl)))
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert "deadlock" in line and "rank(s) [3] never issue" in line, line
+
+
+def test_onnx_llama_tp4_with_a_wrong_kv_replica_is_flagged(llama4, plugins, tmp_path):
+    """Ranks 1 and 3 swapped in the second replica of the KV weights: rank 1 would hold KV head 1 while its query
+    heads (2 and 3) belong to KV head 0. Flagged, at the attention scores."""
+    text = llama4["relation"].read_text()
+    bad = text.replace("concat(layers.0.k_proj.weight@1, layers.0.k_proj.weight@3, dim=0)",
+                       "concat(layers.0.k_proj.weight@3, layers.0.k_proj.weight@1, dim=0)")
+    assert bad != text
+    (tmp_path / "rel.yaml").write_text(bad)
+    r = verify_here(plugins, dict(llama4, relation=tmp_path / "rel.yaml"), replay=True)
+    assert r.exit_code == 1, r.render()
+    assert r.failure.op == "onnx.MatMul", r.render()
 
 
 def test_backward_capture_is_refused(tmp_path):

@@ -515,6 +515,27 @@ def test_reduction_over_the_last_dim_of_a_layout():
                       "dims=[0, 2, 1])", s, late=True)
 
 
+# -- 1215 / 1216: broadcast views (the broadcast_to property: aten.expand, onnx.Expand) -------------------------
+
+@pytest.mark.parametrize("op,size,extra", [("aten.expand", "size", ", implicit=false"), ("onnx.Expand", "shape", "")])
+def test_broadcast_of_concat_and_at_a_narrower_copy(op, size, extra):
+    """Grouped-query attention's KV heads repeated for their query heads: the broadcast of two ranks' heads is
+    their broadcasts concatenated; a wider broadcast splits where a narrower copy exists (ranks holding some of a
+    head's repeats). Swapped parts, a copy of another tensor, or too few repeats must not prove."""
+    b = lambda x, s: f"{op}({x}, {size}={s}{extra})"  # noqa: E731
+    s = {"A": [2, 1, 3], "B": [1, 1, 3], "X": [2, 1, 3]}
+    assert proves(b("concat(A, B, dim=0)", "[3, 4, 3]"), f"concat({b('A', '[2, 4, 3]')}, {b('B', '[1, 4, 3]')}, dim=0)", s)
+    assert proves(b("concat(A, B, dim=0)", "[5, 3, 4, 3]"),
+                  f"concat({b('A', '[5, 2, 4, 3]')}, {b('B', '[5, 1, 4, 3]')}, dim=1)", s)
+    assert not proves(b("concat(A, B, dim=0)", "[3, 4, 3]"),
+                      f"concat({b('B', '[1, 4, 3]')}, {b('A', '[2, 4, 3]')}, dim=0)", s)
+    assert proves(b("X", "[2, 4, 3]"), f"concat({b('X', '[2, 1, 3]')}, {b('X', '[2, 3, 3]')}, dim=1)", s)
+    assert proves(b("X", "[2, 4, 3]"), f"concat({b('X', '[2, 2, 3]')}, {b('X', '[2, 2, 3]')}, dim=1)", s)
+    assert not proves(b("X", "[2, 4, 3]"), f"concat({b('X', '[2, 1, 3]')}, {b('Y', '[2, 3, 3]')}, dim=1)",
+                      {"X": [2, 1, 3], "Y": [2, 1, 3]})  # (a copy of another tensor)
+    assert not proves(b("X", "[2, 4, 3]"), f"concat({b('X', '[2, 1, 3]')}, {b('X', '[2, 2, 3]')}, dim=1)", s)
+
+
 # -- 1211 / 1212 and 223 / 224: slices of rows (several ranks' rows interleaved) ----------------------------
 
 def test_elementwise_and_rowwise_ops_of_slices():
@@ -561,7 +582,7 @@ def test_matmul_of_interleaved_row_slices():
 
 def test_every_derived_rule_is_listed_and_fuzzed(plugins):
     derived = [r for r in plugins.lemmas if r.lemma.variant]
-    assert {r.lemma.ref for r in derived} == set(range(1201, 1215))
+    assert {r.lemma.ref for r in derived} == set(range(1201, 1217))
     assert len({r.id for r in plugins.lemmas}) == len(plugins.lemmas)  # one id per rule
     # every one is in the fuzzed packs (test_lemmas.BUILTIN fuzzes each pack's rules) ...
     from test_lemmas import BUILTIN

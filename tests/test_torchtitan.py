@@ -137,15 +137,19 @@ def _keep_own(r, a, o, n, shapes):
     return {"name": f"drop.{o}", "op": "core.identity", "inputs": [a], "outputs": [o], "attrs": {}}
 
 
-def test_dropped_fsdp_parameter_all_gather_is_flagged():
+@pytest.mark.parametrize("param,op,node", [
+    ("model.layers.0.attention_norm.weight", "aten.mul.Tensor", "mul_1"),
+    # (the strided FSDP-over-TP shard of a weight; 30 s: the search around the first mm is wide)
+    pytest.param("model.layers.0.attention.qkv_linear.wqkv.weight", "aten.mm", "mm", marks=pytest.mark.slow)],
+    ids=["norm-weight", "wqkv"])
+def test_dropped_fsdp_parameter_all_gather_is_flagged(param, op, node):
     """An FSDP parameter all-gather (over the DP group) replaced by the rank's own shard repeated: the first
     G_s operator reading that parameter is flagged."""
     spec, impl, rel = _load("fsdp2x-tp2")
-    bad = _drop(impl, "core.all_gather", _reads(impl, "model.layers.0.attention.qkv_linear.wqkv.weight"),
-                _repeat_own)
+    bad = _drop(impl, "core.all_gather", _reads(impl, param), _repeat_own)
     r = _verify(spec, bad, rel)
     assert r.verdict == "does-not-refine"
-    assert r.failure.op == "aten.mm", r.failure
+    assert (r.failure.op, r.failure.node) == (op, node), r.failure
 
 
 @pytest.mark.slow

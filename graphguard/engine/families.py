@@ -349,6 +349,47 @@ def reduction_over_a_unit_dim(op, reg):  # r(x, dim=[d], keepdim=false) -> x wit
     yield f"{lhs} => reshape(?x0, shape=drop_at(shape(?x0), {d}))", " and ".join(conds), "", ex
 
 
+def _broadcast(op: OpDef):
+    """A broadcast view's target-shape attribute (``broadcast_to``), checked to be a shape."""
+    k = op.broadcast_to
+    _need_attr(op, k, "broadcast_to")
+    if op.attr_spec(k).kind != "scalars" or op.arity != 1:
+        raise LemmaError(f"operator {op.name} ({op.source}): broadcast_to names '{k}', which must be the shape "
+                         f"attribute of a one-input op")
+    return f"?p_{k}"
+
+
+_XD = "?d + len(?p_{k}) - rank(?a)"  # the concat dim in the output (a broadcast may add leading dims)
+
+
+@family(1215, "broadcast-of-concat")
+def broadcast_of_concat(op, reg):  # bcast(concat(a, b, d), s) -> concat(bcast(a, s'), bcast(b, s''), d')
+    """A broadcast of parts is the parts broadcast (grouped-query attention repeats each KV head for its query
+    heads; a target size of -1 keeps the dim)."""
+    if not op.broadcast_to:
+        return
+    s, xd = _broadcast(op), _XD.format(k=op.broadcast_to)
+    part = lambda x: call(op, [x], {op.broadcast_to: f"set_at({s}, {xd}, size({x}, ?d))"})  # noqa: E731
+    ex = [{"a": [2, 1, 3], "b": [1, 1, 3], "d": 0, s[1:]: [2, 3, 4, 3]},
+          {"a": [2, 1, 3], "b": [2, 2, 3], "d": 1, s[1:]: [2, 3, 3]}]
+    yield (f"{call(op, ['concat(?a, ?b, dim=?d)'])} => concat({part('?a')}, {part('?b')}, dim={xd})",
+           f"at({s}, {xd}) == size(?a, ?d) + size(?b, ?d) or at({s}, {xd}) == -1", "", ex)
+
+
+@family(1216, "broadcast-splits-at-narrower-copy")
+def broadcast_splits(op, reg):  # bcast(x, s) -> concat(bcast(x, t), bcast(x, s - t at k), k), where bcast(x, t) exists
+    """Constrained (§4.3): a broadcast copy splits where a narrower copy of the same tensor exists, along the one
+    broadcast dim where they differ (ranks each holding some of the repeats of a KV head)."""
+    if not op.broadcast_to:
+        return
+    s = _broadcast(op)
+    k = f"expand_split_dim(?x, {s}, ?t)"
+    rest = call(op, ["?x"], {op.broadcast_to: f"set_at({s}, {k}, at({s}, {k}) - at(?t, {k}))"})
+    narrow = call(op, ["?x"], {op.broadcast_to: "?t"})
+    ex = [{"x": [2, 1, 3], s[1:]: [2, 4, 3], "t": [2, 1, 3]}, {"x": [1, 3], s[1:]: [2, 3, 3], "t": [2, 1, 3]}]
+    yield f"{call(op, ['?x'])} => concat({narrow}, {rest}, dim={k})", f"{k} >= 0", narrow, ex
+
+
 def _binary(op: OpDef) -> bool:
     return _n_inputs(op) == 2
 

@@ -148,6 +148,8 @@ class OpDef:
     (``add``: ``((0, 1),)``). ``scalar_factor``: the op is ``x * c`` for its number attribute of that name
     (``scale``'s ``factor``). ``reduction``: a :class:`Reduction`. ``rowwise``: a :class:`RowWise`.
     ``data_movement``: every output entry is a copy of an entry of input 0 (the other inputs are indices).
+    ``broadcast_to``: the op is NumPy's ``broadcast_to(x, shape)`` for its shape attribute of that name (new dims
+    lead; a size of -1 keeps the dim): its concats and narrower copies split (families 1215, 1216).
     ``rows``: ``(input, trailing)`` -- row-wise without an attribute: each output row (the index over all but
     the last ``trailing`` dims, the same dims as that input's) depends on that input's row at the same index
     alone, the other inputs used whole (``mm``: ``out[i, :] = x[i, :] @ w``). Declarations only; the fuzzer
@@ -186,6 +188,7 @@ class OpDef:
     reduction: "Reduction | None" = None
     rowwise: "RowWise | None" = None
     data_movement: bool = False
+    broadcast_to: str = ""
     rows: tuple[int, int] | tuple = ()
     identity: tuple = ()
     fill: str = ""

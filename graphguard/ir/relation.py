@@ -48,6 +48,7 @@ from lark.exceptions import UnexpectedInput, VisitError
 
 from ..errors import InputError, ShapeError
 from ..inputfile import MAX_DEPTH, nesting, read_text
+from . import fastparse
 from . import scalar as S
 from .expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, App, Leaf, PVar, Term, app
 from .ops import Registry, coerce_attr, parse_number
@@ -189,6 +190,9 @@ class ParseError(InputError):
 def _parse(text: str, start: str, where: str, line: int = 1, col: int = 1):
     if nesting(text, "()[]") > MAX_DEPTH:
         raise ParseError(f"{where}:{line}:{col}: expression nested more than {MAX_DEPTH} levels deep")
+    fast = fastparse.parse(text, start)  # well-formed texts, fast; Lark decides the rest (and words errors)
+    if fast is not None:
+        return fast
     try:
         tree = _PARSER.parse(text, start=start)
         return _ToRaw().transform(tree)

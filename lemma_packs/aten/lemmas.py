@@ -184,21 +184,8 @@ CONSTANTS = [
       "shape(?a) == shape(?b) and floating(dtype(?c)) and finite(?f) and finite(?g)"),
 ]
 
-# broadcasting views (grouped-query attention repeats each KV head for its query heads)
-_XD = "?d + len(?s) - rank(?a)"  # the concat dim in expand's output (expand may add leading dims)
-VIEWS = [
-    L(420, "expand-of-concat",
-      f"aten.expand(concat(?a, ?b, dim=?d), size=?s, implicit=?i) => concat(aten.expand(?a, size=set_at(?s, {_XD}, size(?a, ?d)), implicit=?i),"
-      f" aten.expand(?b, size=set_at(?s, {_XD}, size(?b, ?d)), implicit=?i), dim={_XD})",
-      f"at(?s, {_XD}) == size(?a, ?d) + size(?b, ?d) or at(?s, {_XD}) == -1",
-      examples=[{"a": [2, 1, 3], "b": [1, 1, 3], "d": 0, "s": [2, 3, 4, 3], "i": False}]),
-    # constrained (§4.3): a broadcast copy splits where a narrower copy of the same tensor exists
-    L(421, "expand-splits-at-narrower-copy",
-      "aten.expand(?x, size=?s, implicit=?i) => concat(aten.expand(?x, size=?t, implicit=?i),"
-      " aten.expand(?x, size=set_at(?s, expand_split_dim(?x, ?s, ?t), at(?s, expand_split_dim(?x, ?s, ?t)) - at(?t, expand_split_dim(?x, ?s, ?t))), implicit=?i),"
-      " dim=expand_split_dim(?x, ?s, ?t))",
-      "expand_split_dim(?x, ?s, ?t) >= 0", when="aten.expand(?x, size=?t, implicit=?i)",
-      examples=[{"x": [2, 1, 3], "s": [2, 4, 3], "t": [2, 1, 3], "i": False}]),
-]
+# broadcasting views (expand of concats, split at a narrower copy): families 1215 and 1216 of the broadcast_to
+# property (graphguard/engine/families.py), for aten.expand and every other broadcast op
+VIEWS = []
 
 LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_CE + MEGATRON_MOE + TITAN + NORMAL + NORMAL2 + RANGES + HF + MORE + ZOO

@@ -254,8 +254,22 @@ def _same_dtypes(name):
 COMM = {"commutative": True, "associative": True}
 
 
+def _promoted(ref):
+    """ONNX gives both inputs one dtype; a term the lemmas build may combine two (a partial sum of two dtypes, a
+    0-dim constant): computed in their promoted dtype, the one the op's dtype function declares."""
+    def f(xs, a):
+        xs = [np.asarray(x) for x in xs]
+        names = {x.dtype.name for x in xs}
+        if len(names) > 1:
+            target = promote(*(x.dtype.name for x in xs))
+            dt = next((x.dtype for x in xs if x.dtype.name == target), None) or np.dtype(target)
+            xs = [x.astype(dt) for x in xs]
+        return ref(xs, a)
+    return f
+
+
 def _binary(name, doc, **props):
-    return OpDef(f"onnx.{name}", 2, _bcast(f"onnx.{name}"), _ref(name), doc=doc, elementwise=(0, 1),
+    return OpDef(f"onnx.{name}", 2, _bcast(f"onnx.{name}"), _promoted(_ref(name)), doc=doc, elementwise=(0, 1),
                  broadcasting=True, dtype=_same_dtypes(f"onnx.{name}"), **props)
 
 
@@ -270,9 +284,9 @@ AXES = AttrSpec("axes", "ints", optional=True, dim_of=0)
 KEEPDIMS = AttrSpec("keepdims", "bool", default=True)
 
 OPS = [
-    OpDef("onnx.MatMul", 2, _matmul_shape, _ref("MatMul"), doc="NumPy matmul (batch dims broadcast).",
+    OpDef("onnx.MatMul", 2, _matmul_shape, _promoted(_ref("MatMul")), doc="NumPy matmul (batch dims broadcast).",
           linear=(0, 1), dtype=_same_dtypes("onnx.MatMul")),
-    OpDef("onnx.Gemm", 3, _gemm_shape, _ref("Gemm"),
+    OpDef("onnx.Gemm", 3, _gemm_shape, _promoted(_ref("Gemm")),
           (AttrSpec("alpha", "number", Fraction(1)), AttrSpec("beta", "number", Fraction(1)),
            AttrSpec("transA", "int", 0), AttrSpec("transB", "int", 0)),
           doc="alpha * A' @ B' + beta * C (A' = A or its transpose, B' likewise; C broadcast).",
@@ -309,7 +323,7 @@ OPS = [
               "(output Y only).", rowwise=RowWise("normalized_shape"), dtype=_float_in("onnx.LayerNormalization")),
     OpDef("onnx.Expand", 1, _expand_shape, lambda xs, a: np.broadcast_to(xs[0], _ints(a["shape"])).copy(), (SHAPE,),
           doc="Broadcast to shape (the output shape, read from the constant shape input).", broadcast=True,
-          data_movement=True),
+          data_movement=True, broadcast_to="shape"),
     OpDef("onnx.Constant", 0, _const_shape, _const_ref, (SHAPE, AttrSpec("values", "str"), DTYPE),
           doc="A constant given entry by entry (values: comma-separated, row-major).", dtype=lambda ds, a: a["dtype"]),
     OpDef("onnx.ConstantFill", 0, lambda s, a, cx: tuple(a["shape"]), _fill_ref,

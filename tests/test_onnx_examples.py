@@ -131,3 +131,47 @@ def test_backward_capture_is_refused(tmp_path):
     from graphguard.frontends.onnx.capture import capture_model_file
     with pytest.raises(InputError, match="forward programs only"):
         capture_model_file(EXAMPLES / "onnx-mlp-tp" / "model.py", tmp_path, 2, backward=True)
+
+
+RMS_MODEL = '''
+import torch, torch.distributed as dist, torch.distributed._functional_collectives as funcol
+onnx_opset = 23  # torch.nn.RMSNorm is exported as RMSNormalization from opset 23
+class M(torch.nn.Module):
+    def __init__(self, world=1):
+        super().__init__()
+        self.world = world
+        self.norm = torch.nn.RMSNorm(8, eps=2 ** -20)
+        self.up = torch.nn.Linear(8, 16 // world, bias=False)
+        self.down = torch.nn.Linear(16 // world, 8, bias=False)
+    def forward(self, x):
+        y = self.down(torch.relu(self.up(self.norm(x))))
+        y = funcol.all_reduce(y, "sum", dist.group.WORLD) if self.world > 1 else y
+        return self.norm(x + y)
+def spec():
+    return M(1)
+def impl(rank, world):
+    return M(world)
+def inputs(rank, world):
+    return (torch.randn(2, 3, 8),)
+def relation(world, backward):
+    rep = lambda n: [f"{n}@{r}" for r in range(world)]
+    cat = lambda n, d: "concat(" + ", ".join(f"{n}@{r}" for r in range(world)) + f", dim={d})"
+    return {"inputs": {"x": rep("x"), "norm.weight": rep("norm.weight"), "up.weight": cat("up.weight", 0),
+                       "down.weight": cat("down.weight", 1)}}
+'''
+
+
+def test_rms_normalization_of_opset_23(tmp_path, plugins):
+    """torch.nn.RMSNorm exported at opset 23 is one RMSNormalization node (onnx.reference's semantics); it is
+    row-wise over the normalised dims, so a TP MLP between two of them refines; the partial sums left without the
+    all-reduce do not pass it."""
+    import onnx
+    (tmp_path / "rms.py").write_text(RMS_MODEL)
+    files = capture(tmp_path / "rms.py", tmp_path / "ok")
+    assert "RMSNormalization" in {n.op_type for n in onnx.load(files["spec"]).graph.node}
+    r = verify_here(plugins, files, replay=True)
+    assert r.exit_code == 0, r.render()
+    assert "out0 = out0@1" in r.render() and "replay: ok" in r.render()
+    (tmp_path / "bad.py").write_text(RMS_MODEL.replace('funcol.all_reduce(y, "sum", dist.group.WORLD) if self.world > 1 else y', "y"))
+    r = verify_here(plugins, capture(tmp_path / "bad.py", tmp_path / "bad"), replay=True)
+    assert r.exit_code == 1 and r.failure.op == "onnx.RMSNormalization", r.render()

@@ -56,7 +56,7 @@ def _onnx_value(spec: AttrSpec, v):
 
 
 @functools.lru_cache(maxsize=512)
-def _evaluator(op_type: str, attrs: tuple, in_elems: tuple, extra: tuple):
+def _evaluator(op_type: str, attrs: tuple, in_elems: tuple, extra: tuple, opset: int = OPSET):
     """A ReferenceEvaluator for one node ``op_type`` on inputs of ONNX element types ``in_elems`` plus
     constant inputs ``extra`` ((name, int64 values), ...)."""
     from onnx import TensorProto, helper
@@ -67,16 +67,16 @@ def _evaluator(op_type: str, attrs: tuple, in_elems: tuple, extra: tuple):
     node = helper.make_node(op_type, names + [n for n, _ in extra], ["y"], **dict(attrs))
     out = helper.make_value_info("y", helper.TypeProto())
     graph = helper.make_graph([node], op_type, inputs, [out], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return ReferenceEvaluator(model)
 
 
-def run_onnx(op_type: str, xs, attrs: dict | None = None, extra: tuple = ()) -> np.ndarray:
+def run_onnx(op_type: str, xs, attrs: dict | None = None, extra: tuple = (), opset: int = OPSET) -> np.ndarray:
     """Run ONNX operator ``op_type`` on arrays ``xs`` with ONNX attributes ``attrs`` (ReferenceEvaluator)."""
     from onnx.helper import np_dtype_to_tensor_dtype
     xs = [np.asarray(x) for x in xs]
     elems = tuple(int(np_dtype_to_tensor_dtype(x.dtype)) for x in xs)
-    ev = _evaluator(op_type, tuple(sorted((attrs or {}).items())), elems, tuple(extra))
+    ev = _evaluator(op_type, tuple(sorted((attrs or {}).items())), elems, tuple(extra), opset)
     (y,) = ev.run(None, {f"i{k}": x for k, x in enumerate(xs)})
     return np.asarray(y)
 
@@ -170,15 +170,15 @@ def _reduce_shape(name):
     return f
 
 
-def _layer_norm_shape(shapes, a, cx):
+def _layer_norm_shape(shapes, a, cx, name="onnx.LayerNormalization"):
     x, w, b = shapes
     row = tuple(a["normalized_shape"])
     if len(row) == 0 or len(row) > len(x) or not all(cx.prove("==", u, v) for u, v in zip(row, x[len(x) - len(row):])):
-        fail(f"onnx.LayerNormalization: normalized_shape {fmt_shape(row)} is not the trailing shape of "
+        fail(f"{name}: normalized_shape {fmt_shape(row)} is not the trailing shape of "
              f"{fmt_shape(x)}")
     for t in (w, b):
-        if len(t) > len(row) or broadcast_shapes("onnx.LayerNormalization", [row, t], cx) != row:
-            fail(f"onnx.LayerNormalization: scale/bias {fmt_shape(t)} does not broadcast to the rows "
+        if len(t) > len(row) or broadcast_shapes(name, [row, t], cx) != row:
+            fail(f"{name}: scale/bias {fmt_shape(t)} does not broadcast to the rows "
                  f"{fmt_shape(row)}")
     return tuple(x)
 
@@ -231,6 +231,16 @@ def _reduce_onnx(a):
 def _layer_norm_ref(xs, a):
     axis = xs[0].ndim - len(a["normalized_shape"])
     return run_onnx("LayerNormalization", xs, {"axis": axis, "epsilon": float(a["epsilon"])})
+
+
+def _rms_norm_shape(shapes, a, cx):
+    x, w = shapes
+    return _layer_norm_shape([x, w, w], a, cx, "onnx.RMSNormalization")
+
+
+def _rms_norm_ref(xs, a):
+    axis = xs[0].ndim - len(a["normalized_shape"])
+    return run_onnx("RMSNormalization", xs, {"axis": axis, "epsilon": float(a["epsilon"])}, opset=23)
 
 
 def _float_in(name):
@@ -321,6 +331,10 @@ OPS = [
           (AttrSpec("normalized_shape", "scalars"), AttrSpec("epsilon", "number", Fraction(1, 100000))),
           doc="(x - mean) / sqrt(var + epsilon) * scale + bias over the trailing dims of normalized_shape "
               "(output Y only).", rowwise=RowWise("normalized_shape"), dtype=_float_in("onnx.LayerNormalization")),
+    OpDef("onnx.RMSNormalization", 2, _rms_norm_shape, _rms_norm_ref,
+          (AttrSpec("normalized_shape", "scalars"), AttrSpec("epsilon", "number", Fraction(1, 100000))),
+          doc="x / sqrt(mean(x ** 2) + epsilon) * scale over the trailing dims of normalized_shape (opset 23).",
+          rowwise=RowWise("normalized_shape"), dtype=_float_in("onnx.RMSNormalization")),
     OpDef("onnx.Expand", 1, _expand_shape, lambda xs, a: np.broadcast_to(xs[0], _ints(a["shape"])).copy(), (SHAPE,),
           doc="Broadcast to shape (the output shape, read from the constant shape input).", broadcast=True,
           data_movement=True, broadcast_to="shape"),

@@ -373,6 +373,8 @@ class Converter:
             return [self.reduce(n, op, x, ins, a, out)]
         if op == "LayerNormalization":
             return self.layer_norm(n, ins, a, out)
+        if op == "RMSNormalization":
+            return self.layer_norm(n, ins, a, out, rms=True)
         return [self.generic(n, op, ins, a, out)]
 
     def constant(self, n) -> Val:
@@ -552,8 +554,8 @@ class Converter:
             self.error(f"unknown attribute(s) {', '.join(sorted(unknown))}")
         return self.op(f"onnx.{op}", [x], out, axes=axes or None, keepdims=bool(a.get("keepdims", 1)))
 
-    def layer_norm(self, n, ins: list, a: dict, out: str) -> list[Val]:
-        if len(ins) < 3 or ins[2] is None:
+    def layer_norm(self, n, ins: list, a: dict, out: str, rms: bool = False) -> list[Val]:
+        if not rms and (len(ins) < 3 or ins[2] is None):
             self.error("LayerNormalization without a bias is not supported yet")
         if int(a.get("stash_type", 1)) != 1:
             self.error("stash_type other than 1 (float32) is not supported")
@@ -562,7 +564,7 @@ class Converter:
         ax = ax + r if ax < 0 else ax
         if not 0 <= ax < r:
             self.error(f"axis {a.get('axis', -1)} out of range for a rank-{r} input")
-        y = self.op("onnx.LayerNormalization", ins[:3], out,
+        y = self.op("onnx.RMSNormalization" if rms else "onnx.LayerNormalization", ins[:2 if rms else 3], out,
                     normalized_shape=dims_text(ins[0].shape[ax:]),
                     epsilon=number_text(a.get("epsilon", 1e-5)))
         return [y]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 
@@ -29,10 +30,15 @@ BUG_AT = {"megatron-sp-layernorm-grad": ("aten.native_layer_norm_backward", "bw.
 # examples run with more than the default (forward + backward: the forward is part of it), and lines their R_o
 # must hold
 ARGS = {"megatron-moe": ["--backward"], "megatron-gpt": ["--backward"]}
+# environment of a run: megatron-gpt with sequence parallelism (its other configurations: tests/test_megatron.py)
+ENV = {"megatron-gpt": {"GG_SP": "1"}}
 R_O = {"megatron-gpt": ["out0 = out0@0", "out0 = out0@1",  # the loss per token, on every rank
                         "grad.embedding.word_embeddings.weight = concat(grad.embedding.word_embeddings.weight@0, "
                         "grad.embedding.word_embeddings.weight@1, dim=0)",
-                        "grad.output_layer.weight = concat(grad.output_layer.weight@0, grad.output_layer.weight@1, dim=0)"],
+                        "grad.output_layer.weight = concat(grad.output_layer.weight@0, grad.output_layer.weight@1, dim=0)",
+                        # summed by Megatron's gradient step after backward (finalize_grads) under sequence parallelism
+                        "grad.decoder.final_layernorm.weight = grad.decoder.final_layernorm.weight@1",
+                        "grad.decoder.layers.0.mlp.linear_fc2.bias = grad.decoder.layers.0.mlp.linear_fc2.bias@0"],
        "megatron-moe": ["out0 = concat(out0@0, out0@1, dim=0)",
                         "grad.router.weight = sum(grad.router.weight@0, grad.router.weight@1)",
                         "grad.hidden_states = concat(grad.hidden_states@0, grad.hidden_states@1, dim=0)",
@@ -72,7 +78,7 @@ def test_run_script_exit_code_and_replay(d, tmp_path):
             pytest.importorskip(lib)
     out = tmp_path / "result.json"
     p = subprocess.run([str(d / "run"), *ARGS.get(d.name, []), "--replay", "--json", str(out)], capture_output=True,
-                       text=True, cwd=tmp_path)
+                       text=True, cwd=tmp_path, env={**os.environ, **ENV.get(d.name, {})})
     expected = 1 if d.parent.name == "bugs" else 0
     assert p.returncode == expected, p.stdout + p.stderr
     res = json.loads(out.read_text())

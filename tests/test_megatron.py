@@ -124,9 +124,10 @@ def _run(*args, env=None):
                           env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("args,env", [pytest.param(["--backward"], {}, marks=pytest.mark.slow),  # test_examples' run
+@pytest.mark.parametrize("args,env", [pytest.param(["--backward"], {}, marks=pytest.mark.slow),
                                       pytest.param(["--world-size", "4"], {}, marks=pytest.mark.slow),
-                                      (["--backward"], {"GG_SP": "1"}),
+                                      # (test_examples' run of megatron-gpt: the same command)
+                                      pytest.param(["--backward"], {"GG_SP": "1"}, marks=pytest.mark.slow),
                                       pytest.param([], {"GG_LABELS": "0"}, marks=pytest.mark.slow)],
                          ids=["tp2-backward", "tp4", "tp2-sp-backward", "tp2-logits"])
 def test_megatron_gpt_refines(args, env):

@@ -191,7 +191,8 @@ def _run(path, *args, env=None):
     return subprocess.run([str(path), *args], capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
-@pytest.mark.slow  # (the same command runs in tests/test_examples.py (megatron-gpt), which checks these lines too)
+@pytest.mark.slow  # (suite time: tests/test_examples.py runs megatron-gpt with sequence parallelism, which checks these
+# lines too; the plain-TP forward runs in the predicted-logits bug test below)
 def test_megatron_gpt_cross_entropy_with_labels_refines_forward_and_backward():
     p = _run(EXAMPLES / "megatron-gpt" / "run", "--backward")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

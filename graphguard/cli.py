@@ -88,7 +88,7 @@ def cli(ctx, plugin_opts, debug):
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed for --replay.")
 @click.option("--replay-dtype", type=click.Choice(["graph", "float32", "float64"]), default=None,
               help="--replay computes in each tensor's dtype (graph, the default) or in this one.")
-@click.option("--max-iterations", type=click.IntRange(min=1), default=40, show_default=True, help="Per-operator lemma iterations.")
+@click.option("--max-iterations", type=click.IntRange(min=1), default=60, show_default=True, help="Per-operator lemma iterations.")
 @click.option("--max-enodes", type=click.IntRange(min=1), default=20000, show_default=True, help="Per-operator e-graph size.")
 @click.option("--timeout", type=Seconds(), default=60.0, show_default=True, help="Per-operator seconds.")
 @click.pass_context

@@ -359,16 +359,14 @@ def _broadcast(op: OpDef):
     return f"?p_{k}"
 
 
-_XD = "?d + len(?p_{k}) - rank(?a)"  # the concat dim in the output (a broadcast may add leading dims)
-
-
 @family(1215, "broadcast-of-concat")
 def broadcast_of_concat(op, reg):  # bcast(concat(a, b, d), s) -> concat(bcast(a, s'), bcast(b, s''), d')
     """A broadcast of parts is the parts broadcast (grouped-query attention repeats each KV head for its query
     heads; a target size of -1 keeps the dim)."""
     if not op.broadcast_to:
         return
-    s, xd = _broadcast(op), _XD.format(k=op.broadcast_to)
+    s = _broadcast(op)
+    xd = f"?d + len({s}) - rank(?a)"  # the concat dim in the output (a broadcast may add leading dims)
     part = lambda x: call(op, [x], {op.broadcast_to: f"set_at({s}, {xd}, size({x}, ?d))"})  # noqa: E731
     ex = [{"a": [2, 1, 3], "b": [1, 1, 3], "d": 0, s[1:]: [2, 3, 4, 3]},
           {"a": [2, 1, 3], "b": [2, 2, 3], "d": 1, s[1:]: [2, 3, 3]}]

@@ -114,19 +114,21 @@ class _Parser:
         return RawCall(name, tuple(pos), tuple(kw))
 
     # aexpr: or of ands of nots of one comparison of sums of products of unary minus of atoms
-    def aexpr(self):
-        a = self.aand()
-        while self.at("or"):
+    def _left(self, ops: tuple, operand):
+        """``operand (op operand)*`` for ``op`` in ``ops``, grouped to the left."""
+        a = operand()
+        while True:
+            k, v = self.peek()
+            if k != "op" or v not in ops:
+                return a
             self.i += 1
-            a = ABin("or", a, self.aand())
-        return a
+            a = ABin(v, a, operand())
+
+    def aexpr(self):
+        return self._left(("or",), self.aand)
 
     def aand(self):
-        a = self.anot()
-        while self.at("and"):
-            self.i += 1
-            a = ABin("and", a, self.anot())
-        return a
+        return self._left(("and",), self.anot)
 
     def anot(self):
         if self.at("not"):
@@ -140,24 +142,10 @@ class _Parser:
         return a
 
     def asum(self):
-        a = self.aprod()
-        while True:
-            k, v = self.peek()
-            if k == "op" and v in ("+", "-"):
-                self.i += 1
-                a = ABin(v, a, self.aprod())
-            else:
-                return a
+        return self._left(("+", "-"), self.aprod)
 
     def aprod(self):
-        a = self.aunary()
-        while True:
-            k, v = self.peek()
-            if k == "op" and v in ("*", "//", "/"):
-                self.i += 1
-                a = ABin(v, a, self.aunary())
-            else:
-                return a
+        return self._left(("*", "//", "/"), self.aunary)
 
     def aunary(self):
         if self.at("-"):

@@ -171,12 +171,12 @@ def _reduce_shape(name):
 
 
 def _layer_norm_shape(shapes, a, cx, name="onnx.LayerNormalization"):
-    x, w, b = shapes
+    x = shapes[0]
     row = tuple(a["normalized_shape"])
     if len(row) == 0 or len(row) > len(x) or not all(cx.prove("==", u, v) for u, v in zip(row, x[len(x) - len(row):])):
         fail(f"{name}: normalized_shape {fmt_shape(row)} is not the trailing shape of "
              f"{fmt_shape(x)}")
-    for t in (w, b):
+    for t in shapes[1:]:  # scale (and LayerNormalization's bias)
         if len(t) > len(row) or broadcast_shapes(name, [row, t], cx) != row:
             fail(f"{name}: scale/bias {fmt_shape(t)} does not broadcast to the rows "
                  f"{fmt_shape(row)}")
@@ -234,8 +234,7 @@ def _layer_norm_ref(xs, a):
 
 
 def _rms_norm_shape(shapes, a, cx):
-    x, w = shapes
-    return _layer_norm_shape([x, w, w], a, cx, "onnx.RMSNormalization")
+    return _layer_norm_shape(shapes, a, cx, "onnx.RMSNormalization")
 
 
 def _rms_norm_ref(xs, a):

@@ -120,3 +120,19 @@ def test_bridges_prove(lhs, rhs):
 ])
 def test_bridges_must_not_prove(lhs, rhs, dtypes):
     assert not proves(lhs, rhs, S, dtypes=dtypes)
+
+
+def _same_call(op, fixed, args):
+    return f"{op}({', '.join(list(args) + [f'{k}={v}' for k, v in fixed.items()])})"
+
+
+@pytest.mark.parametrize("k", range(10))
+def test_every_table_bridge_proves_its_op_and_not_another(k):
+    """Each row of the bridge table: the ONNX op is its ATen op, and not the next row's ATen op of the same arity."""
+    from lemma_packs.onnx_aten.lemmas import _ARITY, SAME
+    onnx_op, aten_op, fixed = SAME[k]
+    n = _ARITY.get(onnx_op, 1)
+    args = ["A", "B"][:n]
+    other = next(r for r in SAME[k + 1:] + SAME[:k] if _ARITY.get(r[0], 1) == n)
+    assert proves(_same_call(onnx_op, {}, args), _same_call(aten_op, fixed, args), S)
+    assert not proves(_same_call(onnx_op, {}, args), _same_call(other[1], other[2], args), S)

@@ -20,7 +20,8 @@ F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
 def model(nodes, inputs, outputs, inits=(), opset=20, ms=False, **kw):
-    ops = [helper.make_opsetid("", opset)] + ([helper.make_opsetid("com.microsoft", 1)] if ms else [])
+    ops = [helper.make_opsetid("", opset)] + ([helper.make_opsetid("com.microsoft", 1),
+                                                helper.make_opsetid("ai.graphguard", 1)] if ms else [])
     g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
     return helper.make_model(g, opset_imports=ops, **kw)
 
@@ -140,13 +141,15 @@ def block():
         n("Mul", ["sb", "sb"], ["ml"]), n("Pow", ["ml", "two"], ["pw"]), n("Sqrt", ["pw"], ["sr"]),
         n("Flatten", ["a3"], ["a2"], axis=2), n("Gemm", ["a2", "wo", "bo"], ["o2"], transB=1),
         n("Expand", ["bo", "eshape"], ["ex"]),
+        # Gemm without C (alpha A B^T), LayerNormalization without bias (torch's bias=False)
+        n("Gemm", ["a2", "wo"], ["o3"], transB=1, alpha=0.5), n("LayerNormalization", ["x", "g"], ["lnb"], axis=-1),
     ]
     inits = [w("g", [8]), w("bt", [8]), w("wqkv", [8, 24]), ints("split", [8, 8, 8]), ints("shp", [2, 4, 2, 4]),
              numpy_helper.from_array(np.asarray(2.0, np.float32), "scale"), ints("shp2", [2, 4, 8]),
              w("wo", [6, 8]), w("bo", [6]), ints("st", [1]), ints("en", [3]), ints("ax", [1]), ints("ax0", [0]),
              ints("axl", [-1]), numpy_helper.from_array(np.asarray(2.0, np.float32), "two"),
              ints("eshape", [3, 6])]
-    outs = ["rs", "sr", "o2", "ex"]
+    outs = ["rs", "sr", "o2", "ex", "o3", "lnb"]
     return model(nodes, [vi("x", [2, 4, 8])], [helper.make_value_info(o, helper.TypeProto()) for o in outs], inits)
 
 
@@ -232,8 +235,11 @@ def bad_models():
     yield "old-opset", model([n("Relu", ["x"], ["y"])], x, y, opset=9), "opset 9 is not supported"
     yield "unsupported-op", model([n("Conv", ["x", "x"], ["y"])], x, y), "node 'y' (Conv)"
     yield "other-domain", model([n("Foo", ["x"], ["y"], domain="my.domain")], x, y), "(my.domain::Foo)"
-    yield "subgraph", model([n("If", ["x"], ["y"], then_branch=helper.make_graph([], "t", [], y),
-                               else_branch=helper.make_graph([], "e", [], y))], x, y), "subgraphs"
+    yield "if-computed", model([n("If", ["x"], ["y"], then_branch=helper.make_graph([], "t", [], y),
+                                  else_branch=helper.make_graph([], "e", [], y))], x, y), \
+        "If's condition must be a constant"
+    yield "loop", model([n("Loop", ["", ""], ["y"], body=helper.make_graph([], "b", [], y))], x, y), \
+        "subgraphs (Loop, Scan"
     yield "dynamic-reshape", model([n("Reshape", ["x", "x"], ["y"])], x, y), "Reshape's shape must be a constant"
     yield "slice-step", model([n("Slice", ["x", "s", "e", "a", "t"], ["y"])], x, y,
                               [ints("s", [0]), ints("e", [4]), ints("a", [1]), ints("t", [2])]), "steps other than 1"
@@ -245,8 +251,15 @@ def bad_models():
         "neither a size nor a name"
     yield "bad-dtype", model([n("Relu", ["x"], ["y"])], [vi("x", [2], TensorProto.STRING)], y), \
         "unsupported element type"
-    yield "function", model([n("Relu", ["x"], ["y"])], x, y, functions=[helper.make_function(
-        "f.dom", "F", ["a"], ["b"], [n("Relu", ["a"], ["b"])], [helper.make_opsetid("", 20)])]), "ONNX functions"
+    yield "recursive-function", model([n("F", ["x"], ["y"], domain="f.dom")], x, y, functions=[
+        helper.make_function("f.dom", "F", ["a"], ["b"], [n("F", ["a"], ["b"], domain="f.dom")],
+                             [helper.make_opsetid("", 20), helper.make_opsetid("f.dom", 1)])]), "nest deeper than"
+    yield "function-attribute", model([n("F", ["x"], ["y"], domain="f.dom", nope=1)], x, y, functions=[
+        helper.make_function("f.dom", "F", ["a"], ["b"], [n("Relu", ["a"], ["b"])], [helper.make_opsetid("", 20)])]), \
+        "function F has no attribute nope"
+    yield "unknown-function", model([n("G", ["x"], ["y"], domain="f.dom")], x, y), "defines no function f.dom::G"
+    yield "skip-ln-no-gamma", model([n("SkipLayerNormalization", ["x", "x"], ["y"], domain="com.microsoft")], x, y,
+                                    ms=True), "needs input, skip and gamma"
     yield "collective-in-spec", model([n("AllReduce", ["x"], ["y"], domain="com.microsoft")], x, y, ms=True), \
         "may hold no collective"
     yield "shape-mismatch", model([n("Add", ["x", "z"], ["y"])], x + [vi("z", [3])], y), "do not broadcast"
@@ -294,8 +307,20 @@ def rank_model(node):
      "AllGather needs an explicit axis"),
     ([helper.make_node("AllReduce", ["x"], ["y"], domain="com.microsoft", group_size=4)] * 2, None,
      "group_size 4 is not the world size 2"),
-    ([helper.make_node("AllToAll", ["x"], ["y"], domain="com.microsoft", group_size=2)] * 2, None,
-     "only the com.microsoft collectives AllReduce and AllGather"),
+    ([helper.make_node("DistributedMatMul", ["x"], ["y"], domain="com.microsoft")] * 2, None,
+     "the com.microsoft operators read are the collectives AllReduce, AllGather, AllToAll"),
+    ([helper.make_node("ReduceScatter", ["x"], ["y"], domain="ai.graphguard", group_size=2)] * 2, None,
+     "ReduceScatter needs an explicit axis"),
+    ([helper.make_node("ReduceScatter", ["x"], ["y"], domain="ai.graphguard", group_size=2, axis=0,
+                       reduction="prod")] * 2, None, "reduction 'prod'"),
+    ([helper.make_node("AllReduce", ["x"], ["y"], domain="com.microsoft", reduction="max")] * 2, None,
+     "com.microsoft AllReduce sums"),
+    ([helper.make_node("Broadcast", ["x"], ["y"], domain="ai.graphguard", src=2)] * 2, None, "src 2 is not a rank"),
+    ([helper.make_node("CollectivePermute", ["x"], ["y"], domain="ai.graphguard", source_target_pairs=[0, 1, 1, 1])]
+     * 2, None, "each target once"),
+    ([helper.make_node("CollectivePermute", ["x"], ["y"], domain="ai.graphguard", source_target_pairs=[0, 1]),
+      helper.make_node("CollectivePermute", ["x"], ["y"], domain="ai.graphguard", source_target_pairs=[1, 0])],
+     None, "deadlock"),
     ([helper.make_node("AllReduce", ["x"], ["y"], domain="com.microsoft"),
       helper.make_node("Relu", ["x"], ["y"])], None, "deadlock"),
     ([helper.make_node("Relu", ["x"], ["y"])], None, "needs --world-size"),
@@ -319,6 +344,209 @@ def test_all_gather_is_stitched(tmp_path, plugins):
     r = verify_here(plugins, save(tmp_path, "s.onnx", spec), [save(tmp_path, f"r{k}.onnx", m)
                                                                for k, m in enumerate(ranks)], rel, replay=True)
     assert r.exit_code == 0, r.render()
+
+
+# -- the other collectives (com.microsoft AllToAll; ai.graphguard ReduceScatter, Broadcast, CollectivePermute):
+# each proves its layout and is flagged where its attributes are wrong ------------------------------------
+
+def check(tmp_path, plugins, spec_nodes, rank_nodes, ins, out_shape, rel, inits=(), rank_ins=None, **kw):
+    """Verify a spec against per-rank models (rank_nodes(r) -> nodes); the result."""
+    spec = model(spec_nodes, [vi(k, v) for k, v in ins.items()], [vi("y", out_shape)], inits)
+    ranks = [model(rank_nodes(r), [vi(k, v) for k, v in (rank_ins or ins).items()], [vi("y", None)], ms=True)
+             for r in range(2)]
+    p = tmp_path / "rel.yaml"
+    p.write_text(rel)
+    return verify_here(plugins, save(tmp_path, "s.onnx", spec), [save(tmp_path, f"r{r}.onnx", m)
+                                                                  for r, m in enumerate(ranks)], p, **kw)
+
+
+def n(*a, **k):
+    return helper.make_node(*a, **k)
+
+
+@pytest.mark.parametrize("reduction,ok", [("sum", True), ("max", False)])
+def test_reduce_scatter_of_partial_products(tmp_path, plugins, reduction, ok):
+    """Row-parallel MatMul whose partial sums are reduce-scattered over the rows (sequence parallelism)."""
+    r = check(tmp_path, plugins, [n("MatMul", ["x", "w"], ["y"])],
+              lambda k: [n("MatMul", ["x", "w"], ["p"]),
+                         n("ReduceScatter", ["p"], ["y"], domain="ai.graphguard", axis=0, group_size=2,
+                           reduction=reduction)],
+              {"x": [4, 6], "w": [6, 3]}, [4, 3],
+              "inputs:\n  x: concat(x@0, x@1, dim=1)\n  w: concat(w@0, w@1, dim=0)\nexpect:\n"
+              "  out0: concat(out0@0, out0@1, dim=0)\n", rank_ins={"x": [4, 3], "w": [3, 3]}, replay=ok)
+    assert r.exit_code == (0 if ok else 1), r.render()
+    if not ok:
+        assert r.failure.op == "core.identity" or r.failure.node == "out0", r.render()
+
+
+@pytest.mark.parametrize("twice", [True, False])
+def test_all_to_all_twice_is_the_identity_at_two_ranks(tmp_path, plugins, twice):
+    """AllToAll sends row-chunk j to rank j: at two ranks, applied twice it restores each rank's rows; once, the
+    ranks hold interleaved rows -- not the row shards the expectation states."""
+    def rank(k):
+        nodes = [n("Relu", ["x"], ["h"]), n("AllToAll", ["h"], ["a"], domain="com.microsoft", group_size=2)]
+        nodes += [n("AllToAll", ["a"], ["y"], domain="com.microsoft", group_size=2)] if twice else \
+            [n("Identity", ["a"], ["y"])]
+        return nodes
+    r = check(tmp_path, plugins, [n("Relu", ["x"], ["y"])], rank, {"x": [4, 3]}, [4, 3],
+              "inputs:\n  x: concat(x@0, x@1, dim=0)\nexpect:\n  out0: concat(out0@0, out0@1, dim=0)\n",
+              rank_ins={"x": [2, 3]}, replay=True)
+    if twice:
+        assert r.exit_code == 0, r.render()
+    else:
+        assert r.exit_code != 0 and "out0 = concat(out0@0, out0@1, dim=0)" not in r.render(), r.render()
+
+
+@pytest.mark.parametrize("src,ok", [(0, True), (1, False)])
+def test_broadcast_from_the_rank_that_holds_the_input(tmp_path, plugins, src, ok):
+    r = check(tmp_path, plugins, [n("Relu", ["x"], ["y"])],
+              lambda k: [n("Broadcast", ["x"], ["b"], domain="ai.graphguard", src=src, group_size=2),
+                         n("Relu", ["b"], ["y"])],
+              {"x": [2, 3]}, [2, 3], "inputs:\n  x: x@0\nexpect:\n  out0: [out0@0, out0@1]\n")
+    assert r.exit_code == (0 if ok else 1), r.render()
+    if not ok:
+        assert r.failure.op == "onnx.Relu", r.render()
+
+
+@pytest.mark.parametrize("pairs,ok", [([0, 1], True), ([1, 0], False)])
+def test_collective_permute_sends_to_its_target(tmp_path, plugins, pairs, ok):
+    """Rank 0 holds x and sends it to rank 1, which computes y; pairs reversed, rank 1 gets rank 0's zeros and
+    rank 0 rank 1's unrelated tensor."""
+    r = check(tmp_path, plugins, [n("Relu", ["x"], ["y"])],
+              lambda k: [n("CollectivePermute", ["x"], ["b"], domain="ai.graphguard", source_target_pairs=pairs),
+                         n("Relu", ["b"], ["y"])],
+              {"x": [2, 3]}, [2, 3], "inputs:\n  x: x@0\nexpect:\n  out0: out0@1\n", replay=ok)
+    assert r.exit_code == (0 if ok else 1), r.render()
+    if ok:
+        assert "out0 = out0@1" in r.render()
+    else:
+        assert r.failure.op == "onnx.Relu", r.render()
+
+
+# -- ONNX functions and If with a constant condition are inlined ---------------------------------------------
+
+def scaled_relu(factor_attr: float | None):
+    """Function S(a) = Relu(a * s), s an attribute of the call (default 2.0 when the call omits it)."""
+    body = [n("Constant", [], ["c"]), n("Mul", ["a", "c"], ["m"]), n("Relu", ["m"], ["b"])]
+    ref = helper.make_attribute_ref("value_float", onnx.AttributeProto.FLOAT)
+    ref.ref_attr_name = "s"
+    body[0].attribute.append(ref)
+    f = helper.make_function("my.fns", "S", ["a"], ["b"], body, [helper.make_opsetid("", 20)], [])
+    f.attribute_proto.append(helper.make_attribute("s", 2.0))
+    call = n("S", ["x"], ["y"], domain="my.fns", **({} if factor_attr is None else {"s": factor_attr}))
+    return call, f
+
+
+@pytest.mark.parametrize("factor,ok", [(None, True), (2.0, True), (3.0, False)])
+def test_function_calls_are_inlined_with_their_attributes(tmp_path, plugins, factor, ok):
+    call, f = scaled_relu(factor)
+    spec = helper.make_model(helper.make_graph([call], "g", [vi("x", [4, 3])], [vi("y", [4, 3])]),
+                             opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("my.fns", 1)],
+                             functions=[f])
+    ranks = [model([n("Constant", [], ["two"], value_float=2.0), n("Mul", ["x", "two"], ["m"]),
+                    n("Relu", ["m"], ["y"])], [vi("x", [2, 3])], [vi("y", [2, 3])], ms=True) for _ in range(2)]
+    p = tmp_path / "rel.yaml"
+    p.write_text("inputs:\n  x: concat(x@0, x@1, dim=0)\n")
+    r = verify_here(plugins, save(tmp_path, "s.onnx", spec), [save(tmp_path, f"r{k}.onnx", m)
+                                                               for k, m in enumerate(ranks)], p, replay=ok)
+    assert r.exit_code == (0 if ok else 1), r.render()
+    if not ok:
+        assert r.failure.op == "onnx.Mul" and "function my.fns::S" in (r.failure.loc or "") + r.render(), r.render()
+
+
+def test_whole_tp_mlp_as_one_function(tmp_path, plugins):
+    """The specification's MLP written as one local function of its inputs and weights (exporters emit
+    functions per module): inlined, it is the same program; the implementation is plain."""
+    m = mlp(1, None)
+    g = m.graph
+    params = [t.name for t in g.initializer]
+    f = helper.make_function("mods", "MLP", ["x"] + params, ["out"], list(g.node), [helper.make_opsetid("", 20)])
+    g2 = helper.make_graph([n("MLP", ["x"] + params, ["out"], domain="mods")], "g", list(g.input), list(g.output),
+                           initializer=list(g.initializer))
+    spec = helper.make_model(g2, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("mods", 1)],
+                             functions=[f])
+    impl = [save(tmp_path, f"r{r}.onnx", mlp(2, r)) for r in range(2)]
+    rel = tmp_path / "rel.yaml"
+    rel.write_text(MLP_REL)
+    r = verify_here(plugins, save(tmp_path, "spec.onnx", spec), impl, rel, replay=True)
+    assert r.exit_code == 0 and r.replay["ok"], r.render()
+    bad = [save(tmp_path, f"b{r}.onnx", mlp(2, r, allreduce=False)) for r in range(2)]
+    r = verify_here(plugins, save(tmp_path, "spec.onnx", spec), bad, rel)
+    assert r.exit_code == 1 and r.failure.op == "onnx.Add", r.render()
+
+
+@pytest.mark.parametrize("cond,ok", [(True, True), (False, False)])
+def test_if_with_a_constant_condition_takes_its_branch(tmp_path, plugins, cond, ok):
+    """The branch reads the enclosing scope (x) and has an initializer of its own."""
+    then = helper.make_graph([n("Relu", ["x"], ["t"])], "then", [], [vi("t", [4, 3])])
+    other = helper.make_graph([n("Mul", ["x", "k"], ["e"])], "else", [], [vi("e", [4, 3])],
+                              initializer=[numpy_helper.from_array(np.asarray([[1, 1, -1]], np.int64), "ki")])
+    other.node.insert(0, n("Cast", ["ki"], ["k"], to=F))
+    c = numpy_helper.from_array(np.asarray(cond), "c")
+    spec = model([n("If", ["c"], ["y"], then_branch=then, else_branch=other)], [vi("x", [4, 3])],
+                 [vi("y", [4, 3])], [c])
+    ranks = [model([n("Relu", ["x"], ["y"])], [vi("x", [2, 3])], [vi("y", [2, 3])], ms=True) for _ in range(2)]
+    p = tmp_path / "rel.yaml"
+    p.write_text("inputs:\n  x: concat(x@0, x@1, dim=0)\n")
+    r = verify_here(plugins, save(tmp_path, "s.onnx", spec), [save(tmp_path, f"r{k}.onnx", m)
+                                                               for k, m in enumerate(ranks)], p)
+    assert r.exit_code == (0 if ok else 1), r.render()
+
+
+# -- com.microsoft normalisations as the default-domain ops they fuse -------------------------------------------
+
+def skip_norms():
+    nodes = [n("SkipLayerNormalization", ["x", "s", "g", "b", "bias"], ["y1", "", "", "sum1"], domain="com.microsoft",
+               epsilon=1e-5),
+             n("SkipSimplifiedLayerNormalization", ["x", "s", "g"], ["y2"], domain="com.microsoft", epsilon=1e-6),
+             n("SimplifiedLayerNormalization", ["x", "g"], ["y3"], domain="com.microsoft", axis=-1, epsilon=1e-6),
+             n("SkipLayerNormalization", ["x", "s", "g"], ["y4"], domain="com.microsoft")]
+    inits = [w("s", [3, 4]), w("g", [4]), w("b", [4]), w("bias", [4])]
+    return model(nodes, [vi("x", [2, 3, 4])], [vi(k, [2, 3, 4]) for k in ("y1", "sum1", "y2", "y3", "y4")], inits,
+                 ms=True)
+
+
+def test_com_microsoft_normalisations_compute_what_onnx_runtime_documents(tmp_path, plugins):
+    from graphguard.engine.replay import run_graph
+    m = skip_norms()
+    g = load_spec(plugins, save(tmp_path, "m.onnx", m))
+    assert {"onnx.LayerNormalization", "onnx.RMSNormalization", "onnx.Add"} <= {d.op for d in g.nodes}
+    x = np.random.default_rng(1).standard_normal([2, 3, 4])
+    p = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in m.graph.initializer}
+    got = run_graph(g, {"x": x} | {k: v for k, v in p.items() if k in g.inputs}, plugins.registry, {})
+
+    def ln(v, eps, beta=0.0):
+        return (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + eps) * p["g"] + beta
+
+    def rms(v, eps):
+        return v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * p["g"]
+    s = x + p["s"] + p["bias"]
+    for k, want in enumerate([ln(s, 1e-5, p["b"]), s, rms(x + p["s"], 1e-6), rms(x, 1e-6), ln(x + p["s"], 1e-12)]):
+        np.testing.assert_allclose(got[f"out{k}"], want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("before_allreduce", [False, True])
+def test_skip_layer_norm_after_a_row_parallel_matmul(tmp_path, plugins, before_allreduce):
+    """ORT's fused residual + LayerNorm after a row-parallel projection: right after the AllReduce; flagged on
+    the partial sums."""
+    ln = lambda a: n("SkipLayerNormalization", [a, "r", "g", "b"], ["y"], domain="com.microsoft")  # noqa: E731
+    rank = [n("MatMul", ["x", "w"], ["p"])]
+    rank += [ln("p"), n("Identity", ["y"], ["z"])] if before_allreduce else \
+        [n("AllReduce", ["p"], ["q"], domain="com.microsoft"), ln("q")]
+    spec = model([n("MatMul", ["x", "w"], ["p"]), ln("p")], [vi("x", [4, 6]), vi("r", [4, 3])], [vi("y", [4, 3])],
+                 [w("w", [6, 3]), w("g", [3]), w("b", [3])])
+    ranks = [model(rank, [vi("x", [4, 3]), vi("r", [4, 3])], [vi("y", [4, 3])], [w("w", [3, 3]), w("g", [3]),
+                                                                                    w("b", [3])], ms=True)
+             for _ in range(2)]
+    p = tmp_path / "rel.yaml"
+    p.write_text("inputs:\n  x: concat(x@0, x@1, dim=1)\n  w: concat(w@0, w@1, dim=0)\n  r: [r@0, r@1]\n"
+                 "  g: [g@0, g@1]\n  b: [b@0, b@1]\n")
+    r = verify_here(plugins, save(tmp_path, "s.onnx", spec), [save(tmp_path, f"r{k}.onnx", m)
+                                                               for k, m in enumerate(ranks)], p, replay=True)
+    if before_allreduce:  # the residual add still relates (added on one rank's share); the norm does not
+        assert r.exit_code == 1 and r.failure.op == "onnx.LayerNormalization", r.render()
+    else:
+        assert r.exit_code == 0 and r.replay["ok"], r.render()
 
 
 # -- the pack's lemmas: fuzzed against the ReferenceEvaluator references; proofs and must-not-proves -----
@@ -416,3 +644,42 @@ def test_dim_params_are_data(tmp_path, plugins, param):
     except GraphGuardError as e:
         assert "\n" not in str(e) and str(p) in str(e)
     assert not (tmp_path / "PWNED").exists() and not any(tmp_path.parent.glob("PWNED"))
+
+
+# -- external data: a small integer initializer (a shape input) read from beside the model ------------------
+
+def external_reshape(tmp_path, location="shape.bin", length=None, data=None):
+    t = ints("shp", [2, 4])
+    raw = t.raw_data or np.asarray([2, 4], np.int64).tobytes()
+    (tmp_path / "shape.bin").write_bytes(b"\x00" * 8 + (raw if data is None else data))
+    t.ClearField("raw_data")
+    t.ClearField("int64_data")
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in {"location": location, "offset": "8", **({"length": str(length)} if length else {})}.items():
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    big = w("wt", [2, 4])  # a floating initializer stored outside: a parameter, never read
+    big.ClearField("raw_data")
+    big.data_location = TensorProto.EXTERNAL
+    e = big.external_data.add()
+    e.key, e.value = "location", "../../etc/passwd"
+    m = model([n("Reshape", ["x", "shp"], ["r"]), n("Add", ["r", "wt"], ["y"])], [vi("x", [8])], [vi("y", [2, 4])],
+              [t, big])
+    return save(tmp_path, "m.onnx", m)
+
+
+def test_external_shape_input_is_read_beside_the_model(tmp_path, plugins):
+    g = load_spec(plugins, external_reshape(tmp_path, length=16))
+    assert [int(d) for d in g.tensors["r"].shape] == [2, 4] and "wt" in g.inputs
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"location": "../shape.bin"}, "not a file name relative to the model's folder"),
+    ({"location": "/etc/hostname"}, "not a file name relative to the model's folder"),
+    ({"location": "missing.bin"}, "missing.bin"),
+    ({"length": 8}, "do not fit 16 bytes"),
+    ({"data": b"\x02"}, "fewer than offset 8 + 16"),
+])
+def test_bad_external_data_is_one_line(tmp_path, plugins, kw, needle):
+    msg = load_one_line(plugins, "spec", [external_reshape(tmp_path, **kw)])
+    assert needle in msg, msg

@@ -175,3 +175,46 @@ def test_rms_normalization_of_opset_23(tmp_path, plugins):
     (tmp_path / "bad.py").write_text(RMS_MODEL.replace('funcol.all_reduce(y, "sum", dist.group.WORLD) if self.world > 1 else y', "y"))
     r = verify_here(plugins, capture(tmp_path / "bad.py", tmp_path / "bad"), replay=True)
     assert r.exit_code == 1 and r.failure.op == "onnx.RMSNormalization", r.render()
+
+
+COLLECTIVES_MODEL = '''
+import torch, torch.distributed as dist, torch.distributed._functional_collectives as funcol
+class M(torch.nn.Module):
+    def __init__(self, world=1):
+        super().__init__()
+        self.world = world
+        self.w = torch.nn.Parameter(torch.randn(4, 4))
+    def forward(self, x):
+        if self.world == 1:
+            return torch.relu(x @ self.w)
+        w = funcol.broadcast(self.w, SRC, dist.group.WORLD)  # rank 0 holds the weight
+        h = funcol.all_to_all_single(x, None, None, dist.group.WORLD)  # rows 2r, 2r+1 of each rank's chunk...
+        h = funcol.all_to_all_single(h, None, None, dist.group.WORLD)  # ...and back: each rank's rows again
+        return torch.relu(h @ w)
+SRC = 0
+def spec():
+    return M(1)
+def impl(rank, world):
+    return M(world)
+def inputs(rank, world):
+    return (torch.randn(4 if rank is None else 4 // world, 4),)
+def relation(world, backward):
+    return {"inputs": {"x": "concat(" + ", ".join(f"x@{r}" for r in range(world)) + ", dim=0)", "w": "w@0"},
+            "expect": {"out0": "concat(" + ", ".join(f"out0@{r}" for r in range(world)) + ", dim=0)"}}
+'''
+
+
+def test_all_to_all_and_broadcast_are_captured(tmp_path, plugins):
+    """funcol's all_to_all_single exports as com.microsoft AllToAll, broadcast as ai.graphguard Broadcast; two
+    all-to-alls at two ranks restore the row shards and the broadcast weight is rank 0's. Broadcast from the rank
+    that does not hold the weight is flagged."""
+    import onnx
+    (tmp_path / "m.py").write_text(COLLECTIVES_MODEL)
+    files = capture(tmp_path / "m.py", tmp_path / "ok")
+    ops = {(n.domain, n.op_type) for n in onnx.load(files["impl"].split()[0]).graph.node}
+    assert {("com.microsoft", "AllToAll"), ("ai.graphguard", "Broadcast")} <= ops, ops
+    r = verify_here(plugins, files, replay=True)
+    assert r.exit_code == 0 and r.replay["ok"], r.render()
+    (tmp_path / "bad.py").write_text(COLLECTIVES_MODEL.replace("SRC = 0", "SRC = 1"))
+    r = verify_here(plugins, capture(tmp_path / "bad.py", tmp_path / "bad"))
+    assert r.exit_code == 1 and r.failure.op == "onnx.MatMul", r.render()

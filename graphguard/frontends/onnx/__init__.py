@@ -12,5 +12,6 @@ def _capture(model, out_dir, world_size, backward=False, plugins=None):
 
 @hookimpl
 def graphguard_frontends():
-    return [Frontend("onnx", "ONNX models (.onnx ModelProto; com.microsoft AllReduce/AllGather as collectives); "
+    return [Frontend("onnx", "ONNX models (.onnx ModelProto; com.microsoft AllReduce/AllGather/AllToAll and "
+                             "ai.graphguard ReduceScatter/Broadcast/CollectivePermute as collectives); "
                              "captures PyTorch model files with torch.onnx.export", load, (".onnx",), _capture)]

@@ -11,9 +11,13 @@ N ranks initialised as r (one process, no GPU). PyTorch's functional collectives
 
     _c10d_functional.all_reduce(x, "sum", group)                 -> com.microsoft AllReduce(x)
     _c10d_functional.all_gather_into_tensor(x, group_size, group) -> com.microsoft AllGather(x, axis=0, group_size)
+    _c10d_functional.reduce_scatter_tensor(x, op, group_size, g) -> ai.graphguard ReduceScatter(x, axis=0, ...)
+    _c10d_functional.all_to_all_single(x, out, in, group)        -> com.microsoft AllToAll(x, group_size) (even)
+    _c10d_functional.broadcast(x, src, group)                    -> ai.graphguard Broadcast(x, src, group_size)
     _c10d_functional.wait_tensor(x)                              -> Identity(x)
 
-Their ONNX schemas ship only in ONNX Runtime's distributed build, so they are registered here (``onnx.defs``,
+The ``com.microsoft`` schemas ship only in ONNX Runtime's distributed build (the ``ai.graphguard`` ones are the
+project's), so they are registered here (``onnx.defs``,
 as ONNX Runtime declares them) before exporting. Collectives over every rank only: the group of a collective is
 not recorded in the ONNX ops (ONNX Runtime runs them on its one world communicator). Written: ``spec.onnx``,
 ``impl.rank<r>.onnx`` for every rank and ``relation.yaml`` (the model file's relation and expectations).
@@ -30,6 +34,7 @@ from graphguard.frontends import run_model_file
 from graphguard.ir.relation import relation_yaml
 
 MS = "com.microsoft"
+GG = "ai.graphguard"  # the project's own collective ops (graphguard/frontends/onnx/README.md)
 
 
 def _register_schemas() -> None:
@@ -37,13 +42,21 @@ def _register_schemas() -> None:
     from onnx.defs import OpSchema
     var = OpSchema.FormalParameterOption.Variadic
     types = ["tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)"]
-    for name, attrs in (("AllReduce", []),
-                        ("AllGather", [OpSchema.Attribute("axis", OpSchema.AttrType.INT, "the axis to gather on"),
-                                       OpSchema.Attribute("group_size", OpSchema.AttrType.INT, "ranks gathered")])):
-        if defs.has(name, MS):
+    INT, STR, INTS = OpSchema.AttrType.INT, OpSchema.AttrType.STRING, OpSchema.AttrType.INTS
+    size = OpSchema.Attribute("group_size", INT, "ranks taking part")
+    for domain, name, attrs in (
+            (MS, "AllReduce", []),
+            (MS, "AllGather", [OpSchema.Attribute("axis", INT, "the axis to gather on"), size]),
+            (MS, "AllToAll", [size]),
+            (GG, "ReduceScatter", [OpSchema.Attribute("axis", INT, "the axis to scatter on"), size,
+                                   OpSchema.Attribute("reduction", STR, "sum, max or avg")]),
+            (GG, "Broadcast", [OpSchema.Attribute("src", INT, "the rank whose tensor every rank gets"), size]),
+            (GG, "CollectivePermute", [OpSchema.Attribute("source_target_pairs", INTS,
+                                                          "source, target, source, target...")])):
+        if defs.has(name, domain):
             continue
         defs.register_schema(OpSchema(
-            name, MS, 1, inputs=[OpSchema.FormalParameter("input", "T", param_option=var)],
+            name, domain, 1, inputs=[OpSchema.FormalParameter("input", "T", param_option=var)],
             outputs=[OpSchema.FormalParameter("output", "T", param_option=var)],
             type_constraints=[("T", types, "float tensors")], attributes=attrs))
 
@@ -54,7 +67,7 @@ def translation_table(world: int) -> dict:
     import torch
     from onnxscript import opset18 as op
     _register_schemas()
-    ms = onnxscript.values.Opset(MS, 1)
+    ms, gg = onnxscript.values.Opset(MS, 1), onnxscript.values.Opset(GG, 1)
 
     def all_reduce(x, reduce_op: str, group_name: str):
         if reduce_op != "sum":
@@ -64,12 +77,28 @@ def translation_table(world: int) -> dict:
     def all_gather(x, group_size: int, group_name: str):
         return ms.AllGather(x, axis=0, group_size=group_size)
 
+    def reduce_scatter(x, reduce_op: str, group_size: int, group_name: str):
+        if reduce_op not in ("sum", "max", "avg"):
+            raise ValueError(f"reduce_scatter with reduce_op={reduce_op!r}: ai.graphguard ReduceScatter takes "
+                             f"sum, max or avg")
+        return gg.ReduceScatter(x, axis=0, group_size=group_size, reduction=reduce_op)
+
+    def all_to_all(x, output_split_sizes, input_split_sizes, group_name: str):
+        if output_split_sizes or input_split_sizes:
+            if len(set(output_split_sizes or []) | set(input_split_sizes or [])) > 1:
+                raise ValueError("all_to_all_single with uneven splits: com.microsoft AllToAll splits evenly")
+        return ms.AllToAll(x, group_size=world)
+
+    def broadcast(x, src: int, group_name: str):
+        return gg.Broadcast(x, src=src, group_size=world)
+
     def wait(x):
         return op.Identity(x)
 
     f = torch.ops._c10d_functional
     return {f.all_reduce.default: all_reduce, f.all_gather_into_tensor.default: all_gather,
-            f.wait_tensor.default: wait}
+            f.reduce_scatter_tensor.default: reduce_scatter, f.all_to_all_single.default: all_to_all,
+            f.broadcast.default: broadcast, f.wait_tensor.default: wait}
 
 
 def _load(path: Path):

@@ -11,11 +11,15 @@ Rules (the op conventions are in ``lemma_packs/onnx/ops.py``):
   ``onnx.Constant``;
 * data movement becomes clean core ops (Transpose, Reshape, Flatten, Squeeze, Unsqueeze, Concat, step-1 Slice,
   Split, Identity); other default-domain ops become ``onnx.<OpType>`` where the pack defines them;
-* ``com.microsoft`` ``AllReduce`` (sum) and ``AllGather`` (``axis``, ``group_size``) -- ONNX Runtime's
-  collective contrib ops over every rank -- become :class:`Collective` records for stitching;
+* ``com.microsoft`` ``AllReduce`` (sum), ``AllGather`` (``axis``, ``group_size``) and ``AllToAll`` -- ONNX
+  Runtime's collective contrib ops over every rank -- and the project's ``ai.graphguard`` ``ReduceScatter``,
+  ``Broadcast`` and ``CollectivePermute`` become :class:`Collective` records for stitching;
+* ``com.microsoft`` ``SimplifiedLayerNormalization`` / ``Skip[Simplified]LayerNormalization`` become the adds and
+  the default-domain normalisation they fuse;
+* model-local ONNX functions are inlined at each call, ``If`` on a constant condition takes its branch;
 * graph outputs are ``out0``, ``out1``... (identities of the values returned).
 
-Anything else -- another domain, subgraphs (If, Loop, Scan), ONNX functions, a shape input that is not a
+Anything else -- another domain, Loop/Scan, If on a computed condition, a shape input that is not a
 constant -- is an error naming the file, the node and its op.
 """
 from __future__ import annotations
@@ -34,6 +38,11 @@ KNOWN_MAX = 4096  # constants up to this many entries are tracked by value (and 
 LITERAL_MAX = 4096
 ONNX_DOMAINS = ("", "ai.onnx")
 MS_DOMAIN = "com.microsoft"
+MS_COLLECTIVES = {"AllReduce": "all_reduce", "AllGather": "all_gather", "AllToAll": "all_to_all"}
+GG_COLLECTIVES = {"ReduceScatter": "reduce_scatter", "Broadcast": "broadcast", "CollectivePermute": "permute"}
+MS_NORMS = ("SimplifiedLayerNormalization", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
+GG_DOMAIN = "ai.graphguard"  # the project's own collectives: ReduceScatter, Broadcast, CollectivePermute
+MAX_NESTING = 32  # functions and If branches inlined within each other
 INTEGRAL = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
 INT_MAX = 2 ** 62  # Slice ends beyond this mean "to the end"
 
@@ -81,6 +90,8 @@ class Converter:
         self.taken: set[str] = set()
         self.node = None
         self.opset = {o.domain: o.version for o in model.opset_import}
+        self.functions: dict[tuple, object] = {}  # (domain, name, overload) -> FunctionProto, inlined where called
+        self.calls: list[str] = []  # the functions being inlined (innermost last), for error messages
 
     # -- names and errors -------------------------------------------------------------------------
     def full(self, name: str) -> str:
@@ -98,7 +109,8 @@ class Converter:
     def where(self) -> str:
         n = self.node
         dom = f"{n.domain}::" if n.domain not in ONNX_DOMAINS else ""
-        return f"{self.source}: node '{n.name or n.output[0] if n.output else n.name}' ({dom}{n.op_type})"
+        inside = "".join(f" in {c}" for c in reversed(self.calls))
+        return f"{self.source}: node '{n.name or n.output[0] if n.output else n.name}' ({dom}{n.op_type}){inside}"
 
     def error(self, msg: str):
         raise InputError(f"{self.where()}: {msg}")
@@ -165,7 +177,8 @@ class Converter:
         node = {"name": self.full(name), "op": op, "inputs": [self.full(i) for i in inputs],
                 "outputs": [self.full(name)], "attrs": attrs}
         if self.node is not None:
-            node["loc"] = f"{self.source}:{self.node.name or self.node.op_type} ({self.node.op_type})"
+            node["loc"] = f"{self.source}:{self.node.name or self.node.op_type} ({self.node.op_type})" + \
+                "".join(f" in {c}" for c in reversed(self.calls))
         self.out.nodes.append(node)
         return name
 
@@ -197,20 +210,19 @@ class Converter:
         return Val(shape, dtype, name=name)
 
     # -- the walk ---------------------------------------------------------------------------------
-    def run(self, cx) -> RankGraph:
+    def initializers(self, g) -> dict[str, Val]:
+        """A graph's initializers as values (the small ones by value; of external data, small integer ones)."""
         from onnx import numpy_helper
-        self.cx = cx
-        g = self.g
-        if self.m.functions:
-            raise InputError(f"{self.source}: the model defines ONNX functions "
-                             f"({', '.join(f.name for f in list(self.m.functions)[:3])}): not supported yet")
         inits = {}
         for t in g.initializer:
             shape, dtype = tuple(int(d) for d in t.dims), DTYPE_OF.get(t.data_type)
             if dtype is None:
                 raise InputError(f"{self.source}: initializer '{t.name}': unsupported element type {t.data_type}")
             const = None
-            if t.data_location != 1 and int(np.prod(shape, dtype=np.int64)) <= KNOWN_MAX:  # 1: external data
+            small = int(np.prod(shape, dtype=np.int64)) <= KNOWN_MAX
+            if t.data_location == 1 and small and dtype in INTEGRAL:  # 1: external data (a shape input's?)
+                const = self.external(t, shape, dtype)
+            elif t.data_location != 1 and small:
                 try:
                     const = numpy_helper.to_array(t)
                 except Exception as e:  # a malformed TensorProto: its data does not match its dims
@@ -219,6 +231,43 @@ class Converter:
                 if const.dtype.kind == "f":
                     const = const.astype(np.float64)
             inits[t.name] = Val(shape, dtype, const=const, init=t.name)
+        return inits
+
+    def external(self, t, shape: tuple, dtype: str) -> np.ndarray:
+        """A small integer initializer stored outside the model (what a shape input may read): the bytes at its
+        ``location`` -- a file beside the model, named relative to it without leaving its folder -- ``offset``
+        and ``length``, little-endian as ONNX stores them. Floating initializers stay unread (parameters)."""
+        from pathlib import Path
+
+        from graphguard.inputfile import read_bytes
+        info = {e.key: e.value for e in t.external_data}
+        where = f"{self.source}: initializer '{t.name}' (external data)"
+        loc = info.get("location", "")
+        if isinstance(loc, bytes) or not loc or Path(loc).is_absolute() or ".." in Path(loc).parts or "\0" in loc:
+            raise InputError(f"{where}: location {loc!r} is not a file name relative to the model's folder")
+        try:
+            offset, length = int(info.get("offset", 0)), info.get("length")
+            length = None if length is None else int(length)
+        except ValueError:
+            raise InputError(f"{where}: offset / length are not integers") from None
+        dt = np.dtype(dtype if dtype != "bool" else "bool").newbyteorder("<")
+        need = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        if offset < 0 or (length is not None and length != need):
+            raise InputError(f"{where}: offset {offset} / length {length} do not fit {need} bytes of {dtype}")
+        data = read_bytes(Path(self.source).parent / loc)
+        if offset + need > len(data):
+            raise InputError(f"{where}: {loc} has {len(data)} bytes, fewer than offset {offset} + {need}")
+        return np.frombuffer(data[offset:offset + need], dtype=dt).reshape(shape).astype(dtype)
+
+    def run(self, cx) -> RankGraph:
+        self.cx = cx
+        g = self.g
+        for f in self.m.functions:
+            key = (f.domain, f.name, getattr(f, "overload", ""))
+            if key in self.functions:
+                raise InputError(f"{self.source}: ONNX function {f.domain}::{f.name} is defined twice")
+            self.functions[key] = f
+        inits = self.initializers(g)
         for i in g.input:
             if i.name in inits:
                 continue
@@ -254,9 +303,12 @@ class Converter:
         if raw:
             raise InputError(f"{self.source}: node {ident(n.name)!r}: a name that is not UTF-8 text "
                              f"({ident(raw[0])[:40]!r})")
-        for a in n.attribute:
-            if a.type in (5, 10):  # GRAPH, GRAPHS
-                self.error("subgraphs (If, Loop, Scan) are not supported yet")
+        if any(a.ref_attr_name for a in n.attribute):
+            self.error("an attribute reference (ref_attr_name) outside an ONNX function's body")
+        fn = self.functions.get((n.domain, n.op_type, getattr(n, "overload", "")))
+        if not (fn is not None or (n.op_type == "If" and n.domain in ONNX_DOMAINS)) and \
+                any(a.type in (5, 10) for a in n.attribute):  # GRAPH, GRAPHS
+            self.error("subgraphs (Loop, Scan; If with a condition computed at run time) are not supported")
         ins = []
         for i in n.input:
             if i == "":
@@ -267,13 +319,17 @@ class Converter:
             ins.append(self.env[i])
         if any(isinstance(v, list) for v in ins) and n.op_type != "SequenceAt":
             self.error("sequences are read only by SequenceAt with a constant position")
-        if n.domain in ONNX_DOMAINS:
+        if fn is not None:
+            outs = self.call(n, fn, ins)
+        elif n.domain in ONNX_DOMAINS and n.op_type == "If":
+            outs = self.if_node(n)
+        elif n.domain in ONNX_DOMAINS:
             outs = self.onnx_node(n, ins)
-        elif n.domain == MS_DOMAIN:
-            outs = self.ms_node(n, ins)
+        elif n.domain in (MS_DOMAIN, GG_DOMAIN):
+            outs = self.collective_or_ms_node(n, ins)
         else:
-            self.error(f"operators of domain '{n.domain}' are not supported" +
-                       (" (an ONNX function: not inlined yet)" if n.domain in self.opset else ""))
+            self.error(f"operators of domain '{n.domain}' are not supported (and the model defines no function "
+                       f"{n.domain}::{n.op_type})")
         if len(outs) > len(n.output):
             self.error(f"has {len(n.output)} outputs, expected {len(outs)}")
         for name, v in zip(n.output, outs):
@@ -282,6 +338,83 @@ class Converter:
         for name in list(n.output)[len(outs):]:
             if name:
                 self.env[name] = None  # an output graphguard does not compute: an error where read
+
+    # -- ONNX functions and If with a constant condition: inlined ---------------------------------
+    def nested(self, nodes, env: dict[str, Val], outputs: list[str], where: str) -> list:
+        """Convert ``nodes`` in scope ``env`` (restored after); the values of ``outputs`` there."""
+        outer, node = self.env, self.node
+        if len(self.calls) >= MAX_NESTING:
+            self.error(f"functions and If branches nest deeper than {MAX_NESTING} (a recursive function?)")
+        self.env = env
+        self.calls.append(where)
+        try:
+            for b in nodes:
+                self.node = b
+                self.convert(b)
+            self.node = node
+            outs = []
+            for o in outputs:
+                if not o or o not in self.env or self.env[o] is None:
+                    self.error(f"output '{o}' of {where} is not computed by its body")
+                outs.append(self.env[o])
+        finally:
+            self.env, self.node = outer, node
+            self.calls.pop()
+        return outs
+
+    def call(self, n, fn, ins: list) -> list[Val]:
+        """A call of a model-local ONNX function: its body with the call's inputs and attributes."""
+        from onnx import AttributeProto, NodeProto
+        if len(ins) > len(fn.input) or len(n.output) > len(fn.output):
+            self.error(f"calls function {fn.name} with {len(ins)} inputs / {len(n.output)} outputs; it takes "
+                       f"{len(fn.input)} / {len(fn.output)}")
+        given = {a.name: a for a in n.attribute}
+        defaults = {a.name: a for a in fn.attribute_proto}
+        unknown = set(given) - set(fn.attribute) - set(defaults)
+        if unknown:
+            self.error(f"function {fn.name} has no attribute {sorted(unknown)[0]}")
+        absent = {f for f, v in zip(fn.input, ins + [None] * len(fn.input)) if v is None}
+        body = []
+        for b in fn.node:
+            c = NodeProto()
+            c.CopyFrom(b)
+            c.input[:] = ["" if i in absent else i for i in c.input]
+            kept = []
+            for a in c.attribute:
+                if a.ref_attr_name:
+                    src = given.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
+                    if src is None:
+                        continue  # an optional attribute the call does not set
+                    a2 = AttributeProto()
+                    a2.CopyFrom(src)
+                    a2.name = a.name
+                    a = a2
+                kept.append(a)
+            del c.attribute[:]
+            c.attribute.extend(kept)
+            body.append(c)
+        env = {f: v for f, v in zip(fn.input, ins) if v is not None}
+        outs = self.nested(body, env, list(fn.output), f"function {fn.domain}::{fn.name} (called by node "
+                                                       f"'{n.name or n.output[0] if n.output else n.name}')")
+        return outs[:len(n.output)]
+
+    def if_node(self, n) -> list[Val]:
+        """``If`` whose condition is a constant: the branch it takes (which may read the enclosing scope)."""
+        (c,) = n.input[:1] or [""]
+        cond = self.const_of(c, "If's condition").reshape(-1)
+        if cond.size != 1:
+            self.error(f"the condition has {cond.size} entries (one expected)")
+        a = {x.name: x for x in n.attribute}
+        branch = a.get("then_branch" if bool(cond[0]) else "else_branch")
+        if branch is None or branch.type != 5:
+            self.error("needs then_branch and else_branch graphs")
+        g = branch.g
+        if len(g.output) != len(n.output):
+            self.error(f"the branch has {len(g.output)} outputs, the node {len(n.output)}")
+        env = dict(self.env)
+        env.update(self.initializers(g))
+        return self.nested(list(g.node), env, [o.name for o in g.output],
+                           f"If's {'then' if bool(cond[0]) else 'else'} branch")
 
     def attrs(self, n) -> dict:
         from onnx import helper
@@ -371,11 +504,28 @@ class Converter:
             return [self.op("onnx.Cast", [x], out, dtype=DTYPE_OF[to])]
         if op in ("ReduceSum", "ReduceMean", "ReduceMax"):
             return [self.reduce(n, op, x, ins, a, out)]
+        if op == "Gemm" and (len(ins) == 2 or ins[2] is None):  # no C: alpha * A' @ B'
+            return [self.gemm_without_c(ins, a, out)]
         if op == "LayerNormalization":
             return self.layer_norm(n, ins, a, out)
         if op == "RMSNormalization":
             return self.layer_norm(n, ins, a, out, rms=True)
         return [self.generic(n, op, ins, a, out)]
+
+    def gemm_without_c(self, ins: list, a: dict, out: str) -> Val:
+        unknown = set(a) - {"alpha", "beta", "transA", "transB"}
+        if unknown:
+            self.error(f"unknown attribute(s) {', '.join(sorted(unknown))}")
+        m = []
+        for v, t in zip(ins[:2], (a.get("transA", 0), a.get("transB", 0))):
+            if len(v.shape) != 2:
+                self.error(f"A and B must be matrices, got {dims_text(v.shape)}")
+            m.append(self.op("core.permute", [v], out, dims=[1, 0]) if t else v)
+        y = self.op("onnx.MatMul", m, out)
+        alpha = float(a.get("alpha", 1.0))
+        if alpha != 1.0:
+            y = self.op("onnx.Mul", [y, Val((), y.dtype, const=np.asarray(alpha))], out)
+        return y
 
     def constant(self, n) -> Val:
         from onnx import numpy_helper
@@ -555,8 +705,13 @@ class Converter:
         return self.op(f"onnx.{op}", [x], out, axes=axes or None, keepdims=bool(a.get("keepdims", 1)))
 
     def layer_norm(self, n, ins: list, a: dict, out: str, rms: bool = False) -> list[Val]:
-        if not rms and (len(ins) < 3 or ins[2] is None):
-            self.error("LayerNormalization without a bias is not supported yet")
+        if not rms and (len(ins) < 3 or ins[2] is None):  # no bias: a zero one
+            if len(ins) < 2 or ins[1] is None:
+                self.error("needs X and Scale")
+            ins = [ins[0], ins[1], Val(ins[1].shape, ins[1].dtype, const=np.zeros([d if isinstance(d, int) else 1
+                                                                                   for d in ins[1].shape]))]
+            if not all(isinstance(d, int) for d in ins[1].shape):
+                self.error("a LayerNormalization without bias over symbolic dims is not supported yet")
         if int(a.get("stash_type", 1)) != 1:
             self.error("stash_type other than 1 (float32) is not supported")
         r = len(ins[0].shape)
@@ -594,43 +749,129 @@ class Converter:
             attrs[k] = v
         return self.op(name, ins, out, **attrs)
 
-    # -- com.microsoft collectives --------------------------------------------------------------
-    def ms_node(self, n, ins: list) -> list[Val]:
+    # -- collectives (com.microsoft and the project's ai.graphguard domain), com.microsoft normalisations --
+    def collective_or_ms_node(self, n, ins: list) -> list[Val]:
         op, a = n.op_type, self.attrs(n)
-        if op not in ("AllReduce", "AllGather"):
-            self.error("only the com.microsoft collectives AllReduce and AllGather are supported")
+        if n.domain == MS_DOMAIN and op in MS_NORMS:
+            return self.ms_norm(n, op, ins, a)
+        kind = (MS_COLLECTIVES if n.domain == MS_DOMAIN else GG_COLLECTIVES).get(op)
+        if kind is None:
+            self.error(f"not supported: the {n.domain} operators read are the collectives "
+                       f"{', '.join(MS_COLLECTIVES if n.domain == MS_DOMAIN else GG_COLLECTIVES)}" +
+                       (f" and the normalisations {', '.join(MS_NORMS)}" if n.domain == MS_DOMAIN else ""))
         if self.rank is None:
             self.error("the specification runs on one device: it may hold no collective")
         if any(v is None for v in ins) or len(ins) != len(n.output) or not ins:
             self.error("needs one output per input")
-        gs = a.get("group_size", self.world if op == "AllReduce" else 1)
+        allowed = {"all_reduce": {"group_size", "reduction"}, "all_gather": {"group_size", "axis"},
+                   "all_to_all": {"group_size"}, "reduce_scatter": {"group_size", "axis", "reduction"},
+                   "broadcast": {"group_size", "src"}, "permute": {"source_target_pairs"}}[kind]
+        if set(a) - allowed:
+            self.error(f"unsupported attribute(s) {', '.join(sorted(set(a) - allowed))}")
+        if kind == "permute":
+            return [self.permute(x, o, a) for x, o in zip(ins, n.output)]
+        gs = a.get("group_size", self.world if kind in ("all_reduce", "broadcast") else 1)
         if gs != self.world:
             self.error(f"group_size {gs} is not the world size {self.world} (collectives over every rank only)")
-        if op == "AllReduce":
-            if set(a) - {"group_size", "reduction"} or a.get("reduction", b"sum") not in (b"sum", "sum"):
-                self.error(f"unsupported attributes {a} (AllReduce sums over every rank)")
-            kind, attrs = "all_reduce", {"op": "sum"}
-        else:
-            if "axis" not in a:
-                self.error("AllGather needs an explicit axis (ONNX Runtime's schema defaults it to 1 but its shape "
-                           "inference to 0)")
-            if set(a) - {"group_size", "axis"}:
-                self.error(f"unsupported attributes {sorted(set(a) - {'group_size', 'axis'})}")
-            kind = "all_gather"
+        attrs = {}
+        if "reduction" in a or kind in ("all_reduce", "reduce_scatter"):
+            red = a.get("reduction", "sum")
+            red = red.decode("utf-8", "replace") if isinstance(red, bytes) else str(red)
+            if red not in ("sum", "max", "avg") or (n.domain == MS_DOMAIN and red != "sum"):
+                self.error(f"reduction {red!r} (com.microsoft AllReduce sums; ai.graphguard: sum, max, avg)")
+            attrs["op"] = red
+        if kind in ("all_gather", "reduce_scatter") and "axis" not in a:
+            self.error(f"{op} needs an explicit axis" + (" (ONNX Runtime's schema defaults it to 1 but its shape "
+                                                         "inference to 0)" if kind == "all_gather" else ""))
+        if kind == "all_to_all":
+            attrs = {"split_dim": 0, "concat_dim": 0}
+        if kind == "broadcast":
+            if not isinstance(a.get("src"), int) or not 0 <= a["src"] < self.world:
+                self.error(f"src {a.get('src')} is not a rank of the {self.world}")
+            attrs = {"src": a["src"]}
         outs = []
         for x, o in zip(ins, n.output):
             r = len(x.shape)
             shape = list(x.shape)
-            if kind == "all_gather":
+            at = dict(attrs)
+            if kind in ("all_gather", "reduce_scatter"):
                 ax = int(a["axis"])
                 ax = ax + r if ax < 0 else ax
                 if not 0 <= ax < r:
                     self.error(f"axis {a['axis']} out of range for a rank-{r} input")
-                attrs = {"dim": ax}
-                shape[ax] = S.norm(S.sym(shape[ax]) * self.world)
+                at["dim"] = ax
+                if kind == "all_gather":
+                    shape[ax] = S.norm(S.sym(shape[ax]) * self.world)
+                else:
+                    if not self.cx.prove("==", S.norm(S.sym(shape[ax]) % self.world), 0):
+                        self.error(f"dim {ax} of size {S.text(shape[ax])} does not split into {self.world} equal parts")
+                    shape[ax] = S.norm(S.sym(shape[ax]) / self.world)
+            if kind == "all_to_all":
+                if r == 0 or not self.cx.prove("==", S.norm(S.sym(shape[0]) % self.world), 0):
+                    self.error(f"dim 0 of {dims_text(x.shape)} does not split into {self.world} equal parts")
             src = self.tensor(x)
             name = self.fresh(o)
-            self.out.nodes.append(Collective(kind, tuple(range(self.world)), self.full(src), self.full(name), attrs,
+            self.out.nodes.append(Collective(kind, tuple(range(self.world)), self.full(src), self.full(name), at,
                                              f"{self.source}:{n.name or op} ({op})", self.where()))
             outs.append(Val(tuple(shape), x.dtype, name=name))
         return outs
+
+    def permute(self, x: Val, o: str, a: dict) -> Val:
+        """ai.graphguard CollectivePermute (every rank runs it): x goes from each source to its target, as XLA's
+        collective-permute; a rank that is no pair's target gets zeros."""
+        flat = list(a.get("source_target_pairs", []))
+        pairs = [tuple(flat[k:k + 2]) for k in range(0, len(flat), 2)]
+        targets = [t for _, t in pairs]
+        if not pairs or len(flat) % 2 or len(set(targets)) != len(targets) or \
+                any(not 0 <= r < self.world for p in pairs for r in p) or any(s == t for s, t in pairs):
+            self.error(f"source_target_pairs {flat} must be (source, target) pairs of distinct ranks below "
+                       f"{self.world}, each target once")
+        ranks = tuple(sorted({r for p in pairs for r in p}))
+        receives = self.rank in targets
+        if receives:
+            name = self.fresh(o)
+            result = Val(x.shape, x.dtype, name=name)
+        else:
+            result = Val(x.shape, x.dtype, name=self.emit("onnx.ConstantFill", [], o, shape=dims_text(x.shape),
+                                                          value="0", dtype=x.dtype))
+        if self.rank in ranks:
+            src = self.full(self.tensor(x)) if any(s == self.rank for s, _ in pairs) else None
+            self.out.nodes.append(Collective("permute", ranks, src, self.full(result.name) if receives else None,
+                                             {"pairs": [list(p) for p in pairs]},
+                                             f"{self.source}:{self.node.name or 'CollectivePermute'} "
+                                             f"(CollectivePermute)", self.where()))
+        return result
+
+    def ms_norm(self, n, op: str, ins: list, a: dict) -> list[Val]:
+        """ONNX Runtime's fused normalisations, as the default-domain ops they fuse:
+        SimplifiedLayerNormalization(X, scale) = RMSNormalization; Skip[Simplified]LayerNormalization(input, skip,
+        gamma[, beta][, bias]) = the normalisation of s = input + skip (+ bias), s its 4th output."""
+        out = n.output[0] if n.output else "t"
+        unknown = set(a) - {"axis", "epsilon", "stash_type"}
+        if unknown:
+            self.error(f"unsupported attribute(s) {', '.join(sorted(unknown))}")
+        if op == "SimplifiedLayerNormalization":
+            if len(ins) != 2 or None in ins:
+                self.error("needs X and scale")
+            if len(n.output) > 1 and any(n.output[1:]):
+                self.error("only its first output is supported (inv_std_var is a training output)")
+            return self.layer_norm(n, ins, a, out, rms=True)
+        rms = op == "SkipSimplifiedLayerNormalization"
+        if "axis" in a:
+            self.error("has no axis attribute (it normalises the last dim)")
+        x, skip = ins[0], ins[1] if len(ins) > 1 else None
+        gamma = ins[2] if len(ins) > 2 else None
+        beta = None if rms else (ins[3] if len(ins) > 3 else None)
+        bias = ins[3 if rms else 4] if len(ins) > (3 if rms else 4) else None
+        if x is None or skip is None or gamma is None or len(ins) > (4 if rms else 5):
+            self.error("needs input, skip and gamma" + ("" if rms else " (beta and bias optional)"))
+        if len(n.output) > 1 and any(n.output[1:3]):
+            self.error("its mean / inv_std_var outputs are not supported (training outputs)")
+        s = self.op("onnx.Add", [x, skip], out)
+        if bias is not None:
+            s = self.op("onnx.Add", [s, bias], out)
+        if s.shape != x.shape:
+            self.error(f"skip {dims_text(skip.shape)} does not broadcast to input {dims_text(x.shape)}")
+        norm_ins = [s, gamma] if rms else [s, gamma, beta]
+        (y,) = self.layer_norm(n, norm_ins, {"epsilon": a.get("epsilon", 1e-12)}, out, rms=rms)  # ORT's default
+        return [y, None, None, s][:max(len(n.output), 1)]

@@ -5,8 +5,9 @@
   ``--world-size N``; the ranks are stitched at their ``com.microsoft`` collectives.
 
 The file is parsed as a protobuf message and nothing in it is run: initializers are read as data (only the
-small ones a shape input needs, by value), external data is never opened (an initializer stored outside the
-file is an input whose shape the model states). See :mod:`.convert` for what becomes what.
+small ones a shape input needs, by value); an initializer stored outside the file (external data) is an input
+whose shape the model states, and only a small integer one (a shape input's) is read, from a file beside the
+model that its ``location`` names (never a path leaving the model's folder). See :mod:`.convert`.
 """
 from __future__ import annotations
 

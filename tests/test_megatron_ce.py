@@ -214,6 +214,8 @@ def test_megatron_cross_entropy_wrong_vocab_range_is_flagged_at_the_lookup(tmp_p
     assert (f["op"], f["loc"]) == ("aten.index.Tensor", "cross_entropy.py:59")
 
 
+@pytest.mark.slow  # (suite time, 25 s; by default: megatron-gpt verifies with this cross-entropy, and torchtitan's
+# loss-parallel cross-entropy without its all-reduce is flagged, tests/test_torchtitan.py)
 def test_megatron_cross_entropy_without_predicted_logits_allreduce_is_flagged_at_the_loss(tmp_path):
     f = _bug("megatron-ce-vocab-offset", tmp_path, env={"GG_CE_BUG": "allreduce"})
     assert (f["op"], f["loc"]) == ("aten.sub.Tensor", "cross_entropy.py:77")

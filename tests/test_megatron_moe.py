@@ -86,7 +86,21 @@ def _run(*args, env=None):
                           env={**os.environ, **(env or {})})
 
 
-@pytest.mark.slow  # (both run scripts also run in tests/test_examples.py)
+@pytest.mark.slow  # (suite time: the forward runs in tests/test_examples.py)
+def test_expert_parallel_backward_refines():
+    """Forward and backward at EP 2: the router's weight gradient summed over the ranks' tokens, the input
+    gradient sharded as the tokens, each expert's gradient on the rank that owns it."""
+    p = _run("--backward", "--replay")
+    assert p.returncode == 0, p.stdout + p.stderr
+    for line in ["out0 = concat(out0@0, out0@1, dim=0)",
+                 "grad.router.weight = sum(grad.router.weight@0, grad.router.weight@1)",
+                 "grad.hidden_states = concat(grad.hidden_states@0, grad.hidden_states@1, dim=0)",
+                 "grad.experts.local_experts.3.linear_fc2.weight = grad.experts.local_experts.1.linear_fc2.weight@1"]:
+        assert f"  {line}\n" in p.stdout, p.stdout
+    assert "replay: ok" in p.stdout
+
+
+@pytest.mark.slow  # (suite time: the correct layer's forward runs in tests/test_examples.py)
 def test_planted_routing_bug_is_flagged_at_the_expert_choice():
     """The ranks' router logits rotated by one expert: flagged at the router's top-k (the expert choice), an
     operator the correct layer gets past (it is related there as the concatenation of the ranks' top-k)."""

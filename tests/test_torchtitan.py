@@ -224,6 +224,7 @@ def test_loss_parallel_without_an_all_reduce_is_flagged(loc, node):
         assert r.failure.input_relations["neg_2"] == ["sum(neg_2@0, neg_2@1)"]
 
 
+@pytest.mark.slow  # (suite time: loss parallel's other bug, the dropped all-reduce, is flagged by default)
 def test_loss_parallel_with_a_wrong_vocab_offset_is_flagged():
     """Rank 1 shifts its targets by 0 instead of its shard's start (32), forward and backward: the backward's
     one-hot of the targets (first in G_s's order: it reads only the labels) has no counterpart."""

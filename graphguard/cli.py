@@ -148,7 +148,7 @@ def lemmas_check(ctx, trials, seed, refs):
     """Fuzz every lemma against the NumPy references; fails loudly on an unsound or untested one."""
     import time
 
-    from .engine.fuzz import CHECK_TRIALS, check_identity, check_rows, check_scalar_form, fuzz_rule
+    from .engine.fuzz import CHECK_TRIALS, check_biased, check_identity, check_rows, check_scalar_form, fuzz_rule
     trials = trials or CHECK_TRIALS
     pl = _plugins(ctx.find_root(), gate=False)  # the tool that shows why a pack is refused
     t0 = time.monotonic()
@@ -169,17 +169,17 @@ def lemmas_check(ctx, trials, seed, refs):
     idents = 0
     forms = 0
     rows = 0
-    for op in (o for o in pl.registry if (o.identity or o.scalar_form or o.rows) and not refs):  # declarations
-        for check in (check_identity, check_scalar_form, check_rows):  # normalise.py's, relayout.py's
+    for op in (o for o in pl.registry if (o.identity or o.scalar_form or o.rows or o.biased) and not refs):
+        for check in (check_identity, check_scalar_form, check_rows, check_biased):  # normalise.py's, relayout.py's
             for name, n, why in check(op, pl.registry, seed=seed, trials=trials):
                 idents += check is check_identity
-                forms += check is check_scalar_form
+                forms += check in (check_scalar_form, check_biased)
                 rows += check is check_rows
                 bad += why is not None
                 click.echo(f"ok    {name} ({n} instances)" if why is None else f"FAIL  {name} [{op.source}]: {why}")
     lemmas_n = len({id(r.lemma) for r in rules})
     click.echo(f"{len(rules) + idents + forms + rows - bad} passed, {bad} failed ({lemmas_n} lemmas, {len(rules)} rules, "
-               f"{idents} identity declarations, {forms} scalar forms, {rows} row declarations"
+               f"{idents} identity declarations, {forms} scalar and biased forms, {rows} row declarations"
                + (f"; fewest instances: {least.instances} ({least.rule.id})" if least else "")
                + f"; {time.monotonic() - t0:.1f} s)")
     ctx.exit(1 if bad else 0)

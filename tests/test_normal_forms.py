@@ -222,3 +222,67 @@ def test_buffer_written_through_views(plugins, write_all):
            "expect": {"out0": "out0@0", "grad.w": "grad.w@0"}}
     res = graphguard.verify(s.graph(plugins), d.graph(plugins), rel, plugins=plugins, replay=write_all)
     assert res.verdict == ("refines" if write_all else "does-not-refine")
+
+
+# -- OpDef.biased: reshape(addmm(b, x, w)) -> add(reshape(mm(x, w)), b) before proving (engine/normalise.py) -------
+
+def test_biased_declarations_are_fuzzed(plugins):
+    """addmm's declaration passes the fuzzer; false ones (another alpha, a subtraction) are caught."""
+    import dataclasses
+
+    from graphguard.engine.fuzz import check_biased
+    reg = plugins.registry
+    op = reg.get("aten.addmm")
+    assert op.biased and all(why is None and n >= 20 for _, n, why in check_biased(op, reg))
+    for wrong in (("aten.mm", "aten.add.Tensor", {"beta": 1, "alpha": 2}),
+                  ("aten.mm", "aten.sub.Tensor", {"beta": 1, "alpha": 1})):
+        assert check_biased(dataclasses.replace(op, biased=wrong), reg)[0][2], wrong
+
+
+def _linear(bias_shape, beta=1, readers=1, view_to=(2, 3, 4)):
+    from graphguard.ir.builder import GraphBuilder
+    g = GraphBuilder("g")
+    g.input("x", [6, 3])
+    g.input("w", [3, 4])
+    g.input("b", bias_shape)
+    g.op("aten.addmm", ["b", "x", "w"], "y", name="fc", loc="model.py:7", beta=beta)
+    g.op("core.reshape", ["y"], "z", shape=list(view_to))
+    outs = ["z"]
+    if readers > 1:
+        g.op("aten.relu", ["y"], "r")
+        outs.append("r")
+    g.output(*outs)
+    return g
+
+
+@pytest.mark.parametrize("bias_shape,beta,readers,view_to,rewritten", [
+    ([4], 1, 1, (2, 3, 4), True),
+    ([1, 4], 1, 1, (2, 3, 4), True),
+    ([6, 4], 1, 1, (2, 3, 4), False),  # a bias per row: not a row bias, moves with the rows
+    ([4], 0.5, 1, (2, 3, 4), False),  # beta != 1: not add(mm)
+    ([4], 1, 2, (2, 3, 4), False),  # the fused output read elsewhere too
+    ([4], 1, 1, (3, 8), False),  # the reshape changes the last dim
+])
+def test_bias_after_rows(plugins, bias_shape, beta, readers, view_to, rewritten):
+    """Rewritten only where exact: the same values (run_graph on both graphs), the bias add last, at the fused
+    node's source line."""
+    import numpy as np
+
+    from graphguard.engine.normalise import bias_after_rows
+    from graphguard.engine.replay import run_graph
+    from graphguard.ir.scalar import Constraints
+    reg, cx = plugins.registry, Constraints()
+    before = _linear(bias_shape, beta, readers, view_to).build(reg, cx)
+    after = _linear(bias_shape, beta, readers, view_to).build(reg, cx)
+    assert bias_after_rows(after, reg, cx) == int(rewritten)
+    ops = [n.op for n in after.nodes]
+    if rewritten:
+        assert ops == ["aten.mm", "core.reshape", "aten.add.Tensor"]
+        assert after.nodes[-1].outputs == ["z"] and after.nodes[-1].loc == "model.py:7"
+    else:
+        assert ops == [n.op for n in before.nodes]
+    rng = np.random.default_rng(0)
+    env = {"x": rng.standard_normal([6, 3]), "w": rng.standard_normal([3, 4]), "b": rng.standard_normal(bias_shape)}
+    want, got = run_graph(before, env, reg, {}), run_graph(after, env, reg, {})
+    for o in before.outputs:
+        np.testing.assert_allclose(got[o], want[o], rtol=1e-12, atol=1e-12)

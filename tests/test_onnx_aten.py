@@ -3,10 +3,11 @@ torch.onnx.export and by the fx route meets in the e-graph in both directions (`
 ``--impl-frontend``); a bug on one side is flagged; the bridges prove what the two dialects share and nothing
 they do not (integer division, operand order, the rows of a matmul).
 
-Not yet: a Linear with a bias is ``addmm`` in fx, which the frontier reaches only once the bias is related; the
-ONNX MatMul before its Add does not meet it (normalising ``addmm`` to ``mm`` + ``add`` before proving would);
-a division by a constant is ``mul.Scalar`` by its inverse in fx's normal form and ``Div`` by a constant tensor
-in ONNX's (no bridge between the two forms yet)."""
+A Linear with a bias is ``view``, ``addmm``, ``view`` in fx and ``MatMul``, ``Add`` on the 3-D rows in ONNX; fx's
+form is normalised before proving to the product, the view, then the add of the bias (``OpDef.biased``), where
+the two meet.
+Not yet: a division by a constant is ``mul.Scalar`` by its inverse in fx's normal form and ``Div`` by a constant
+tensor in ONNX's (no bridge between the two forms yet)."""
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ class M(torch.nn.Module):
     def __init__(self, world=1):
         super().__init__()
         self.world = world
-        self.up = torch.nn.Linear(8, 16 // world, bias=False)  # (a bias: fx's addmm, see the module doc)
+        self.up = torch.nn.Linear(8, 16 // world)  # fx: view, addmm, view (engine/normalise.py: bias_after_rows)
         self.down = torch.nn.Linear(16 // world, 8, bias=False)
     def forward(self, x):
         y = self.down(torch.sigmoid(self.up(x)) * self.up(x))
@@ -42,7 +43,7 @@ def impl(rank, world):
 def relation(world, backward):
     ranks = range(world)
     part = lambda n, d: "concat(" + ", ".join(f"{n}@{k}" for k in ranks) + f", dim={d})"
-    return {"inputs": {"x": [f"x@{k}" for k in ranks], "up.weight": part("up.weight", 0),
+    return {"inputs": {"x": [f"x@{k}" for k in ranks], "up.weight": part("up.weight", 0), "up.bias": part("up.bias", 0),
                        "down.weight": part("down.weight", 1)}}
 '''
 

@@ -596,3 +596,48 @@ def _check_scalar_form(op, reg: Registry, seed: int, trials: int) -> list[tuple[
         out.append((label, len(seen), failure or (None if len(seen) >= MIN_INSTANCES else
                                                   f"only {len(seen)} instances (needs {MIN_INSTANCES})")))
     return out
+
+
+def check_biased(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS) -> list[tuple[str, int, str | None]]:
+    """The ``biased`` declaration of ``op`` (``(product, add, attrs)``; :func:`graphguard.engine.normalise.bias_after_rows`
+    rewrites the op where it holds) fuzzed: under those attributes, ``op(c, a, b)`` equals ``add(product(a, b), c)``
+    for a row bias c (``[n]``, ``[1, n]``), matrices with empty and size-1 dims, every float dtype, 0, -0.0, inf,
+    NaN mixed in. Returns ``[(name, instances, failure or None)]``."""
+    from ..ir.ops import normalize_attrs
+    if not op.biased:
+        return []
+    prod, add, fixed = op.biased
+    name = f"biased[{op.name}]"
+    pop, aop = reg.get(prod), reg.get(add)
+    if pop is None or aop is None:
+        return [(name, 0, f"{op.name}: its biased form names {prod} / {add}, which are not registered")]
+    rng, nrng = _declaration_rngs(seed, 0, op.name)
+    attrs = dict(normalize_attrs(op, dict(fixed), op.name))
+    aattrs = dict(normalize_attrs(aop, {}, add))
+    seen, failure = set(), None
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for _ in range(40 * trials):
+            if len(seen) >= trials or failure:
+                break
+            m, k, n = _size(rng), _size(rng), _size(rng)
+            dt = rng.choice(FLOATS)
+            bshape = (n,) if rng.random() < 0.5 else (1, n)
+            special = rng.random() < 0.35
+            a, b = _values(nrng, (m, k), dt, special), _values(nrng, (k, n), dt, special)
+            c = _values(nrng, bshape, dt, special)
+            try:
+                want = op.ref([c, a, b], attrs)
+            except Exception:  # noqa: BLE001 -- not defined for this dtype (torch raises too)
+                continue
+            try:
+                got = aop.ref([pop.ref([a, b], {}), c], aattrs)
+            except Exception as e:  # noqa: BLE001 -- the pieces fail where the fused op is defined
+                failure = f"{add}({prod}) fails on [{m}, {k}] @ [{k}, {n}] + {list(bshape)} {dt} ({type(e).__name__})"
+                break
+            seen.add((m, k, n, bshape, dt, special))
+            why = _compare(got, want, special=special, scale=_magnitude({"a": a, "b": b, "c": c}) ** 2 * max(k, 1))
+            if why:
+                failure = f"{op.name} of [{m}, {k}] @ [{k}, {n}] + {list(bshape)} {dt}: {why}"
+    return [(name, len(seen), failure or (None if len(seen) >= MIN_INSTANCES else
+                                          f"only {len(seen)} instances (needs {MIN_INSTANCES})"))]

@@ -16,13 +16,19 @@ state the same in the e-graph, but keep the tensor form beside it: there a facto
 (1204 on ``scale(y, 1/2) * c``) makes a new class ``y * c`` next to ``y`` and ``2 y``, and an all-reduce of
 ``2 x`` taken back by ``/ 2`` grows ``4 x``, ``8 x``, ... without end. Checked by the fuzzer
 (:func:`graphguard.engine.fuzz.check_scalar_form`).
+A fused product-plus-bias (:attr:`OpDef.biased`: ``addmm(c, a, b)`` = ``add(mm(a, b), c)``) whose output only a
+reshape reads, keeping its last dim, with a row bias -- ``nn.Linear`` on rows flattened to 2-D and viewed back,
+as fx captures it -- becomes the product, the reshape, then the add (:func:`bias_after_rows`): the pieces an
+ONNX export or a hand-written ``x @ w.T + b`` has, where the frontier can relate the product before the bias.
+Done where the two programs differ in the fused ops they call (where both call ``addmm`` the fused form is
+kept: fewer operators, the same lemmas).
 """
 from __future__ import annotations
 
 from fractions import Fraction
 
 from ..ir import scalar as S
-from ..ir.graph import Graph
+from ..ir.graph import Graph, Node
 from ..ir.ops import Registry, normalize_attrs
 
 
@@ -131,3 +137,54 @@ def scalar_forms(g: Graph, reg: Registry, cx: S.Constraints) -> int:
     if changed:
         g.validate(reg, cx)
     return changed
+
+
+def bias_after_rows(g: Graph, reg: Registry, cx: S.Constraints) -> int:
+    """``reshape(fused(c, a, b))`` -> ``add(reshape(product(a, b)), c)`` for every op declaring ``biased``, under
+    its attribute values, where the reshape is the fused output's only reader (the fused output is no graph
+    output; the reshape's may be: the add writes it), keeps the
+    last dim and the bias is ``[n]`` or ``[1, n]``; the number of nodes rewritten (the graph is validated again
+    where any was). Exact: the add of a row bias commutes with a reshape of the rows."""
+    changed, extra = 0, {}
+    outputs = set(g.outputs)
+    for n in g.nodes:
+        op = reg.get(n.op)
+        if op is None or not op.biased or len(n.inputs) != 3 or len(n.outputs) != 1 or n.outputs[0] in outputs:
+            continue
+        prod, add, fixed = op.biased
+        if any(number(n.attrs.get(k)) != v for k, v in fixed.items()):
+            continue
+        readers = g.consumers.get(n.outputs[0], [])
+        if len(readers) != 1 or readers[0].op != "core.reshape":
+            continue
+        view, out, bias = readers[0], g.tensors[n.outputs[0]], g.tensors[n.inputs[0]]
+        width = out.shape[-1] if out.shape else None
+        if len(out.shape) != 2 or g.shape(view.outputs[0])[-1:] != (width,) or \
+                bias.shape not in ((width,), (1, width)) or bias.dtype != out.dtype:
+            continue
+        final = view.outputs[0]
+        rows = _suffixed(final, ".rows")
+        while rows in g.tensors:
+            rows = _suffixed(rows, "_")
+        g.tensors[rows] = g.tensors[final]  # (re-inferred by validate)
+        n.op, n.inputs, n.attrs = prod, n.inputs[1:], {}
+        view.outputs = [rows]
+        node = Node(add, [rows, bias.name], [final], {}, _suffixed(n.name, ".bias"), n.loc)
+        node._declared = {}  # type: ignore[attr-defined]
+        extra[id(view)] = node
+        changed += 1
+    if changed:
+        nodes = []
+        for x in g.nodes:
+            nodes.append(x)
+            if id(x) in extra:
+                nodes.append(extra[id(x)])
+        g.nodes = nodes
+        g.validate(reg, cx)
+    return changed
+
+
+def _suffixed(name: str, suffix: str) -> str:
+    """``name`` with ``suffix`` before its rank (``y@1`` -> ``y.rows@1``): a G_d tensor stays ``NAME@RANK``."""
+    base, at, rank = name.rpartition("@")
+    return f"{base}{suffix}@{rank}" if at and rank.isdigit() else name + suffix

@@ -162,6 +162,11 @@ class OpDef:
     ``op`` of its other input with number attribute ``attr`` = c ** power (``x * c`` is ``mul.Scalar(x, c)``,
     ``x / c`` is ``mul.Scalar(x, 1 / c)``) where shape and dtype stay the same; :mod:`graphguard.engine.normalise`
     rewrites such ops before proving, and the fuzzer checks the declaration.
+    ``biased``: ``(product, add, attrs)`` -- under those attribute values the op is ``add(product(in1, in2), in0)``
+    (``addmm`` = ``add.Tensor(mm(a, b), c)``). Where its output is read only by a reshape that keeps the last dim
+    and its bias is a row (``[n]``, ``[1, n]``), :mod:`graphguard.engine.normalise` makes it the product, the
+    reshape, then the add of the bias (an ``nn.Linear`` captured by fx, then, has the pieces of its ONNX export);
+    the fuzzer checks the declaration.
     """
     name: str
     arity: int | None
@@ -193,6 +198,7 @@ class OpDef:
     identity: tuple = ()
     fill: str = ""
     scalar_form: tuple = ()
+    biased: tuple = ()
 
     def linear_groups(self) -> tuple[tuple[int, ...], ...]:
         """``linear`` with every entry a tuple of inputs."""

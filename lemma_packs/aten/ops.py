@@ -247,7 +247,8 @@ MATMUL_OPS = [
     OpDef("aten.bmm", 2, _bmm_shape, lambda xs, a: np.matmul(xs[0], xs[1]),
           doc="Batched matrix product of rank-3 tensors (same batch size).", linear=(0, 1)),
     OpDef("aten.addmm", 3, _addmm_shape("aten.addmm", _mm_shape), _addmm_ref, BETA_ALPHA,
-          doc="beta * self + alpha * (mat1 @ mat2); self broadcasts to the product."),
+          doc="beta * self + alpha * (mat1 @ mat2); self broadcasts to the product.",
+          biased=("aten.mm", "aten.add.Tensor", {"beta": 1, "alpha": 1})),
     OpDef("aten.baddbmm", 3, _addmm_shape("aten.baddbmm", _bmm_shape), _addmm_ref, BETA_ALPHA,
           doc="beta * self + alpha * bmm(batch1, batch2); self broadcasts to the product."),
 ]

@@ -9,7 +9,7 @@ from pathlib import Path
 from .engine.lemma import relevant_rules, term_ops
 from .engine.egraph import Budget, EGraph
 from .engine.infer import Context, compute_out_rel, is_held
-from .engine.normalise import bias_after_rows, drop_identities, scalar_forms
+from .engine.normalise import bias_after_rows, drop_identities, round_fills, scalar_forms
 from .engine.result import VerifyResult
 from .errors import InputError, ShapeError
 from .frontends import LoadRequest
@@ -69,6 +69,7 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
     for g in graphs:
         if fused[0] != fused[1]:  # one program writes a fused product + bias the other does not: its pieces
             bias_after_rows(g, reg, cx)  # reshape(addmm(b, x, w)) -> reshape(mm(x, w)) + b (engine/normalise.py)
+        round_fills(g, reg, cx)  # a float32 fill of 1e-6 holds float32(1e-6) (engine/normalise.py)
         drop_identities(g, reg, cx)  # x + 0, x * 1 (engine/normalise.py)
         scalar_forms(g, reg, cx)  # x * c, x / c for a constant c: mul.Scalar
     check_relation(g_s, g_d, rel, plugins, cx)

@@ -55,3 +55,15 @@ def verify_model_file(path: Path, world: int):
     d = capture(lambda r: mod.impl(r, world), lambda r: mod.inputs(r, world), world_size=world, backward=True)
     rel = dict(mod.relation(world, True), expect=mod.expect(world, True))
     return graphguard.verify(s.graph(), d.graph(), rel, replay=True)
+
+
+# tests of 15-45 s each (real frameworks' captures, the lemma fuzzer): started first, so that with -n 2 the
+# last minutes are short tests on both workers rather than one long test on one (worksteal splits the list in
+# order and steals from its end). Only the order changes.
+LONG = ("test_examples.py::test_run_script_exit_code_and_replay[megatron", "test_hf_zoo.py::test_hf_plan",
+        "test_hf_zoo.py::test_per_head", "test_torchtitan.py::test_tp2", "test_lemmas.py::test_every_builtin_lemma",
+        "test_mutants.py::", "test_bad_input.py::test_every_bad_input", "test_llama.py::test_llama_forward")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda it: not any(k in it.nodeid for k in LONG))

@@ -96,7 +96,9 @@ def test_without_the_bridge_pack_the_dialects_do_not_meet(both):
     assert r.verdict != "refines"
 
 
-S = {"A": [2, 3], "B": [2, 3], "X": [2, 3, 4], "W": [4, 5]}
+S = {"A": [2, 3], "B": [2, 3], "X": [2, 3, 4], "W": [4, 5], "Q": [2, 2, 3, 4], "K": [2, 2, 4, 3], "K2": [2, 2, 4, 3],
+     "U": [1, 3]}
+C2 = "onnx.ConstantFill(shape=[], value=2, dtype=float32)"
 
 
 @pytest.mark.parametrize("lhs,rhs", [
@@ -106,6 +108,15 @@ S = {"A": [2, 3], "B": [2, 3], "X": [2, 3, 4], "W": [4, 5]}
     ("onnx.Sigmoid(A)", "aten.sigmoid(A)"),
     ("onnx.Softmax(X, axis=2)", "aten._softmax(X, dim=2, half_to_float=false)"),
     ("onnx.MatMul(X, W)", "reshape(aten.mm(reshape(X, shape=[6, 4]), W), shape=[2, 3, 5])"),
+    # 2133-2142: constants, RMSNorm's and SiLU's pieces, the attention's batched MatMul
+    (f"onnx.Pow(A, {C2})", "aten.pow.Tensor_Scalar(A, exponent=2)"),
+    (f"onnx.Mul(A, {C2})", "aten.mul.Scalar(A, other=2)"),
+    ("onnx.ReduceMean(X, axes=[2], keepdims=true)", "aten.mean.dim(X, dim=[2], keepdim=true)"),
+    ("onnx.Reciprocal(onnx.Sqrt(A))", "aten.rsqrt(A)"),
+    ("aten.rsqrt(A)", "onnx.Reciprocal(onnx.Sqrt(A))"),
+    ("onnx.Mul(A, onnx.Sigmoid(A))", "aten.silu(A)"),
+    ("onnx.MatMul(Q, K)", "batched_matmul(Q, K)"),
+    ("onnx.Expand(U, shape=[2, 3])", "aten.expand(U, size=[2, 3], implicit=false)"),
 ])
 def test_bridges_prove(lhs, rhs):
     assert proves(lhs, rhs, S)
@@ -118,6 +129,13 @@ def test_bridges_prove(lhs, rhs):
     ("onnx.Softmax(X, axis=2)", "aten._softmax(X, dim=1, half_to_float=false)", None),
     ("onnx.MatMul(X, W)", "reshape(aten.mm(reshape(permute(X, dims=[1, 0, 2]), shape=[6, 4]), W), shape=[2, 3, 5])",
      None),
+    (f"onnx.Pow(A, {C2})", "aten.pow.Tensor_Scalar(A, exponent=3)", None),
+    (f"onnx.Mul(A, {C2})", "aten.mul.Scalar(A, other=1/2)", None),
+    ("onnx.ReduceMean(X, axes=[2], keepdims=true)", "aten.mean.dim(X, dim=[1], keepdim=true)", None),
+    ("onnx.Reciprocal(onnx.Sqrt(A))", "aten.rsqrt(B)", None),
+    ("onnx.Mul(B, onnx.Sigmoid(A))", "aten.silu(A)", None),
+    ("onnx.MatMul(Q, K)", "batched_matmul(Q, K2)", None),
+    ("onnx.Expand(U, shape=[2, 3])", "aten.expand(U, size=[3, 3], implicit=false)", None),
 ])
 def test_bridges_must_not_prove(lhs, rhs, dtypes):
     assert not proves(lhs, rhs, S, dtypes=dtypes)

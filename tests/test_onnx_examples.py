@@ -113,6 +113,36 @@ def test_onnx_llama_tp4_missing_all_reduce_on_one_rank_is_a_deadlock(llama4, tmp
     assert "deadlock" in line and "rank(s) [3] never issue" in line, line
 
 
+@pytest.fixture(scope="module")
+def llama4_fx(tmp_path_factory):
+    """The same model file captured by the fx route (forward) at TP 4."""
+    from graphguard.frontends.fx.model_file import capture_model_file
+    f = capture_model_file(EXAMPLES / "llama-tp" / "model.py", tmp_path_factory.mktemp("fx-llama"), 4)
+    return {k: str(v) for k, v in f.items()}
+
+
+def test_llama_across_frameworks_both_ways(llama4, llama4_fx):
+    """The ONNX export of the Llama block refined by its fx capture and the other way round, at TP 4 (the
+    onnx-aten bridges: RMSNorm's Pow / ReduceMean / Sqrt + Reciprocal and rsqrt, SiLU as x * sigmoid(x), the
+    attention's batched MatMul and fx's bmm of merged batch dims, Expand and expand, float32 constants)."""
+    import graphguard
+    r = graphguard.verify(str(llama4["spec"]), [llama4_fx["impl"]], llama4_fx["relation"], spec_frontend="onnx",
+                          impl_frontend="ir", replay=True)
+    assert r.verdict == "refines" and r.replay["ok"], r.render()
+    assert r.r_o_lines() == [f"out0 = out0@{k}" for k in range(4)]
+    r = graphguard.verify(llama4_fx["spec"], llama4["impl"].split(), llama4_fx["relation"], spec_frontend="ir",
+                          impl_frontend="onnx", replay=True)
+    assert r.verdict == "refines" and r.replay["ok"], r.render()
+
+
+def test_llama_across_frameworks_without_an_all_reduce_is_flagged(llama4, llama4_fx, tmp_path):
+    """The ONNX ranks without o_proj's all-reduce against the fx specification: flagged at RMSNorm's square."""
+    import graphguard
+    impl = [str(_without_first(f, "AllReduce", tmp_path / f"bad{r}.onnx")) for r, f in enumerate(llama4["impl"].split())]
+    r = graphguard.verify(llama4_fx["spec"], impl, llama4_fx["relation"], spec_frontend="ir", impl_frontend="onnx")
+    assert r.exit_code == 1 and r.failure.op == "aten.pow.Tensor_Scalar", r.render()
+
+
 def test_onnx_llama_tp4_with_a_wrong_kv_replica_is_flagged(llama4, plugins, tmp_path):
     """Ranks 1 and 3 swapped in the second replica of the KV weights: rank 1 would hold KV head 1 while its query
     heads (2 and 3) belong to KV head 0. Flagged, at the attention scores."""

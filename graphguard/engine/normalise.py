@@ -188,3 +188,32 @@ def _suffixed(name: str, suffix: str) -> str:
     """``name`` with ``suffix`` before its rank (``y@1`` -> ``y.rows@1``): a G_d tensor stays ``NAME@RANK``."""
     base, at, rank = name.rpartition("@")
     return f"{base}{suffix}@{rank}" if at and rank.isdigit() else name + suffix
+
+
+_ROUND = {"float32": "float32", "float16": "float16", "float64": "float64"}  # (NumPy's; bfloat16: left as written)
+
+
+def round_fills(g: Graph, reg: Registry, cx: S.Constraints) -> int:
+    """A constant fill (an op declaring ``fill``) of a float dtype holds its number rounded to that dtype: the
+    attribute becomes that rounded value (``1e-6`` in float32 is 8796093/8796093022208 whether the program wrote
+    the decimal or the float32), so two programs' constants of one value are one term. The number of nodes
+    changed (no shape changes: no validation needed)."""
+    import numpy as np
+    changed = 0
+    for n in g.nodes:
+        op = reg.get(n.op)
+        if op is None or not op.fill or n.inputs or len(n.outputs) != 1:
+            continue
+        dtype = _ROUND.get(g.tensors[n.outputs[0]].dtype)
+        v = n.attrs.get(op.fill)
+        if dtype is None or not isinstance(v, Fraction):
+            continue
+        with np.errstate(over="ignore"):
+            r = np.asarray(float(v), dtype=dtype)
+        if not np.isfinite(r):
+            continue
+        exact = Fraction(float(r))
+        if exact != v:
+            n.attrs = dict(n.attrs, **{op.fill: exact})
+            changed += 1
+    return changed

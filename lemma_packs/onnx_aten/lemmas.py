@@ -9,7 +9,10 @@ both references: ONNX's ``onnx.reference`` and ATen's torch.
 
 Where the dialects write a computation differently, a hand-written bridge says how: ONNX's ``MatMul`` of a
 batch of rows by a matrix is PyTorch's ``mm`` of the rows flattened (what ``nn.Linear`` becomes in a captured
-graph), ``Softmax`` along an axis is ``_softmax`` along that dim.
+graph), ``Softmax`` along an axis is ``_softmax`` along that dim, a constant exponent / factor is the scalar
+op's attribute, ``Reciprocal(Sqrt(x))`` is ``rsqrt``, ``x * Sigmoid(x)`` is ``silu`` (both ways: a PyTorch
+specification reaches the ONNX pieces), a batched ``MatMul`` is the ``batched_matmul`` fx's ``bmm`` of
+batch-merging views is (364). Each is fuzzed against both references like the table's.
 """
 from graphguard.engine.lemma import L
 
@@ -54,4 +57,35 @@ LEMMAS = [_bridge(2100 + k, *row) for k, row in enumerate(SAME)] + [
       when="aten.mm(?a, ?b)"),
     L(2132, "softmax-is-aten-softmax", "onnx.Softmax(?x, axis=?d) => aten._softmax(?x, dim=?d, half_to_float=false)",
       "floating(dtype(?x)) and numel(?x) > 0", when="aten._softmax(?x, dim=?d, half_to_float=false)"),
+    # what exports and captures write differently (a Llama block: RMSNorm, SiLU, the attention's scale)
+    L(2133, "scalar-constant-is-scalar-tensor",
+      "onnx.ConstantFill(shape=[], value=?v, dtype=?t) => aten.scalar_tensor(s=?v, dtype=?t)",
+      when="aten.scalar_tensor(s=?v, dtype=?t)"),
+    L(2134, "pow-of-constant-is-pow-scalar",
+      "onnx.Pow(?x, onnx.ConstantFill(shape=[], value=?e, dtype=?t)) => aten.pow.Tensor_Scalar(?x, exponent=?e)",
+      "floating(dtype(?x)) and dtype(?x) == ?t", when="aten.pow.Tensor_Scalar(?x, exponent=?e)"),
+    L(2135, "reducemean-is-mean-dim", "onnx.ReduceMean(?x, axes=?d, keepdims=?k) => aten.mean.dim(?x, dim=?d, keepdim=?k)",
+      "floating(dtype(?x)) and len(?d) > 0", when="aten.mean.dim(?x, dim=?d, keepdim=?k)"),
+    L(2136, "reciprocal-of-sqrt-is-rsqrt", "onnx.Reciprocal(onnx.Sqrt(?x)) => aten.rsqrt(?x)", "floating(dtype(?x))",
+      when="aten.rsqrt(?x)"),
+    L(2137, "mul-by-sigmoid-is-silu", "onnx.Mul(?x, onnx.Sigmoid(?x)) => aten.silu(?x)", "floating(dtype(?x))",
+      when="aten.silu(?x)"),
+    L(2138, "mul-by-constant-is-mul-scalar",
+      "onnx.Mul(?x, onnx.ConstantFill(shape=[], value=?c, dtype=?t)) => aten.mul.Scalar(?x, other=?c)",
+      "floating(dtype(?x)) and dtype(?x) == ?t", when="aten.mul.Scalar(?x, other=?c)"),
+    # (where fx expands the same tensor, to this size or a narrower one: KV heads replicated on several ranks
+    # hold narrower copies, where families 1215/1216 split the broadcast)
+    L(2139, "expand-is-aten-expand", "onnx.Expand(?x, shape=?s) => aten.expand(?x, size=?s, implicit=false)",
+      when="aten.expand(?x, size=?t, implicit=?i)"),
+    # a batched MatMul without broadcasting (attention's scores and context): fx's bmm of batch-merging views is
+    # batched_matmul of the same operands (364)
+    L(2140, "batched-matmul-is-core", "onnx.MatMul(?a, ?b) => batched_matmul(?a, ?b)",
+      "rank(?a) == rank(?b) and rank(?a) >= 3 and drop_at(drop_at(shape(?a), rank(?a) - 1), rank(?a) - 2)"
+      " == drop_at(drop_at(shape(?b), rank(?b) - 1), rank(?b) - 2)", when="batched_matmul(?a, ?b)"),
+    # one ATen op that ONNX writes as two, the other way (a PyTorch specification against an ONNX
+    # implementation): the ONNX pieces become sub-results of the ATen op's class, so the frontier reaches them
+    L(2141, "rsqrt-is-reciprocal-of-sqrt", "aten.rsqrt(?x) => onnx.Reciprocal(onnx.Sqrt(?x))", "floating(dtype(?x))",
+      when="onnx.Sqrt(?x)"),
+    L(2142, "silu-is-mul-by-sigmoid", "aten.silu(?x) => onnx.Mul(?x, onnx.Sigmoid(?x))", "floating(dtype(?x))",
+      when="onnx.Sigmoid(?x)"),
 ]

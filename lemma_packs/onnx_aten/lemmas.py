@@ -73,6 +73,9 @@ LEMMAS = [_bridge(2100 + k, *row) for k, row in enumerate(SAME)] + [
     L(2138, "mul-by-constant-is-mul-scalar",
       "onnx.Mul(?x, onnx.ConstantFill(shape=[], value=?c, dtype=?t)) => aten.mul.Scalar(?x, other=?c)",
       "floating(dtype(?x)) and dtype(?x) == ?t", when="aten.mul.Scalar(?x, other=?c)"),
+    L(2143, "div-by-constant-is-mul-scalar",
+      "onnx.Div(?x, onnx.ConstantFill(shape=[], value=?c, dtype=?t)) => aten.mul.Scalar(?x, other=1 / ?c)",
+      "floating(dtype(?x)) and dtype(?x) == ?t and finite(?c) and ?c != 0", when="aten.mul.Scalar(?x, other=?r)"),
     # (where fx expands the same tensor, to this size or a narrower one: KV heads replicated on several ranks
     # hold narrower copies, where families 1215/1216 split the broadcast)
     L(2139, "expand-is-aten-expand", "onnx.Expand(?x, shape=?s) => aten.expand(?x, size=?s, implicit=false)",

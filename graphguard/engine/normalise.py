@@ -158,9 +158,11 @@ def bias_after_rows(g: Graph, reg: Registry, cx: S.Constraints) -> int:
         if len(readers) != 1 or readers[0].op != "core.reshape":
             continue
         view, out, bias = readers[0], g.tensors[n.outputs[0]], g.tensors[n.inputs[0]]
-        width = out.shape[-1] if out.shape else None
-        if len(out.shape) != 2 or g.shape(view.outputs[0])[-1:] != (width,) or \
-                bias.shape not in ((width,), (1, width)) or bias.dtype != out.dtype:
+        if len(out.shape) != 2:
+            continue
+        width = out.shape[1]
+        if g.shape(view.outputs[0])[-1:] != (width,) or bias.shape not in ((width,), (1, width)) or \
+                bias.dtype != out.dtype:
             continue
         final = view.outputs[0]
         rows = _suffixed(final, ".rows")
@@ -190,7 +192,7 @@ def _suffixed(name: str, suffix: str) -> str:
     return f"{base}{suffix}@{rank}" if at and rank.isdigit() else name + suffix
 
 
-_ROUND = {"float32": "float32", "float16": "float16", "float64": "float64"}  # (NumPy's; bfloat16: left as written)
+_ROUND = ("float32", "float16", "float64")  # (NumPy's float dtypes; bfloat16: left as written)
 
 
 def round_fills(g: Graph, reg: Registry, cx: S.Constraints) -> int:
@@ -204,9 +206,9 @@ def round_fills(g: Graph, reg: Registry, cx: S.Constraints) -> int:
         op = reg.get(n.op)
         if op is None or not op.fill or n.inputs or len(n.outputs) != 1:
             continue
-        dtype = _ROUND.get(g.tensors[n.outputs[0]].dtype)
+        dtype = g.tensors[n.outputs[0]].dtype
         v = n.attrs.get(op.fill)
-        if dtype is None or not isinstance(v, Fraction):
+        if dtype not in _ROUND or not isinstance(v, Fraction):
             continue
         with np.errstate(over="ignore"):
             r = np.asarray(float(v), dtype=dtype)

@@ -106,11 +106,15 @@ class Converter:
         self.taken.add(name)
         return name
 
+    def inside(self) -> str:
+        """`` in function F (called by node 'n')``... for a node of an inlined body, innermost first."""
+        return "".join(f" in {c}" for c in reversed(self.calls))
+
     def where(self) -> str:
         n = self.node
         dom = f"{n.domain}::" if n.domain not in ONNX_DOMAINS else ""
-        inside = "".join(f" in {c}" for c in reversed(self.calls))
-        return f"{self.source}: node '{n.name or n.output[0] if n.output else n.name}' ({dom}{n.op_type}){inside}"
+        name = n.name or n.output[0] if n.output else n.name
+        return f"{self.source}: node '{name}' ({dom}{n.op_type}){self.inside()}"
 
     def error(self, msg: str):
         raise InputError(f"{self.where()}: {msg}")
@@ -177,8 +181,7 @@ class Converter:
         node = {"name": self.full(name), "op": op, "inputs": [self.full(i) for i in inputs],
                 "outputs": [self.full(name)], "attrs": attrs}
         if self.node is not None:
-            node["loc"] = f"{self.source}:{self.node.name or self.node.op_type} ({self.node.op_type})" + \
-                "".join(f" in {c}" for c in reversed(self.calls))
+            node["loc"] = f"{self.source}:{self.node.name or self.node.op_type} ({self.node.op_type}){self.inside()}"
         self.out.nodes.append(node)
         return name
 
@@ -708,10 +711,9 @@ class Converter:
         if not rms and (len(ins) < 3 or ins[2] is None):  # no bias: a zero one
             if len(ins) < 2 or ins[1] is None:
                 self.error("needs X and Scale")
-            ins = [ins[0], ins[1], Val(ins[1].shape, ins[1].dtype, const=np.zeros([d if isinstance(d, int) else 1
-                                                                                   for d in ins[1].shape]))]
             if not all(isinstance(d, int) for d in ins[1].shape):
                 self.error("a LayerNormalization without bias over symbolic dims is not supported yet")
+            ins = [ins[0], ins[1], Val(ins[1].shape, ins[1].dtype, const=np.zeros(ins[1].shape))]
         if int(a.get("stash_type", 1)) != 1:
             self.error("stash_type other than 1 (float32) is not supported")
         r = len(ins[0].shape)

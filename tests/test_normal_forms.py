@@ -286,3 +286,56 @@ def test_bias_after_rows(plugins, bias_shape, beta, readers, view_to, rewritten)
     want, got = run_graph(before, env, reg, {}), run_graph(after, env, reg, {})
     for o in before.outputs:
         np.testing.assert_allclose(got[o], want[o], rtol=1e-12, atol=1e-12)
+
+
+# -- round_fills: a float fill holds its number rounded to its dtype (engine/normalise.py) -----------------------
+
+def _fill_graph(value, dtype):
+    from graphguard.ir.builder import GraphBuilder
+    g = GraphBuilder("g")
+    g.input("x", [3], dtype)
+    g.op("aten.scalar_tensor", [], "c", s=value, dtype=dtype)
+    g.op("aten.add.Tensor", ["x", "c"], "y")
+    g.output("y")
+    return g
+
+
+@pytest.mark.parametrize("value,dtype,rounded", [
+    ("1e-6", "float32", True), ("1e-6", "float16", True), ("0.5", "float32", False), ("3", "float16", False),
+    ("1e-6", "bfloat16", False),  # (left as written)
+])
+def test_round_fills_rounds_to_the_dtype(plugins, value, dtype, rounded):
+    """The fill's number becomes the value its dtype holds -- the same whether a program wrote the decimal or the
+    float32 -- and the graph computes the same."""
+    from fractions import Fraction
+
+    import numpy as np
+
+    from graphguard.engine.normalise import round_fills
+    from graphguard.engine.replay import run_graph
+    from graphguard.ir.scalar import Constraints
+    reg, cx = plugins.registry, Constraints()
+    before, after = (_fill_graph(value, dtype).build(reg, cx) for _ in range(2))
+    assert round_fills(after, reg, cx) == int(rounded)
+    got, written = after.nodes[0].attrs["s"], before.nodes[0].attrs["s"]
+    if rounded:
+        assert got == Fraction(float(np.asarray(float(value), dtype=dtype))) != written
+    else:
+        assert got == written
+    env = {"x": np.arange(3.0)}
+    np.testing.assert_array_equal(run_graph(after, env, reg, {})["y"], run_graph(before, env, reg, {})["y"])
+
+
+def test_round_fills_keeps_different_values_apart(plugins):
+    """Two float32 constants one float32 step apart stay two values."""
+    import numpy as np
+
+    from graphguard.engine.normalise import round_fills
+    from graphguard.ir.scalar import Constraints
+    reg, cx = plugins.registry, Constraints()
+    a = float(np.float32(1e-6))
+    b = float(np.nextafter(np.float32(a), np.float32(1)))
+    ga, gb = (_fill_graph(repr(v), "float32").build(reg, cx) for v in (a, b))
+    round_fills(ga, reg, cx)
+    round_fills(gb, reg, cx)
+    assert ga.nodes[0].attrs["s"] != gb.nodes[0].attrs["s"]

@@ -119,6 +119,8 @@ C3 = "onnx.ConstantFill(shape=[], value=3, dtype=float32)"
     ("onnx.MatMul(Q, K)", "batched_matmul(Q, K)"),
     ("onnx.Expand(U, shape=[2, 3])", "aten.expand(U, size=[2, 3], implicit=false)"),
     (f"onnx.Div(A, {C3})", "aten.mul.Scalar(A, other=1/3)"),
+    (C2, "aten.scalar_tensor(s=2, dtype=float32)"),
+    ("aten.silu(A)", "onnx.Mul(A, onnx.Sigmoid(A))"),
 ])
 def test_bridges_prove(lhs, rhs):
     assert proves(lhs, rhs, S)
@@ -139,6 +141,10 @@ def test_bridges_prove(lhs, rhs):
     ("onnx.MatMul(Q, K)", "batched_matmul(Q, K2)", None),
     ("onnx.Expand(U, shape=[2, 3])", "aten.expand(U, size=[3, 3], implicit=false)", None),
     (f"onnx.Div(A, {C3})", "aten.mul.Scalar(A, other=3)", None),
+    (C2, "aten.scalar_tensor(s=3, dtype=float32)", None),
+    (C2, "aten.scalar_tensor(s=2, dtype=float64)", None),
+    ("aten.rsqrt(A)", "onnx.Reciprocal(onnx.Sqrt(B))", None),
+    ("aten.silu(A)", "onnx.Mul(A, onnx.Sigmoid(B))", None),
     (f"onnx.Div(A, {C3})", "aten.mul.Scalar(A, other=1/3)", {"A": "int64"}),  # ONNX truncates integers
 ])
 def test_bridges_must_not_prove(lhs, rhs, dtypes):

@@ -184,6 +184,8 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
                     # operators searched again with the exists="tensor" lemmas (none clean without them), and
                     # those of such searches that ran out of budget (the first search's result stands)
                     "held_searches": ctx.stats.get("held_searches", 0), "held_budget": ctx.stats.get("held_budget", 0),
+                    # operators searched again from their inputs' simplest expressions after the budget ran out
+                    "narrowed": ctx.stats.get("narrowed", 0),
                     "scalar_queries": cx.queries, "z3_queries": cx.z3_queries,
                     "lemmas_loaded": len({r.lemma.ref for r in plugins.lemmas})}
     if rel.expect:

@@ -488,3 +488,44 @@ def test_packed_input_gradient_needs_its_all_reduce(plugins):
     r = graphguard.verify(*_packed_input_grad(plugins, all_reduce=False))
     assert r.verdict == "does-not-refine" and r.failure.partial_output == "DX"
     assert "missing all-reduce" in r.failure.reason
+
+
+def _replicated_add_relu(plugins, world: int, act: str = "core.relu"):
+    """O = relu(X + Z) with X and Z replicated over ``world`` ranks: each input has ``world`` expressions."""
+    def spec(s):
+        s.input("X", [4, 6])
+        s.input("Z", [4, 6])
+        s.op("core.add", ["X", "Z"], "Y", name="add")
+        s.op("core.relu", ["Y"], "O", name="relu")
+        s.output("O")
+
+    def impl(d):
+        for r in range(world):
+            d.input(f"X@{r}", [4, 6])
+            d.input(f"Z@{r}", [4, 6])
+            d.op("core.add", [f"X@{r}", f"Z@{r}"], f"Y@{r}")
+            d.op(act, [f"Y@{r}"], f"O@{r}")
+        d.output(*[f"O@{r}" for r in range(world)])
+    rel = "inputs:\n" + "".join(f"  {x}: [{', '.join(f'{x}@{r}' for r in range(world))}]\n" for x in "XZ")
+    return _graphs(plugins, spec, impl, rel, world=world)
+
+
+def test_a_search_over_budget_is_retried_from_the_simplest_expressions(plugins, monkeypatch):
+    """An operator whose inputs are known in many forms (8 replicas each) can grow the e-graph past its budget
+    where a few forms suffice: the search is retried from each input's simplest expressions (a subset of
+    true facts), and only then is the verdict inconclusive."""
+    import graphguard.engine.infer as infer
+    r = graphguard.verify(*_replicated_add_relu(plugins, 8), budget=Budget(enodes=20), replay=True)
+    assert r.verdict == "refines" and r.stats["narrowed"] >= 1 and r.replay["ok"]
+    assert "O = O@0" in r.r_o_lines()
+    monkeypatch.setattr(infer, "NARROW_EXPRS", 100)  # no narrowing: the same budget runs out
+    r = graphguard.verify(*_replicated_add_relu(plugins, 8), budget=Budget(enodes=20))
+    assert r.verdict == "inconclusive" and r.stats["narrowed"] == 0 and r.failure.node == "add"
+
+
+def test_a_narrowed_search_does_not_prove_a_wrong_program(plugins):
+    """The retried search knows less, never more: a rank computing exp where the model has relu is not
+    certified (inconclusive at worst, since the narrowed search dropped forms), with or without the retry."""
+    for enodes, verdict, narrowed in ((20, "inconclusive", 1), (20000, "does-not-refine", 0)):
+        r = graphguard.verify(*_replicated_add_relu(plugins, 8, act="core.exp"), budget=Budget(enodes=enodes))
+        assert (r.verdict, r.stats["narrowed"], r.failure.node) == (verdict, narrowed, "relu")

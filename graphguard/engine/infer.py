@@ -367,6 +367,25 @@ def compute_node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, 
     data decides were found equal: under one name, the tensors of those sizes can be merged). A problem met
     before (the same operator on the same relations and the same neighbourhood in G_d, up to tensor names)
     takes the earlier result, renamed (:mod:`graphguard.engine.memo`)."""
+    try:
+        return _node_out_rel_memo(ctx, v, R)
+    except BudgetExceeded:
+        narrow = {t: R[t][:NARROW_EXPRS] for t in v.inputs}
+        if all(len(narrow[t]) == len(R[t]) for t in v.inputs):
+            raise
+        # once more from the simplest few expressions of each input: what a search proves from fewer known
+        # facts is as true, and a tensor known in many mixed forms (n-way partial sums at TP 4, each rank's
+        # term in either of two layouts) can grow the e-graph past its budget where the simple forms suffice
+        ctx.stats["narrowed"] = ctx.stats.get("narrowed", 0) + 1
+        found, explored = _node_out_rel_memo(ctx, v, {**R, **narrow})
+        ctx.stats["truncated"] = True  # (a failure after it is inconclusive: the dropped forms were not searched)
+        return found, explored
+
+
+NARROW_EXPRS = 4  # expressions per input of a retried search (the smallest: R keeps them sorted by size)
+
+
+def _node_out_rel_memo(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str]]:
     while True:
         problem = Problem(ctx, v, R, *_structure(ctx))
         hit = ctx.memo.lookup(problem, v.outputs)

@@ -186,6 +186,8 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
                     "held_searches": ctx.stats.get("held_searches", 0), "held_budget": ctx.stats.get("held_budget", 0),
                     # operators searched again from their inputs' simplest expressions after the budget ran out
                     "narrowed": ctx.stats.get("narrowed", 0),
+                    # operators whose outputs were read from a search cut short by its budget (partial_search)
+                    "partial": ctx.stats.get("partial", 0),
                     "scalar_queries": cx.queries, "z3_queries": cx.z3_queries,
                     "lemmas_loaded": len({r.lemma.ref for r in plugins.lemmas})}
     if rel.expect:

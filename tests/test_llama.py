@@ -92,3 +92,15 @@ def test_pad_slice_mismatch(fixed):
     assert "x = concat(x@0, x@1, dim=0)" in [f"x = {e}" for e in r.failure.input_relations["x"]]
     assert any("constant_pad_nd" in t for t in r.failure.explored)
     assert r.failure.replay["max_abs_diff"] > 1e-3
+
+
+@pytest.mark.slow
+def test_llama_replicated_kv_heads_backward():
+    """World 4 > 2 KV heads, forward + backward: a replicated KV head's k and v weight gradients are sums over
+    its replicas (expected: training code all-reduces them within the KV group); RoPE's backward adds n-way
+    partial sums, whose searches are cut short once answered (engine/infer.py: partial_search)."""
+    r = _verify(LLAMA, 4, True)
+    assert r.verdict == "refines", r.failure
+    assert not r.expect["missing"] and r.replay["ok"]
+    assert ("grad.layers.0.v_proj.weight = concat(sum(grad.layers.0.v_proj.weight@0, grad.layers.0.v_proj.weight@1), "
+            "sum(grad.layers.0.v_proj.weight@2, grad.layers.0.v_proj.weight@3), dim=0)") in r.r_o_lines()

@@ -162,7 +162,8 @@ def expect(world, backward):
         exp[p + "down_proj.weight"] = _cat(p + "down_proj.weight", range(world), 1)
         # a replicated KV head's gradient is split over its replicas (each holds its query heads' part):
         # training code must all-reduce it within the KV group
-        groups = [f"sum({', '.join(f'{p}k_proj.weight@{r}' for r in range(g * per_kv, (g + 1) * per_kv))})"
-                  if per_kv > 1 else f"{p}k_proj.weight@{g}" for g in range(world // per_kv)]
-        exp[p + "k_proj.weight"] = f"concat({', '.join(groups)}, dim=0)" if len(groups) > 1 else groups[0]
+        for lin in ("k_proj", "v_proj"):
+            groups = [f"sum({', '.join(f'{p}{lin}.weight@{r}' for r in range(g * per_kv, (g + 1) * per_kv))})"
+                      if per_kv > 1 else f"{p}{lin}.weight@{g}" for g in range(world // per_kv)]
+            exp[p + lin + ".weight"] = f"concat({', '.join(groups)}, dim=0)" if len(groups) > 1 else groups[0]
     return exp

@@ -32,9 +32,16 @@ from .lemma import EvalContext, Rule, check_condition, instantiate, term_ops
 
 
 class BudgetExceeded(Exception):
-    def __init__(self, what: str):
+    """A search ran out of budget. ``snapshot``: the e-graph as it stood then (every equality in it is
+    proven; it is only not saturated), for a caller that can use what was found so far."""
+
+    def __init__(self, what: str, snapshot: "Snapshot | None" = None):
         super().__init__(what)
         self.what = what
+        self.snapshot = snapshot
+
+
+GOAL_FROM = 8  # a search with a goal asks it once the e-graph holds 1/GOAL_FROM of its e-node budget
 
 
 @dataclass
@@ -722,12 +729,14 @@ class EGraph:
     def snapshot(self) -> Snapshot:
         return Snapshot(self)
 
-    def saturate(self, budget: Budget, deadline: float, stats: dict) -> Snapshot:
+    def saturate(self, budget: Budget, deadline: float, stats: dict,
+                 goal: Callable[[Snapshot], bool] | None = None) -> Snapshot:
         """Run the lemmas to a fixpoint (or raise BudgetExceeded); return the final snapshot. The lemmas
         constrained to e-classes that hold a tensor (``exists="tensor"``) run too while ``self.held`` is set:
         the engine sets it only where the others leave an operator's output without a clean expression."""
         extra = (" (run held)" if self.held else "") + (" (run late)" if self.late else "")
         schedule = f"(run-schedule (run clear) (run lemmas){extra})"
+        check_at = budget.enodes // GOAL_FROM  # (``goal``: asked once the e-graph is this large, then at each doubling)
         for _ in range(budget.iterations):
             out = self._run(schedule)
             report = out[-1].report
@@ -738,14 +747,18 @@ class EGraph:
                                              if "(M_" not in rule)
             snap = self.snapshot()
             if snap.n_nodes > budget.enodes:
-                raise BudgetExceeded(f"e-graph grew past {budget.enodes} e-nodes")
+                raise BudgetExceeded(f"e-graph grew past {budget.enodes} e-nodes", snap)
             if time.monotonic() > deadline:
-                raise BudgetExceeded(f"time budget of {budget.seconds:g} s ran out")
+                raise BudgetExceeded(f"time budget of {budget.seconds:g} s ran out", snap)
+            if goal is not None and snap.n_nodes >= check_at:
+                if goal(snap):  # (a large search whose answer is there: stopped, as if its budget ran out)
+                    raise BudgetExceeded(f"stopped at {snap.n_nodes} e-nodes, its outputs found", snap)
+                check_at *= 2
             merged = self._apply_matches(snap, stats)
             stats["iterations"] = stats.get("iterations", 0) + 1
             if not updated and not merged:
                 return snap
-        raise BudgetExceeded(f"no fixpoint after {budget.iterations} iterations")
+        raise BudgetExceeded(f"no fixpoint after {budget.iterations} iterations", self.snapshot())
 
     def _apply_matches(self, snap: Snapshot, stats: dict) -> int:
         merged = 0

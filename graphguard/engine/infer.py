@@ -39,6 +39,7 @@ class Context:
     memo: Memo = field(default_factory=Memo)  # per-operator results by local problem
     invertible: frozenset | None = None  # ops through which the frontier relates a class's parents (_invertible_terms)
     index_constants: dict = field(default_factory=dict)  # G_d index tensor -> the constant it is, or None
+    ran_out: BudgetExceeded | None = None  # the current operator's search ran out of budget (partial_search)
 
     def __post_init__(self):
         if not self.max_exprs:
@@ -430,12 +431,13 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
         for r in roots:
             eg.add(r)
         # Step 2: rewrite_using_lemma
-        snap = eg.saturate(ctx.budget, deadline, ctx.stats)
+        ctx.ran_out = None
+        snap = partial_search(ctx, eg, ctx.budget, deadline, v, roots)
         # Step 3 (Listing 3): rewrite_expr_to_t over the explored frontier of G_d
         t_rel = set(in_leaves)
         t_rel |= {a for leaf in list(t_rel) for a in ctx.aliases.get(leaf, ())}
         t_in = set(t_rel)
-        snap, explored = explore_frontier(ctx, snap, roots, t_rel, deadline, v.op)
+        snap, explored = explore_frontier(ctx, snap, roots, t_rel, deadline, v.op, partial=True, v=v)
         names = size_equalities(ctx, snap)
         if names:
             eg.pop()
@@ -447,6 +449,8 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
         # Step 4: keep the clean expressions
         found, aliases = _clean_outputs(ctx, snap, v, roots)
         missing = [o for o in v.outputs if not found[o] and (o in ctx.g_s.consumers or o in ctx.g_s.outputs)]
+        if missing and ctx.ran_out is not None:
+            raise ctx.ran_out  # (inconclusive where the budget ran out, not "no clean expression")
         if missing and eg.has_held:
             # none for an output: once more with the lemmas constrained to what a rank holds (exists="tensor":
             # each part of a rank's concatenation is a slice of it), which would only add terms elsewhere
@@ -505,6 +509,10 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
                 eg.late = False
     finally:
         eg.pop()
+    if ctx.ran_out is not None:  # (every output found in a search cut short: a later failure is inconclusive)
+        ctx.stats["truncated"] = True
+        ctx.stats["partial"] = ctx.stats.get("partial", 0) + 1
+        ctx.ran_out = None
     # ... only the simplest of each self-provable class (checked without G_d facts or R)
     return {out: prune_self_provable(ctx, exprs) for out, exprs in found.items()}, explored, t_rel, aliases
 
@@ -537,7 +545,7 @@ def _clean_outputs(ctx: Context, snap: Snapshot, v: Node, roots: list[Term]) -> 
 # -- Listing 3 ------------------------------------------------------------------------------------
 
 def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set[str], deadline: float,
-                     op: str | None = None):
+                     op: str | None = None, partial: bool = False, v: Node | None = None):
     """Listing 3: add the G_d operators whose inputs are all related tensors (constants relate to everything),
     one step at a time, until nothing new is reachable.
 
@@ -566,7 +574,9 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
             facts.extend((Leaf(i), index_constant(ctx, i)) for i in n.inputs if i not in hops and i not in const)
         eg.union_all(facts)
         _relate(ctx, explored, hops, inside, const, op)
-        snap = eg.saturate(ctx.budget, deadline, ctx.stats)
+        snap = partial_search(ctx, eg, ctx.budget, deadline, v if partial else None, roots)
+        if ctx.ran_out is not None:  # (no further: what it found is what there is)
+            break
         found = {leaf for root in roots for e in snap.clean_variants(snap.find(root)) for leaf in leaves(e)}
         # beyond the paper's rule: G_d tensors that are sub-results of v's output (descendants of its
         # e-class) are related too -- e.g. partial products whose reduction G_s fused into one op
@@ -576,6 +586,32 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
             _relate(ctx, explored, hops, inside, const, op)
     t_rel.update(hops)
     return snap, {t for n in explored.values() for t in n.outputs}
+
+
+def partial_search(ctx: Context, eg: EGraph, budget: Budget, deadline: float, v: Node | None,
+                   roots: list[Term]) -> Snapshot:
+    """Saturate -- for G_s operator ``v``'s first search (else plainly): where the budget runs out, or where
+    a large e-graph already holds a clean expression for each of v's outputs (over G_d outputs for an output
+    of G_s), the e-graph as it stands (its equalities are proven, only not all of them) with ``ctx.ran_out``
+    set: v's outputs are read from it, and without a clean expression for each v is inconclusive. A search
+    whose answer appears early (an n-way partial sum regrouped at TP 8) is not lost to the reassociations
+    that go on growing the e-graph."""
+    if v is None:
+        return eg.saturate(budget, deadline, ctx.stats)
+    if ctx.ran_out is not None:
+        return ctx.ran_out.snapshot
+    _, _, d_out, s_out = _structure(ctx)
+    needed = [(r, o in s_out) for o, r in zip(v.outputs, roots) if o in ctx.g_s.consumers or o in s_out]
+
+    def answered(snap: Snapshot) -> bool:
+        return all(snap.clean_variants(snap.find(r), d_out if out else None) for r, out in needed)
+    try:
+        return eg.saturate(budget, deadline, ctx.stats, goal=answered)
+    except BudgetExceeded as e:
+        if e.snapshot is None:
+            raise
+        ctx.ran_out = e
+        return e.snapshot
 
 
 MAX_HOPS = 4  # G_d operators the frontier follows from a related tensor on the observations alone

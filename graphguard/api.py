@@ -9,6 +9,7 @@ from pathlib import Path
 from .engine.lemma import relevant_rules, term_ops
 from .engine.egraph import Budget, EGraph
 from .engine.infer import Context, compute_out_rel, is_held
+from .engine.layers import layer_table
 from .engine.normalise import bias_after_rows, drop_identities, round_fills, scalar_forms
 from .engine.result import VerifyResult
 from .errors import InputError, ShapeError
@@ -139,7 +140,7 @@ def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, 
 def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | None = None,
            impl_frontend: str | None = None, world_size: int | None = None, budget: Budget | None = None,
            replay: bool = False, seed: int = 0, expect=None, allow_partial=False,
-           plugins: Plugins | None = None, replay_dtype: str = "graph") -> VerifyResult:
+           plugins: Plugins | None = None, replay_dtype: str = "graph", progress=None) -> VerifyResult:
     """Check that ``impl`` (G_d) refines ``spec`` (G_s) under the input relation ``relation``.
 
     ``spec``/``impl`` are paths (or lists of paths) read by the named frontends, or IR graphs;
@@ -149,6 +150,7 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
     relation's ``allow_partial:`` or an expected sum). ``replay`` checks the verdict numerically
     (``replay_dtype``: "graph" computes in each tensor's dtype, "float32" / "float64" in that dtype; see
     :mod:`graphguard.engine.replay`).
+    ``progress``, if given, is called with (G_s operators done, G_s operators in all, the next operator).
     Returns a :class:`VerifyResult` with the verdict, R_o, the failure localisation and timings."""
     t0 = time.monotonic()
     g_s, g_d, rel, plugins = load_inputs(spec, impl, relation, frontend=frontend, spec_frontend=spec_frontend,
@@ -173,8 +175,9 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
                 term_ops(t, ops)
     eg = EGraph(plugins.registry, relevant_rules(plugins.lemmas, ops), cx, g_d.shape, ops,
                 lambda t: g_d.tensors[t].dtype, value_ranges(g_d, rel.leaf_ranges(), plugins.registry).get)
-    ctx = Context(g_s, g_d, eg, budget or Budget())
+    ctx = Context(g_s, g_d, eg, budget or Budget(), progress=progress)
     result = compute_out_rel(ctx, rel.inputs, partial_allowed(rel, allow_partial))
+    result.layers = layer_table(g_s, result.node_stats)
     t_end = time.monotonic()
     result.timings = {"load": t_load - t0, "infer": t_end - t_load, "total": t_end - t0,
                       "n_spec_ops": len(g_s.nodes), "n_impl_ops": len(g_d.nodes)}

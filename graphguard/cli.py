@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -52,6 +53,39 @@ class Seconds(click.ParamType):
         return v
 
 
+class Progress:
+    """A progress bar on stderr (tqdm): G_s operators done of all, the layer and operator at hand, elapsed
+    time. Off unless ``enabled`` (a terminal, no --quiet): then ``update`` does nothing."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.bar, self.layers = enabled, None, None
+
+    def __enter__(self):
+        return self
+
+    def update(self, done: int, total: int, node) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, unit="op", desc="verifying", file=sys.stderr, leave=False,
+                            dynamic_ncols=True, mininterval=0.2)
+        self.bar.n = done
+        if self.layers is None:
+            from .engine.layers import layer_of_name
+            self.layers = layer_of_name
+        where = node.loc or node.name
+        lay = next((x for x in (self.layers(i) for i in node.inputs) if x is not None), None)
+        self.bar.set_postfix_str(printable((f"{lay[0]}.{lay[1]} " if lay else "") + f"{node.op} {where}")[:60],
+                                 refresh=False)
+        self.bar.refresh()
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+        return False
+
+
 def _plugins(ctx, gate: bool = True):
     from .plugins import load_plugins
     return load_plugins(frozenset(ctx.obj.get("disabled", ())), gate=gate)
@@ -91,19 +125,21 @@ def cli(ctx, plugin_opts, debug):
 @click.option("--max-iterations", type=click.IntRange(min=1), default=60, show_default=True, help="Per-operator lemma iterations.")
 @click.option("--max-enodes", type=click.IntRange(min=1), default=20000, show_default=True, help="Per-operator e-graph size.")
 @click.option("--timeout", type=Seconds(), default=60.0, show_default=True, help="Per-operator seconds.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar (there is none when stderr is not a terminal).")
 @click.pass_context
 def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, expect, allow_partial, world_size,
-           json_out, replay, seed, replay_dtype, max_iterations, max_enodes, timeout):
+           json_out, replay, seed, replay_dtype, max_iterations, max_enodes, timeout, quiet):
     """Verify that IMPL refines SPEC under RELATION; print R_o or the operator where it fails."""
     from .api import verify as run_verify
     from .engine.egraph import Budget
     if replay_dtype is not None and not replay:
         raise GraphGuardError("--replay-dtype chooses the arithmetic of --replay: give --replay too")
-    result = run_verify(list(spec), list(impl), relation, frontend=frontend, spec_frontend=spec_frontend,
-                        impl_frontend=impl_frontend, world_size=world_size,
-                        budget=Budget(max_iterations, max_enodes, timeout), replay=replay, seed=seed,
-                        expect=expect, allow_partial=allow_partial, plugins=_plugins(ctx),
-                        replay_dtype=replay_dtype or "graph")
+    with Progress(enabled=not quiet and sys.stderr.isatty()) as bar:
+        result = run_verify(list(spec), list(impl), relation, frontend=frontend, spec_frontend=spec_frontend,
+                            impl_frontend=impl_frontend, world_size=world_size,
+                            budget=Budget(max_iterations, max_enodes, timeout), replay=replay, seed=seed,
+                            expect=expect, allow_partial=allow_partial, plugins=_plugins(ctx),
+                            replay_dtype=replay_dtype or "graph", progress=bar.update)
     click.echo(result.render())
     if json_out:
         try:
@@ -219,6 +255,57 @@ def capture(ctx, model, frontend, world_size, backward, out_dir):
     files = fe.capture(model, out_dir, world_size, backward, plugins=pl)
     for k, v in files.items():
         click.echo(f"{k}: {v}")
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: comma-separated whole numbers expected", param_hint=what) from None
+    if not vals or any(v < 1 for v in vals):
+        raise click.BadParameter(f"{text!r}: one or more numbers >= 1 expected", param_hint=what)
+    return vals
+
+
+@cli.command()
+@click.argument("model", type=click.Path())
+@click.option("--frontend", default="fx", show_default=True, help="A frontend that can capture.")
+@click.option("--world-size", "worlds", required=True, help="World sizes, comma-separated: 2,4,8.")
+@click.option("--layers", default=None, help="Layer counts, comma-separated (the model file reads GG_LAYERS).")
+@click.option("--backward", is_flag=True, help="Forward+backward (default: forward).")
+@click.option("--both", is_flag=True, help="Forward and, separately, forward+backward.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Ray workers on this machine (1: one configuration after another, in this process).")
+@click.option("--ray-address", default=None, help="A running Ray cluster (ray.init(address=...)).")
+@click.option("--json", "json_out", type=click.Path(), default=None, help="Also write the rows as JSON here.")
+@click.pass_context
+def sweep(ctx, model, frontend, worlds, layers, backward, both, workers, ray_address, json_out):
+    """Verify MODEL over a grid of configurations (world sizes x layer counts), in parallel on Ray; one table.
+    Exit: 0 all refine, 1 one does not, 3 one is inconclusive, 2 one failed to capture or load."""
+    from .sweep import grid, sweep as run_sweep, table
+    cfgs = grid(_ints(worlds, "--world-size"), _ints(layers, "--layers") if layers else [None],
+                [False, True] if both else [backward])
+    if not Path(model).is_file():
+        raise GraphGuardError(f"{model}: no such model file")
+    click.echo(f"graphguard sweep: {len(cfgs)} configurations of {model}, "
+               + (f"Ray cluster {ray_address}" if ray_address else
+                  f"{workers} Ray workers on this machine" if workers > 1 else "one after another"), err=True)
+    t0 = time.perf_counter()
+    rows = run_sweep(model, cfgs, frontend=frontend, workers=workers, ray_address=ray_address,
+                     disabled=tuple(ctx.obj.get("disabled", ())),
+                     on_row=lambda r: click.echo(f"  done: world {r['world']}, layers {r['layers']}, {r['mode']}: "
+                                                 f"{r['verdict']}", err=True))
+    for line in table(rows):
+        click.echo(printable(line))
+    click.echo(f"{len(rows)} configurations in {time.perf_counter() - t0:.1f} s wall")
+    if json_out:
+        try:
+            Path(json_out).write_text(json.dumps(rows, indent=2) + "\n")
+        except OSError as e:
+            raise GraphGuardError(f"{json_out}: cannot write the JSON rows ({e.strerror})") from None
+    verdicts = {r["verdict"] for r in rows}
+    ctx.exit(2 if "error" in verdicts else 1 if "does-not-refine" in verdicts else 3 if "inconclusive" in verdicts
+             else 0)
 
 
 @cli.command()

@@ -40,6 +40,8 @@ class Context:
     invertible: frozenset | None = None  # ops through which the frontier relates a class's parents (_invertible_terms)
     index_constants: dict = field(default_factory=dict)  # G_d index tensor -> the constant it is, or None
     ran_out: BudgetExceeded | None = None  # the current operator's search ran out of budget (partial_search)
+    reused: bool = False  # the last operator took an earlier operator's result (memo.py)
+    progress: object = None  # called (operators done, operators in all, node) after each G_s operator
 
     def __post_init__(self):
         if not self.max_exprs:
@@ -64,7 +66,10 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
     replica_aliases(ctx, R)
     const_size: dict[str, int] = {}  # G_s tensor known as a constant term -> (at most) that term's size
     carried = Carried(ctx.g_s, order)
-    for v in ctx.g_s.topo_order():
+    topo = ctx.g_s.topo_order()
+    for done, v in enumerate(topo):
+        if ctx.progress is not None:
+            ctx.progress(done, len(topo), v)
         if carried.failed is not None:  # after a failure: only what settles earlier deferrals
             if carried.settled():
                 break
@@ -83,6 +88,7 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
             R.update(zip(v.outputs, ([_substitute(t, subst)] for t in ctx.g_s.node_terms(v))))
             const_size.update(dict.fromkeys(v.outputs, n))
             continue
+        ctx.reused = False
         try:
             r_v, explored = compute_node_out_rel(ctx, v, R)
         except BudgetExceeded as e:
@@ -90,7 +96,7 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
             # (reading a deferred tensor: the failure is where deferring began)
             carried.fail(v, _failure(ctx, v, R, set(), f"search budget exhausted: {e.what}"), "inconclusive")
             continue
-        result.node_stats.append(NodeStat(v.name, v.op, time.monotonic() - t0, len(explored)))
+        result.node_stats.append(NodeStat(v.name, v.op, time.monotonic() - t0, len(explored), ctx.reused))
         # (an output nothing reads -- the indices of a max whose values alone are used -- constrains nothing)
         missing = [o for o in v.outputs if not r_v.get(o) and (o in ctx.g_s.consumers or o in ctx.g_s.outputs)]
         if missing:
@@ -390,6 +396,7 @@ def _node_out_rel_memo(ctx: Context, v: Node, R: Relation) -> tuple[Relation, se
     while True:
         problem = Problem(ctx, v, R, *_structure(ctx))
         hit = ctx.memo.lookup(problem, v.outputs)
+        ctx.reused = hit is not None
         if hit is not None:
             found, explored, aliases, truncated = hit
             if truncated:

@@ -29,6 +29,7 @@ class NodeStat:
     op: str
     seconds: float
     explored: int
+    reused: bool = False  # took the result of an earlier operator with the same local problem (memo.py)
 
 
 @dataclass
@@ -43,6 +44,7 @@ class VerifyResult:
     replay: dict | None = None
     expect: dict | None = None
     sizes: list[tuple[str, str]] = field(default_factory=list)  # data-decided sizes proved equal (old, new name)
+    layers: list[dict] = field(default_factory=list)  # per model layer: its G_s operators, reused, seconds (layers.py)
 
     @property
     def exit_code(self) -> int:
@@ -54,6 +56,17 @@ class VerifyResult:
 
     def r_o_lines(self) -> list[str]:
         return [f"{t} = {to_text(e)}" for t, exprs in self.r_o.items() for e in exprs]
+
+    def layers_line(self) -> str:
+        """One line of the certificate: per layer, how many of its operators took the result of an operator
+        met before (the same local problem up to names: a repeated layer's)."""
+        per = [f"{x['layer']} {x['reused']}/{x['ops']}" for x in self.layers]
+        if len(per) > 6:
+            per = per[:3] + [f"... ({len(per) - 5} more)"] + per[-2:]
+        ops = sum(x["ops"] for x in self.layers)
+        reused = sum(x["reused"] for x in self.layers)
+        return (f"layers: {len(self.layers)}; operators that reused an earlier operator's result: {reused} of {ops} "
+                f"({', '.join(per)})")
 
     def to_dict(self) -> dict:
         d = {
@@ -67,6 +80,8 @@ class VerifyResult:
         }
         if self.sizes:
             d["sizes"] = [f"{a} = {b}" for a, b in self.sizes]
+        if self.layers:
+            d["layers"] = self.layers
         if self.replay is not None:
             d["replay"] = self.replay
         if self.expect is not None:
@@ -84,6 +99,8 @@ class VerifyResult:
             if self.sizes:  # part of the certificate: the sizes R_o's shapes take as equal
                 lines.append("with sizes that equal data decides (nonzero counts):")
                 lines += [f"  {a} = {b}" for a, b in self.sizes]
+        if self.layers:
+            lines.append(self.layers_line())
         if self.failure:
             f = self.failure
             loc = f" at {f.loc}" if f.loc else ""

@@ -3,6 +3,7 @@
 
     python3 bench/scale.py                                   # llama-tp, TP 8, forward+backward, 1 and 32 layers
     python3 bench/scale.py --model gpt-tp --degree 4 --layers 1,2,4,8 --forward-only
+    python3 bench/scale.py --shape 405b --layers 1,2,4 --forward-only   # Llama-3.1-405B's layers, no weights
 
 For each layer count: the example's model file (``GG_LAYERS`` sets its depth) is captured and verified against
 its own relation and expectations; printed are the G_s / G_d operator counts, capture and verification time
@@ -31,14 +32,19 @@ def main(argv=None) -> int:
     ap.add_argument("--degree", type=int, default=8)
     ap.add_argument("--layers", default="1,32", help="comma-separated layer counts (the first is the baseline)")
     ap.add_argument("--forward-only", action="store_true", help="no backward (default: forward+backward)")
+    ap.add_argument("--shape", default="", help="llama-tp at a production shape, built on the meta device "
+                    "(no weights allocated): 405b or 8b (examples/llama-tp/model.py: GG_SHAPE)")
     a = ap.parse_args(argv)
+    if a.shape:
+        os.environ["GG_SHAPE"] = a.shape
     import graphguard
     from graphguard.frontends.fx.model_file import capture_model_file
     from graphguard.plugins import load_plugins
     pl = load_plugins()
     counts = [int(x) for x in a.layers.split(",")]
     mode = "fwd" if a.forward_only else "fwd+bwd"
-    print(f"{a.model}, TP {a.degree}, {mode}; this machine: {os.cpu_count()} cores", flush=True)
+    print(f"{a.model}{f' ({a.shape}-shaped, meta device)' if a.shape else ''}, TP {a.degree}, {mode}; this "
+          f"machine: {os.cpu_count()} cores", flush=True)
     print(f"{'layers':>6} {'verdict':10} {'G_s':>6} {'G_d':>7} {'capture s':>9} {'cap cpu':>8} {'verify s':>9} "
           f"{'ver cpu':>8} {'reused ops':>11} {'layers reused':>14}", flush=True)
     times = {}
@@ -61,6 +67,8 @@ def main(argv=None) -> int:
               f"{n_reused:>6}/{len(layers):<7}", flush=True)
         if r.verdict != "refines":
             print(f"  stopped at {r.failure.op} ({r.failure.node}): {r.failure.reason[:200]}", flush=True)
+    import resource
+    print(f"peak memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     lo, hi = counts[0], counts[-1]
     print(f"layers {lo} -> {hi} time ratio: {times[hi] / times[lo]:.2f}")
     return 0

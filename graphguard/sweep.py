@@ -33,6 +33,12 @@ def grid(worlds: list[int], layers: list[int | None], backward: list[bool]) -> l
     return [Config(w, n, b) for n in layers for w in worlds for b in backward]
 
 
+def cost(cfg: Config) -> float:
+    """A rough relative cost, to start the long configurations first: G_d grows with ranks and layers, and a
+    backward triples a program."""
+    return cfg.world * (cfg.layers or 1) * (3 if cfg.backward else 1)
+
+
 def run_config(model: str, frontend: str, cfg: Config, disabled: tuple[str, ...] = ()) -> dict:
     """Capture and verify one configuration; a row of the sweep's table (every field plain data)."""
     from .api import verify
@@ -95,7 +101,9 @@ def sweep(model: str, configs: list[Config], frontend: str = "fx", workers: int 
                  logging_level="ERROR", log_to_driver=False, configure_logging=False)
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(run_config)
-        pending = {task.remote(model, frontend, cfg, tuple(disabled)): i for i, cfg in enumerate(configs)}
+        # the costliest first (ranks x layers, backward ~3x): the last task to start is a short one
+        order = sorted(range(len(configs)), key=lambda i: -cost(configs[i]))
+        pending = {task.remote(model, frontend, configs[i], tuple(disabled)): i for i in order}
         rows: list[dict | None] = [None] * len(configs)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)

@@ -16,19 +16,22 @@ from conftest import EXAMPLES, run_cli
 from graphguard.engine.layers import layer_of_name, node_layers
 
 
-def _llama(layers: int):
-    old = os.environ.get("GG_LAYERS")
-    os.environ["GG_LAYERS"] = str(layers)
+def _llama(layers: int, shape: str = ""):
+    env = {"GG_LAYERS": str(layers), "GG_SHAPE": shape}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
-        spec = importlib.util.spec_from_file_location(f"m_llama_scale_{layers}", EXAMPLES / "llama-tp" / "model.py")
+        spec = importlib.util.spec_from_file_location(f"m_llama_scale_{layers}_{shape}",
+                                                      EXAMPLES / "llama-tp" / "model.py")
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod
     finally:
-        if old is None:
-            os.environ.pop("GG_LAYERS")
-        else:
-            os.environ["GG_LAYERS"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +138,16 @@ def test_progress_bar_only_on_a_terminal(llama4, monkeypatch):
     with Progress(enabled=False) as bar:
         graphguard.verify(s.graph(), d.graph(), rel, progress=bar.update)
     assert err.getvalue() == ""
+
+
+def test_production_shape_captured_without_weights():
+    """Llama-3-8B's layer shape (hidden 4096, 32 heads over 8 KV heads, MLP 14336) built on the meta device:
+    captured without allocating its weights, verified on shapes alone."""
+    mod = _llama(1, "8b")
+    assert mod.spec().layers[0].gate_proj.weight.is_meta
+    s = ggt.capture(lambda r: mod.spec(), lambda r: mod.inputs(None, 2))
+    d = ggt.capture(lambda r: mod.impl(r, 2), lambda r: mod.inputs(r, 2), world_size=2)
+    shapes = {i["name"]: i["shape"] for i in s.doc["inputs"]}
+    assert shapes["layers.0.gate_proj.weight"] == [14336, 4096]
+    r = graphguard.verify(s.graph(), d.graph(), dict(mod.relation(2, False), expect=mod.expect(2, False)))
+    assert r.verdict == "refines" and not r.expect["missing"]

@@ -13,6 +13,13 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
 HIDDEN, HEADS, KV_HEADS, SEQ, BATCH, FFN = 32, 8, 2, 6, 2, 48
+# GG_SHAPE=405b: Llama-3.1-405B's layer (hidden 16384, 128 heads over 8 KV heads, MLP 53248; a short sequence),
+# built on the meta device: captured without allocating a weight (a layer's would be 3.2 GB in float32)
+SHAPES = {"405b": (16384, 128, 8, 16, 1, 53248), "8b": (4096, 32, 8, 16, 1, 14336)}
+SHAPE = os.environ.get("GG_SHAPE", "")
+if SHAPE:
+    HIDDEN, HEADS, KV_HEADS, SEQ, BATCH, FFN = SHAPES[SHAPE]
+DEVICE = "meta" if SHAPE else "cpu"
 HD = HIDDEN // HEADS
 LAYERS = int(os.environ.get("GG_LAYERS", "1"))
 
@@ -115,15 +122,19 @@ class Llama(torch.nn.Module):
 
 
 def spec():
-    return Llama(1)
+    with torch.device(DEVICE):
+        return Llama(1)
 
 
 def impl(rank, world):
-    return Llama(world)
+    with torch.device(DEVICE):
+        return Llama(world)
 
 
 def inputs(rank, world):
     cos, sin = rope_tables()
+    if SHAPE:  # (shapes alone: nothing is computed on the meta device)
+        return torch.empty(BATCH, SEQ, HIDDEN, device="meta"), cos.to("meta"), sin.to("meta")
     return torch.randn(BATCH, SEQ, HIDDEN), cos, sin
 
 

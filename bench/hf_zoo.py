@@ -3,6 +3,7 @@
 
     python3 bench/hf_zoo.py [--models qwen3,phi3] [--tp 2,4] [--modes fwd,fwd+bwd] [--jobs 1]
                             [--timeout 900] [--mem-gb 6] [--results bench/out/hf_zoo.jsonl] [--fresh | --rerun]
+                            [--ray [--ray-address ADDR]]
 
 The zoo is every ``transformers.*ForCausalLM`` whose config class carries a ``base_model_tp_plan`` (its
 size, the denominator, is printed first). Each model is built from a tiny random config
@@ -13,7 +14,8 @@ as Llama-4's in-place add to a rowwise output, fails in forward + backward). Eac
 in its own process (``--jobs`` at once) with an address-space cap (``--mem-gb``) and a time limit; its
 verdicts are appended to the results file as they come, so an interrupted run resumes where it stopped
 (``--fresh`` starts over, ``--rerun`` runs the selected models again, replacing their verdicts; ``--models`` /
-``--tp`` / ``--modes`` select a subset of what is run and shown).
+``--tp`` / ``--modes`` select a subset of what is run and shown). ``--ray`` runs the models as Ray tasks
+(``--jobs`` local workers, or the nodes of a cluster with ``--ray-address``), each still a capped process.
 
 Verdicts: ``verifies`` (refines, with every expectation the plan states met), ``does-not-refine``,
 ``inconclusive``, ``capture-error`` (graphguard refused the captured program: the operator or construct is
@@ -247,7 +249,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="all", help="comma-separated model types (default: the whole zoo)")
     ap.add_argument("--tp", default="2,4")
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=1, help="models at once (threads, or local Ray workers)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per model and mode (all TP degrees)")
     ap.add_argument("--mem-gb", type=float, default=6.0, help="address-space cap per model process")
     ap.add_argument("--results", default=str(ROOT / "bench" / "out" / "hf_zoo.jsonl"))
@@ -256,6 +258,10 @@ def main(argv=None) -> int:
                     help="run the selected models again even where the results file has their verdicts (the "
                          "new verdicts are appended and replace the old ones; other results are kept)")
     ap.add_argument("--report-only", action="store_true", help="print the table of the results file, run nothing")
+    ap.add_argument("--ray", action="store_true", help="run the models as Ray tasks (--jobs local workers; each "
+                    "task runs the model's worker process under the same memory cap and timeout)")
+    ap.add_argument("--ray-address", default=None, help="a running Ray cluster (implies --ray; every node needs "
+                    "this repository at the same path)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     tps = [int(x) for x in a.tp.split(",")]
@@ -285,9 +291,10 @@ def main(argv=None) -> int:
     todo = [t for t in todo if t[2]] if not a.report_only else []
     t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
 
-    def one(job):
+    def one(job, recs=None):
         m, mode, tp_list = job
-        recs = run_one(m, tp_list, mode, a.timeout * len(tp_list), a.mem_gb)
+        if recs is None:
+            recs = run_one(m, tp_list, mode, a.timeout * len(tp_list), a.mem_gb)
         with path.open("a") as f:
             for r in recs:
                 f.write(json.dumps(r) + "\n")
@@ -295,8 +302,21 @@ def main(argv=None) -> int:
             results[(r["model"], r["tp"], r["mode"])] = r
             print(f"  {m:22} tp={r['tp']} {mode:8} {r['verdict']:17} {r.get('op') or '-'} "
                   f"({r.get('seconds', 0):.0f} s)", flush=True)
-    with ThreadPoolExecutor(max(1, a.jobs)) as ex:
-        list(ex.map(one, todo))
+    if (a.ray or a.ray_address) and todo:
+        import ray
+        ray.init(address=a.ray_address, num_cpus=None if a.ray_address else max(1, a.jobs), include_dashboard=False,
+                 logging_level="ERROR", log_to_driver=False, configure_logging=False)
+        task = ray.remote(num_cpus=1, max_retries=0)(run_one)
+        pending = {task.remote(m, tp_list, mode, a.timeout * len(tp_list), a.mem_gb): (m, mode, tp_list)
+                   for m, mode, tp_list in todo}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                one(pending.pop(ref), ray.get(ref))
+        ray.shutdown()
+    else:
+        with ThreadPoolExecutor(max(1, a.jobs)) as ex:
+            list(ex.map(one, todo))
     ch = resource.getrusage(resource.RUSAGE_CHILDREN)
     if todo:
         print(f"ran {len(todo)} model runs in {time.perf_counter() - t0:.0f} s wall, "

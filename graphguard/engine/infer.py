@@ -403,9 +403,11 @@ def _node_out_rel_memo(ctx: Context, v: Node, R: Relation) -> tuple[Relation, se
                 ctx.stats["truncated"] = True
         else:
             before = ctx.stats.pop("truncated", False)
-            got = _node_out_rel(ctx, v, R)
-            truncated = ctx.stats.get("truncated", False)
-            ctx.stats["truncated"] = before or truncated
+            try:
+                got = _node_out_rel(ctx, v, R)
+            finally:  # (also where the search runs out of budget: an earlier truncation stays recorded)
+                truncated = ctx.stats.get("truncated", False)
+                ctx.stats["truncated"] = before or truncated
             if got is None:
                 continue
             found, explored, related, aliases = got

@@ -58,7 +58,7 @@ class Progress:
     time. Off unless ``enabled`` (a terminal, no --quiet): then ``update`` does nothing."""
 
     def __init__(self, enabled: bool):
-        self.enabled, self.bar, self.layers = enabled, None, None
+        self.enabled, self.bar = enabled, None
 
     def __enter__(self):
         return self
@@ -70,12 +70,10 @@ class Progress:
             from tqdm import tqdm
             self.bar = tqdm(total=total, unit="op", desc="verifying", file=sys.stderr, leave=False,
                             dynamic_ncols=True, mininterval=0.2)
+        from .engine.layers import layer_of_name
         self.bar.n = done
-        if self.layers is None:
-            from .engine.layers import layer_of_name
-            self.layers = layer_of_name
         where = node.loc or node.name
-        lay = next((x for x in (self.layers(i) for i in node.inputs) if x is not None), None)
+        lay = next((x for x in map(layer_of_name, node.inputs) if x is not None), None)
         self.bar.set_postfix_str(printable((f"{lay[0]}.{lay[1]} " if lay else "") + f"{node.op} {where}")[:60],
                                  refresh=False)
         self.bar.refresh()

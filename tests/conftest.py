@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +23,24 @@ def plugins():
 def cx():
     from graphguard.ir.scalar import Constraints
     return Constraints()
+
+
+def load_module(path: Path, **env):
+    """Execute a model file as a fresh module with ``env`` set while it runs (its module-level settings:
+    ``GG_LAYERS``, ``GG_SHAPE``, ...), the environment restored after."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        spec = importlib.util.spec_from_file_location(f"m_{path.parent.name}_{len(env)}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def run_cli(*args, cwd=None):

@@ -1,30 +1,11 @@
 """Llama TP (RMSNorm, RoPE, SwiGLU, GQA incl. replicated KV heads) and the RoPE / padding bug classes."""
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 
 import graphguard
 import graphguard.torch as ggt
-from conftest import EXAMPLES
-
-
-def _load(path, **env):
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        spec = importlib.util.spec_from_file_location(f"m_{path.parent.name}_{len(env)}", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+from conftest import EXAMPLES, load_module as _load
 
 
 def _verify(mod, world, backward):

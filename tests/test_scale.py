@@ -3,35 +3,19 @@ found at that layer, the sweep on Ray equal to the serial one, the progress bar.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import io
-import os
 import sys
 
 import pytest
 
 import graphguard
 import graphguard.torch as ggt
-from conftest import EXAMPLES, run_cli
+from conftest import EXAMPLES, load_module, run_cli
 from graphguard.engine.layers import layer_of_name, node_layers
 
 
 def _llama(layers: int, shape: str = ""):
-    env = {"GG_LAYERS": str(layers), "GG_SHAPE": shape}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        spec = importlib.util.spec_from_file_location(f"m_llama_scale_{layers}_{shape}",
-                                                      EXAMPLES / "llama-tp" / "model.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k)
-            else:
-                os.environ[k] = v
+    return load_module(EXAMPLES / "llama-tp" / "model.py", GG_LAYERS=str(layers), GG_SHAPE=shape)
 
 
 @pytest.fixture(scope="module")

@@ -446,7 +446,7 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
         t_rel = set(in_leaves)
         t_rel |= {a for leaf in list(t_rel) for a in ctx.aliases.get(leaf, ())}
         t_in = set(t_rel)
-        snap, explored = explore_frontier(ctx, snap, roots, t_rel, deadline, v.op, partial=True, v=v)
+        snap, explored = explore_frontier(ctx, snap, roots, t_rel, deadline, v.op, v=v)  # (v: may be cut short)
         names = size_equalities(ctx, snap)
         if names:
             eg.pop()
@@ -554,7 +554,7 @@ def _clean_outputs(ctx: Context, snap: Snapshot, v: Node, roots: list[Term]) -> 
 # -- Listing 3 ------------------------------------------------------------------------------------
 
 def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set[str], deadline: float,
-                     op: str | None = None, partial: bool = False, v: Node | None = None):
+                     op: str | None = None, v: Node | None = None):
     """Listing 3: add the G_d operators whose inputs are all related tensors (constants relate to everything),
     one step at a time, until nothing new is reachable.
 
@@ -564,7 +564,8 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
     carries over), and outputs of v's own operator applied to tensors related to v's *inputs* (a rank's partial
     result of v: DTensor adds a replicated bias before the all-reduce). The bound and the last rule keep the search
     local: the same operator applied again to v's *output* is the next G_s operator's business, so a chain of
-    identical operators is not walked to its end."""
+    identical operators is not walked to its end. With ``v`` (the operator's first search) a saturation cut
+    short ends the exploration (:func:`partial_search`)."""
     g_d, eg = ctx.g_d, ctx.egraph
     const, watch, _, _ = _structure(ctx)
     hops = dict.fromkeys(t_rel, 0)  # related tensor -> operators since a tensor the relations name
@@ -583,7 +584,7 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
             facts.extend((Leaf(i), index_constant(ctx, i)) for i in n.inputs if i not in hops and i not in const)
         eg.union_all(facts)
         _relate(ctx, explored, hops, inside, const, op)
-        snap = partial_search(ctx, eg, ctx.budget, deadline, v if partial else None, roots)
+        snap = partial_search(ctx, eg, ctx.budget, deadline, v, roots)
         if ctx.ran_out is not None:  # (no further: what it found is what there is)
             break
         found = {leaf for root in roots for e in snap.clean_variants(snap.find(root)) for leaf in leaves(e)}

@@ -32,11 +32,17 @@ def main(argv=None) -> int:
     ap.add_argument("--degree", type=int, default=8)
     ap.add_argument("--layers", default="1,32", help="comma-separated layer counts (the first is the baseline)")
     ap.add_argument("--forward-only", action="store_true", help="no backward (default: forward+backward)")
+    ap.add_argument("--repeat", action="store_true", help="layer 0 traced, the others taken from its trace "
+                    "(GG_REPEAT=1: the model file's repeat = 'layers'; forward only)")
+    ap.add_argument("--workers", type=int, default=1, help="capture the programs as Ray tasks on this many workers "
+                    "(this process one of them)")
     ap.add_argument("--shape", default="", help="llama-tp at a production shape, built on the meta device "
                     "(no weights allocated): 405b or 8b (examples/llama-tp/model.py: GG_SHAPE)")
     a = ap.parse_args(argv)
     if a.shape:
         os.environ["GG_SHAPE"] = a.shape
+    if a.repeat:
+        os.environ["GG_REPEAT"] = "1"
     import graphguard
     from graphguard.frontends.fx.model_file import capture_model_file
     from graphguard.plugins import load_plugins
@@ -53,7 +59,7 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             t, c = time.perf_counter(), time.process_time()
             f = capture_model_file(ROOT / "examples" / a.model / "model.py", tmp, a.degree, not a.forward_only,
-                                   plugins=pl)
+                                   plugins=pl, workers=a.workers)
             cap, cap_cpu = time.perf_counter() - t, time.process_time() - c
             t, c = time.perf_counter(), time.process_time()
             r = graphguard.verify(f["spec"], f["impl"], f["relation"], plugins=pl)

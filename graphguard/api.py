@@ -1,9 +1,7 @@
 """The Python API: ``graphguard.verify(spec, impl, relation)``."""
 from __future__ import annotations
 
-import gc
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from .engine.lemma import relevant_rules, term_ops
@@ -13,6 +11,7 @@ from .engine.layers import layer_table
 from .engine.normalise import bias_after_rows, drop_identities, round_fills, scalar_forms
 from .engine.result import VerifyResult
 from .errors import InputError, ShapeError
+from .gcpause import collector_paused
 from .frontends import LoadRequest
 from .ir import scalar as S
 from .ir.expr import leaves, to_text
@@ -31,17 +30,6 @@ def _as_list(x) -> list[str]:
     return [str(p) for p in x]
 
 
-@contextmanager
-def _collector_paused():
-    """Reading a graph makes millions of objects and no cyclic garbage; the cyclic collector would scan the
-    growing graph again and again (half the time of loading 300 000 nodes)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | None = None,
@@ -63,7 +51,7 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
             graphs.append(g)
         else:
             req = LoadRequest(_as_list(g), role, reg, cx, world_size)
-            with _collector_paused():
+            with collector_paused():
                 graphs.append(plugins.frontend(fe).load(req))
     g_s, g_d = graphs
     fused = [{n.op for n in g.nodes if getattr(reg.get(n.op), "biased", ())} for g in graphs]

@@ -243,14 +243,24 @@ def plugins(ctx):
 @click.option("--world-size", type=click.IntRange(min=1), required=True)
 @click.option("--backward", is_flag=True, help="Also capture the backward graph.")
 @click.option("-o", "--out", "out_dir", type=click.Path(), required=True, help="Folder for the captured files.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Capture the sequential program and the ranks as Ray tasks on this many workers (this process "
+                   "one of them); the files are the same.")
+@click.option("--ray-address", default=None, help="A Ray cluster to run them on (default: a local one).")
 @click.pass_context
-def capture(ctx, model, frontend, world_size, backward, out_dir):
+def capture(ctx, model, frontend, world_size, backward, out_dir, workers, ray_address):
     """Capture a model file's sequential and distributed programs into OUT (spec, impl, relation)."""
+    import inspect
     pl = _plugins(ctx)
     fe = pl.frontend(frontend)
     if fe.capture is None:
         raise GraphGuardError(f"frontend '{frontend}' cannot capture programs")
-    files = fe.capture(model, out_dir, world_size, backward, plugins=pl)
+    extra = {}
+    if workers > 1 or ray_address:
+        if "workers" not in inspect.signature(fe.capture).parameters:
+            raise GraphGuardError(f"frontend '{frontend}' captures its programs one by one (no --workers)")
+        extra = {"workers": workers, "ray_address": ray_address}
+    files = fe.capture(model, out_dir, world_size, backward, plugins=pl, **extra)
     for k, v in files.items():
         click.echo(f"{k}: {v}")
 

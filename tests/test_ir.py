@@ -85,3 +85,33 @@ def test_collective_references_follow_their_meaning(plugins, cx):
     env = run_graph(g, {"X@0": x0, "X@1": x1}, plugins.registry, {})
     np.testing.assert_allclose(np.concatenate([env["Y@0"], env["Y@1"]]), x0 + x1)
     np.testing.assert_allclose(env["Z@1"], np.concatenate([x0[2:], x1[2:]], axis=1))
+
+
+def test_repeated_nodes_inferred_once_with_their_own_terms(plugins, cx):
+    """Validation infers a node once per (operator, attributes, input shapes/dtypes, input pattern): a node
+    like an earlier one takes its shapes, and its terms over its own inputs -- ``mul(x, x)`` and ``mul(y, z)``
+    share shapes but not terms."""
+    from graphguard.ir.serde import graph_from_dict
+    doc = {"graphguard": 1, "inputs": [{"name": n, "shape": [2, 3]} for n in "xyz"], "outputs": ["d", "e", "f"],
+           "nodes": [{"op": "aten.mul.Tensor", "inputs": ["x", "x"], "outputs": ["d"]},
+                     {"op": "aten.mul.Tensor", "inputs": ["y", "z"], "outputs": ["e"]},
+                     {"op": "aten.mul.Tensor", "inputs": ["z", "z"], "outputs": ["f"]}]}
+    g = graph_from_dict(doc, "<t>", plugins.registry, cx)
+    terms = {n.outputs[0]: to_text(g.node_terms(n)[0]) for n in g.nodes}
+    assert terms == {"d": "aten.mul.Tensor(x, x)", "e": "aten.mul.Tensor(y, z)", "f": "aten.mul.Tensor(z, z)"}
+    assert {g.tensors[t].shape for t in "def"} == {(2, 3)}
+
+
+def test_reinfer_after_a_rewrite(plugins, cx):
+    """``x * 1`` becomes ``identity(x)``: checked again in place, the constant no longer read."""
+    from graphguard.engine.normalise import drop_identities
+    from graphguard.ir.serde import graph_from_dict
+    doc = {"graphguard": 1, "inputs": [{"name": "x", "shape": [2, 3]}], "outputs": ["y"],
+           "nodes": [{"op": "aten.full", "inputs": [], "outputs": ["one"],
+                      "attrs": {"size": [2, 3], "fill_value": 1, "dtype": "float32"}},
+                     {"op": "aten.mul.Tensor", "inputs": ["x", "one"], "outputs": ["y"]}]}
+    g = graph_from_dict(doc, "<t>", plugins.registry, cx)
+    assert drop_identities(g, plugins.registry, cx) == 1
+    (mul,) = [n for n in g.nodes if n.outputs == ["y"]]
+    assert mul.op == "core.identity" and to_text(g.node_terms(mul)[0]) == "identity(x)"
+    assert not g.consumers.get("one")

@@ -22,6 +22,9 @@ if SHAPE:
 DEVICE = "meta" if SHAPE else "cpu"
 HD = HIDDEN // HEADS
 LAYERS = int(os.environ.get("GG_LAYERS", "1"))
+# GG_REPEAT=1: layer 0 is traced and each later layer is layer 0's graph over its own weights (the
+# layers are checked to be copies of each other: graphguard.frontends.fx.repeat); forward only
+repeat = "layers" if os.environ.get("GG_REPEAT") == "1" else None
 
 
 class _F(torch.autograd.Function):  # Megatron's f: identity forward, all-reduce backward

@@ -357,17 +357,17 @@ def relevant_rules(rules: list[Rule], ops: set[str]) -> list[Rule]:
     """The rules that can ever match terms built from ``ops``: those whose left side (and ``when``) use only
     ops present or produced by another such rule's right side. The others could never fire, so leaving
     them out of the e-graph changes no result; it saves e-matching every loaded pack's rules."""
-    ops, keep, changed = set(ops), [], True
-    need = {id(r): term_ops(r.lhs, set()) | (term_ops(r.when, set()) if r.when is not None else set()) for r in rules}
+    ops, keep, changed = set(ops), set(), True
+    need = [term_ops(r.lhs, set()) | (term_ops(r.when, set()) if r.when is not None else set()) for r in rules]
     while changed:
         changed = False
-        for r in rules:
-            if id(r) not in {id(k) for k in keep} and need[id(r)] <= ops:
-                keep.append(r)
+        for i, r in enumerate(rules):
+            if i not in keep and need[i] <= ops:
+                keep.add(i)
                 new = term_ops(r.rhs, set()) - ops
                 changed = changed or bool(new)
                 ops |= new
-    return [r for r in rules if any(r is k for k in keep)]
+    return [r for i, r in enumerate(rules) if i in keep]
 
 
 def compile_lemmas(lemmas: list[Lemma], reg: Registry) -> list[Rule]:

@@ -87,23 +87,38 @@ class Problem:
 
         g_d, const, watch, d_out = self.ctx.g_d, self.const, self.watch, self.d_out
         lr = self.ctx.egraph.leaf_range  # (stated value ranges: conditions may read them)
+        facts, sigs = _facts(self.ctx), _sigs(self.ctx)
         seen: list[Any] = []
         i = 0
         while i < len(names):
             t = names[i]
-            info = g_d.tensors[t]
             rel = related(i, t)
-            item: list[Any] = [info.shape, info.dtype, rank_of(t), t in d_out, rel, lr(t) if lr else None]
+            item: list[Any] = [*facts[t], t in d_out, rel, lr(t) if lr else None]
             if t in const:
                 p = g_d.producer[t]
-                item.append((p.op, _attrs(p.attrs), tuple(num(x) for x in p.inputs), tuple(num(o) for o in p.outputs)))
+                item.append((*sigs[id(p)], tuple(num(x) for x in p.inputs), tuple(num(o) for o in p.outputs)))
             if rel:
                 for n in watch.get(t, ()):
-                    item.append((n.op, _attrs(n.attrs), tuple(num(x) for x in n.inputs),
-                                 tuple(num(o) for o in n.outputs)))
+                    item.append((*sigs[id(n)], tuple(num(x) for x in n.inputs), tuple(num(o) for o in n.outputs)))
             seen.append(tuple(item))
             i += 1
         return (self.head, tuple(seen)), names, ids
+
+
+def _facts(ctx) -> dict:
+    """Tensor -> (shape, dtype, rank) of G_d, read once per verification (G_d does not change during one)."""
+    f = getattr(ctx, "_memo_facts", None)
+    if f is None:
+        f = ctx._memo_facts = {t: (info.shape, info.dtype, rank_of(t)) for t, info in ctx.g_d.tensors.items()}
+    return f
+
+
+def _sigs(ctx) -> dict:
+    """id(node) -> (operator, attributes as a tuple) of G_d's nodes, once per verification."""
+    f = getattr(ctx, "_memo_sigs", None)
+    if f is None:
+        f = ctx._memo_sigs = {id(n): (n.op, _attrs(n.attrs)) for n in ctx.g_d.nodes}
+    return f
 
 
 def _attrs(a: dict) -> tuple:

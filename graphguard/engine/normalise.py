@@ -67,8 +67,8 @@ def _binary_nodes(g: Graph, reg: Registry, declaration: str):
 
 def drop_identities(g: Graph, reg: Registry, cx: S.Constraints) -> int:
     """Turn every op applied to its identity element into ``core.identity`` of the other operand; the number
-    of nodes changed (the graph is validated again where any was)."""
-    changed = 0
+    of nodes changed (checked again: :meth:`Graph.reinfer`)."""
+    changed, dropped = [], []
     for n, op, out in _binary_nodes(g, reg, "identity"):
         for pos, value, fixed in op.identity:
             other = g.tensors[n.inputs[1 - pos]]
@@ -78,12 +78,13 @@ def drop_identities(g: Graph, reg: Registry, cx: S.Constraints) -> int:
                 continue  # (a 0-dim constant stays: lemmas 407/408 and the vocabulary masks' patterns read it)
             if filled_with(g, reg, n.inputs[pos]) != value:
                 continue
+            dropped.append(n.inputs[pos])
             n.op, n.inputs, n.attrs = "core.identity", [other.name], {}
-            changed += 1
+            changed.append(n)
             break
     if changed:
-        g.validate(reg, cx)
-    return changed
+        g.reinfer(changed, reg, cx, dropped)
+    return len(changed)
 
 
 # the integer dtypes a constant may hold a factor in (their exclusive bound)
@@ -116,9 +117,9 @@ def holds(dtype: str | None, value) -> bool:
 
 def scalar_forms(g: Graph, reg: Registry, cx: S.Constraints) -> int:
     """Turn every op applied to a constant that its ``scalar_form`` reads as a number into that scalar op of the
-    other operand (``x * c`` -> ``mul.Scalar(x, other=c)``); the number of nodes changed (the graph is
-    validated again where any was)."""
-    changed = 0
+    other operand (``x * c`` -> ``mul.Scalar(x, other=c)``); the number of nodes changed (checked again:
+    :meth:`Graph.reinfer`)."""
+    changed, dropped = [], []
     for n, op, out in _binary_nodes(g, reg, "scalar_form"):
         for pos, name, attr, power in op.scalar_form:
             other = g.tensors[n.inputs[1 - pos]]
@@ -131,12 +132,13 @@ def scalar_forms(g: Graph, reg: Registry, cx: S.Constraints) -> int:
             attrs = dict(normalize_attrs(sop, {attr: c ** power}, g.where(n)))
             if (sop.dtype([other.dtype], attrs) if sop.dtype else other.dtype) != out.dtype:
                 continue
+            dropped.append(n.inputs[pos])
             n.op, n.inputs, n.attrs = name, [other.name], attrs
-            changed += 1
+            changed.append(n)
             break
     if changed:
-        g.validate(reg, cx)
-    return changed
+        g.reinfer(changed, reg, cx, dropped)
+    return len(changed)
 
 
 def bias_after_rows(g: Graph, reg: Registry, cx: S.Constraints) -> int:
@@ -199,9 +201,9 @@ def round_fills(g: Graph, reg: Registry, cx: S.Constraints) -> int:
     """A constant fill (an op declaring ``fill``) of a float dtype holds its number rounded to that dtype: the
     attribute becomes that rounded value (``1e-6`` in float32 is 8796093/8796093022208 whether the program wrote
     the decimal or the float32), so two programs' constants of one value are one term. The number of nodes
-    changed (no shape changes: no validation needed)."""
+    changed (their terms inferred again: :meth:`Graph.reinfer`)."""
     import numpy as np
-    changed = 0
+    changed = []
     for n in g.nodes:
         op = reg.get(n.op)
         if op is None or not op.fill or n.inputs or len(n.outputs) != 1:
@@ -217,5 +219,7 @@ def round_fills(g: Graph, reg: Registry, cx: S.Constraints) -> int:
         exact = Fraction(float(r))
         if exact != v:
             n.attrs = dict(n.attrs, **{op.fill: exact})
-            changed += 1
-    return changed
+            changed.append(n)
+    if changed:
+        g.reinfer(changed, reg, cx)
+    return len(changed)

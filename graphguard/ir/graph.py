@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import InputError, ShapeError
 from . import scalar as S
-from .expr import Leaf, Term, app, rank_of
+from .expr import App, Leaf, Term, app, rank_of
 from .ops import DTYPES, OpDef, Registry, Shape, expand, fmt_shape, normalize_attrs, normalize_dims
 from .scalar import Constraints
 from .semantics import term_dtype, term_shape
@@ -143,10 +143,27 @@ class Graph:
                 self._check_rank_name(t, f"{src}: graph input")
             self._check_dims(f"{src}: graph input '{t}'", self.tensors[t].shape, cx)
             _check_dtype(f"{src}: graph input '{t}'", self.tensors[t].dtype)
+        memo: dict = {}  # (op, attributes, input shapes and dtypes, declarations) -> what _infer found
         for n in order:
-            self._infer(n, reg, cx)
+            self._infer_memo(n, reg, cx, memo)
         if self.distributed:
             self._check_world()
+        return self
+
+    def reinfer(self, nodes: list[Node], reg: Registry, cx: Constraints, dropped: list[str | None] | None = None
+                ) -> "Graph":
+        """After ``nodes`` were rewritten in place (attributes, or reading a subset of their inputs: tensor
+        ``dropped[i]`` no longer read by ``nodes[i]``), meant to give outputs of unchanged shapes and dtypes:
+        infer them again (their terms) and update the readers' table -- the order stays topological (only
+        reads were removed). Where an output's shape or dtype came out different, the whole graph is
+        validated again."""
+        before = {o: self.tensors[o] for n in nodes for o in n.outputs}
+        for n, gone in zip(nodes, dropped or [None] * len(nodes)):
+            self._infer(n, reg, cx)
+            if gone is not None and gone not in n.inputs:
+                self.consumers[gone] = [c for c in self.consumers.get(gone, []) if c is not n]
+        if any(self.tensors[o] != t for o, t in before.items()):
+            return self.validate(reg, cx)
         return self
 
     def _check_world(self) -> None:
@@ -173,6 +190,34 @@ class Graph:
         if not 0 <= r < self.world_size:
             raise InputError(f"{where}: tensor '{t}' is on rank {r}, outside world size {self.world_size}")
         return r
+
+    def _infer_memo(self, n: Node, reg: Registry, cx: Constraints, memo: dict) -> None:
+        """:meth:`_infer`, whose result depends on the node's operator, attributes, input shapes and dtypes and
+        declared outputs only (a repeated layer's nodes are inferred once): taken from ``memo`` where an
+        earlier node had the same; the rank checks run for every node."""
+        ins = [self.tensors[i] for i in n.inputs]
+        declared = getattr(n, "_declared", {})
+        try:
+            key = (n.op, _frozen(n.attrs), tuple(t.shape for t in ins), tuple(t.dtype for t in ins),
+                   tuple(n.inputs.index(i) for i in n.inputs), len(n.outputs),
+                   _frozen([declared.get(o) for o in n.outputs]))
+            hash(key)
+        except TypeError:
+            key = None
+        hit = memo.get(key) if key is not None else None
+        if hit is None:
+            self._infer(n, reg, cx)
+            if key is not None:
+                memo[key] = (n.op, dict(n.attrs), list(n.inputs),
+                             [(self.tensors[o].shape, self.tensors[o].dtype, self._terms[o]) for o in n.outputs])
+            return
+        n.op, attrs, first, outs = hit
+        n.attrs = dict(attrs)
+        self._check_ranks(n, reg.get(n.op))
+        names = dict(zip(first, n.inputs))
+        for o, (shape, dtype, term) in zip(n.outputs, outs):
+            self.tensors[o] = TensorInfo(o, shape, dtype)
+            self._terms[o] = _renamed(term, names)
 
     def _infer(self, n: Node, reg: Registry, cx: Constraints) -> None:
         where = self.where(n)
@@ -312,3 +357,22 @@ def fmt_ranks(ranks) -> str:
         else:
             out.append([r, r])
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def _frozen(v):
+    """``v`` hashable: lists as tuples, dicts as sorted item tuples (TypeError where a value is not)."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_frozen(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _frozen(x)) for k, x in v.items()))
+    hash(v)
+    return (type(v).__name__, v)
+
+
+def _renamed(t: Term, names: dict) -> Term:
+    """Term ``t`` over one node's inputs, over another's (``names``: first node's input -> this one's)."""
+    if isinstance(t, Leaf):
+        return Leaf(names.get(t.name, t.name))
+    if isinstance(t, App):
+        return App(t.op, tuple(_renamed(a, names) for a in t.args), t.attrs)
+    return t

@@ -26,11 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from graphguard.errors import InputError
+from graphguard.gcpause import collector_paused
 
 from .convert import (DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, dtype_name, ir_op_name, loc_from_stack,
                       to_rank_graph)
 from .dtensor import grad_layouts, graph_layouts
 from .hooks import translate_backward_hooks
+from .repeat import expand as expand_repeat, install as install_repeat
 from ..stitch import stitch
 from .symints import Symbols, merge_symbols
 
@@ -170,7 +172,7 @@ def _named_args(module, args) -> dict:
 
 
 def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, groups: dict, reg=None,
-                  dynamic=None, group_ranks=None, after_backward=None) -> dict:
+                  dynamic=None, group_ranks=None, after_backward=None, repeat: str | None = None) -> dict:
     import torch
     import torch.distributed as dist
     from functorch.compile import make_boxed_func
@@ -188,6 +190,14 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
     args = tuple(args) if isinstance(args, (list, tuple)) else (args,)
     if isinstance(module, torch.nn.Module):
         translate_backward_hooks(module, where)
+    rep = None
+    if repeat:
+        if not isinstance(module, torch.nn.Module):
+            raise InputError(f"{where}: repeat = '{repeat}' needs the program to be an nn.Module")
+        rep = install_repeat(module, repeat, where)
+        if rep is not None and backward:
+            raise InputError(f"{where}: repeat = '{repeat}' captures forward only (a layer stood in for has no "
+                             f"backward); leave repeat out for --backward")
     dyn = (dynamic(rank) if callable(dynamic) else dynamic) or {}
     by_name = _named_args(module, args) if dyn else {}
     for name, dims in dyn.items():
@@ -197,7 +207,7 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         for d in dims:
             torch._dynamo.mark_dynamic(by_name[name], d)
     data_ops = {op.name: op.data_sizes for op in reg.ops.values() if op.data_sizes} if reg is not None else {}
-    seen: dict[str, Any] = {"sym": Symbols(where, rank, data_ops)}
+    seen: dict[str, Any] = {"sym": Symbols(where, rank, data_ops), "repeat": rep}
 
     def backend(gm, example_inputs):
         phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -220,7 +230,11 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
     torch._dynamo.reset()
     compiled = torch.compile(module, backend=backend, fullgraph=True, dynamic=None if dyn else False)
     try:
-        out = compiled(*args)
+        if rep is not None:  # (forward only: no joint graph, which a stand-in could not be part of)
+            with torch.no_grad():
+                out = compiled(*args)
+        else:
+            out = compiled(*args)
     except InputError:
         raise
     except Exception as e:  # capture failures are the user's program: say where, briefly
@@ -436,6 +450,8 @@ def _join(seen: dict, backward: bool, source: str) -> TGraph:
         base, local = _desc(d)
         if t.op == "placeholder" and local and type(base).__name__ == "PlainAOTInput":
             input_names[t.name] = names[base.idx]
+    if seen.get("repeat") is not None:
+        fw_nodes = expand_repeat(fw_nodes, input_names, seen["repeat"], source)
     out_node = next(n for n in seen["fw"].graph.nodes if n.op == "output")
     fw_out = next(t for t in fw_nodes if t.op == "output")
     user: dict[int, Any] = {}
@@ -520,7 +536,7 @@ def _relation(per_rank: list[dict], what: str, source: str, convert) -> dict:
 def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool = False,
             name: str = "model", plugins=None, distributed: bool | None = None, dynamic=None,
             group_ranks: Callable[[str], Any] | None = None,
-            after_backward: Callable | None = None) -> Captured:
+            after_backward: Callable | None = None, repeat: str | None = None) -> Captured:
     """Capture ``build(rank)`` on every rank: a distributed G_d, or with ``world_size=1`` a sequential G_s
     (``distributed=True`` makes a one-rank G_d, e.g. gradient accumulation on one device).
 
@@ -538,8 +554,6 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
     if distributed is None:
         distributed = world_size > 1
     import torch.distributed as dist
-    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
-    from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: F401  (registers "fake")
 
     from graphguard.plugins import load_plugins
     pl = plugins or load_plugins()
@@ -550,25 +564,47 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
             dist.destroy_process_group()
         groups: dict[str, tuple[int, ...]] = {}  # a one-rank group the program made itself (Megatron at TP=1)
         seen = _capture_rank(build, example_inputs, None, backward, groups, reg, dynamic,
-                             after_backward=after_backward)
-        rg = to_rank_graph(_join(seen, backward, source), reg, None, groups)
+                             after_backward=after_backward, repeat=repeat)
+        with collector_paused():
+            rg = to_rank_graph(_join(seen, backward, source), reg, None, groups)
         doc = {"graphguard": 1, "name": name, "inputs": rg.inputs, "nodes": rg.nodes, "outputs": rg.outputs}
         return Captured(doc, _relation_doc({}, seen["sym"].constraints), outputs=rg.outputs)
-    ranks, seens = [], []
+    parts = [capture_one_rank(build, example_inputs, r, world_size, backward, reg, dynamic, group_ranks,
+                              after_backward, repeat, source) for r in range(world_size)]
+    return assemble(parts, name, source, backward)
+
+
+def capture_one_rank(build: Callable, example_inputs, rank: int, world_size: int, backward: bool, reg,
+                     dynamic=None, group_ranks=None, after_backward=None, repeat: str | None = None,
+                     source: str = "<capture>") -> tuple:
+    """Rank ``rank`` of a distributed capture (a fake process group of ``world_size`` ranks): its graph in IR
+    terms and what :func:`assemble` reads of it (layouts, symbol constraints) -- plain data, so that ranks may be
+    captured in other processes (``graphguard capture --workers``)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+    from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: F401  (registers "fake")
     groups: dict[str, tuple[int, ...]] = {}
     try:
-        for r in range(world_size):
-            if dist.is_initialized():
-                dist.destroy_process_group()
-            dist.init_process_group("fake", rank=r, world_size=world_size, store=FakeStore())
-            _clear_sharding_prop_cache()  # DTensor caches output specs holding the previous rank's mesh
-            seens.append(_capture_rank(build, example_inputs, r, backward, groups, reg, dynamic, group_ranks,
-                                       after_backward))
-            ranks.append(to_rank_graph(_join(seens[-1], backward, source), reg, r, groups))
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
+        _clear_sharding_prop_cache()  # DTensor caches output specs holding the previous rank's mesh
+        seen = _capture_rank(build, example_inputs, rank, backward, groups, reg, dynamic, group_ranks,
+                             after_backward, repeat)
+        with collector_paused():
+            rg = to_rank_graph(_join(seen, backward, source), reg, rank, groups)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    doc = stitch(ranks, name, source)
+    return rg, {"layouts": seen["layouts"], "grad_layouts": seen.get("grad_layouts", {}),
+                "constraints": seen["sym"].constraints}
+
+
+def assemble(parts: list[tuple], name: str, source: str, backward: bool) -> Captured:
+    """The distributed program from its ranks' :func:`capture_one_rank` results, in rank order."""
+    ranks, seens = [p[0] for p in parts], [p[1] for p in parts]
+    with collector_paused():
+        doc = stitch(ranks, name, source)
     inputs = {n["name"].rsplit("@", 1)[0] for n in doc["inputs"]}
     rel = _relation([{k: v for k, v in s["layouts"][0].items() if k in inputs} for s in seens], "input", source,
                     lambda k, lay: (k, lay.relation(k, f"{source}: ")))
@@ -576,7 +612,7 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
         rel.update(_relation([s["layouts"][1] for s in seens], "output", source,
                              lambda i, lay: (f"tangent.out{i}", lay.gradient().relation(f"tangent.out{i}"))))
         rel = {k: v for k, v in rel.items() if k in inputs}
-    return Captured(doc, _relation_doc(rel, merge_symbols(*(s["sym"].constraints for s in seens)),
+    return Captured(doc, _relation_doc(rel, merge_symbols(*(s["constraints"] for s in seens)),
                                        _stated_outputs(seens, doc, source)), outputs=doc["outputs"])
 
 

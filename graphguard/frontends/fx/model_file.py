@@ -30,7 +30,7 @@ from graphguard.errors import InputError
 from graphguard.frontends import run_model_file
 from graphguard.ir.relation import relation_yaml
 
-from .capture import capture
+from .capture import assemble, capture, capture_one_rank
 from .relations import input_relation
 
 
@@ -64,24 +64,105 @@ def _user_relation(mod, path: Path, world: int, backward: bool) -> dict:
     return rel
 
 
-def capture_model_file(path, out_dir, world_size: int, backward: bool = False, plugins=None) -> dict:
+def capture_model_file(path, out_dir, world_size: int, backward: bool = False, plugins=None, workers: int = 1,
+                       ray_address: str | None = None) -> dict:
+    """Capture the model file's two programs into ``out_dir``. ``workers`` > 1 (or a ``ray_address``):
+    the sequential program and the ranks are captured as Ray tasks, this process taking its share
+    (:func:`capture_programs`); the files are the same as one by one."""
     path = Path(path)
     mod = load_model_file(path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    name = path.parent.name or path.stem
-    dyn = getattr(mod, "dynamic_dims", None)
+    if workers > 1 or ray_address:
+        s, d = _capture_on_ray(mod, path, world_size, backward, workers, ray_address, plugins)
+    else:
+        progs = capture_programs(mod, path, world_size, backward, [None, *range(world_size)], plugins)
+        s, d = progs[None], _impl(mod, path, world_size, backward, [progs[r] for r in range(world_size)])
+    rel = input_relation(s, d, _user_relation(mod, path, world_size, backward), plugins, str(path))
+    (out / "spec.gg.json").write_text(_dumps(s.doc))
+    (out / "impl.gg.json").write_text(_dumps(d.doc))
+    (out / "relation.yaml").write_text(relation_yaml(rel))
+    return {"spec": out / "spec.gg.json", "impl": out / "impl.gg.json", "relation": out / "relation.yaml"}
+
+
+def _settings(mod, path: Path, backward: bool) -> dict:
     step = getattr(mod, "after_backward", None) if backward else None
     if step is not None and not callable(step):
         raise InputError(f"{path}: after_backward must be a function (model, grads) -> None")
-    s = capture(lambda r: mod.spec(), lambda r: mod.inputs(None, world_size), world_size=1, backward=backward,
-                name=f"{name}-spec", plugins=plugins, dynamic=dyn and (lambda r: dyn(None, world_size)),
-                after_backward=step)
-    d = capture(lambda r: mod.impl(r, world_size), lambda r: mod.inputs(r, world_size), world_size=world_size,
-                backward=backward, name=f"{name}-impl", plugins=plugins, distributed=True,
-                dynamic=dyn and (lambda r: dyn(r, world_size)), after_backward=step)
-    rel = input_relation(s, d, _user_relation(mod, path, world_size, backward), plugins, str(path))
-    (out / "spec.gg.json").write_text(json.dumps(s.doc, indent=1) + "\n")
-    (out / "impl.gg.json").write_text(json.dumps(d.doc, indent=1) + "\n")
-    (out / "relation.yaml").write_text(relation_yaml(rel))
-    return {"spec": out / "spec.gg.json", "impl": out / "impl.gg.json", "relation": out / "relation.yaml"}
+    repeat = getattr(mod, "repeat", None)
+    if repeat is not None and (not isinstance(repeat, str) or not repeat):
+        raise InputError(f"{path}: repeat must name the list of layers, e.g. repeat = \"layers\"")
+    return {"name": path.parent.name or path.stem, "dyn": getattr(mod, "dynamic_dims", None), "step": step,
+            "repeat": repeat}
+
+
+def capture_programs(mod, path: Path, world_size: int, backward: bool, which: list, plugins=None) -> dict:
+    """The programs ``which`` names of a loaded model file: None the sequential one (a :class:`Captured`),
+    rank r the distributed one's rank r (:func:`capture_one_rank`'s plain data)."""
+    from graphguard.plugins import load_plugins
+    pl = plugins or load_plugins()
+    o = _settings(mod, path, backward)
+    dyn, step, repeat, name = o["dyn"], o["step"], o["repeat"], o["name"]
+    out = {}
+    for r in which:
+        if r is None:
+            out[None] = capture(lambda _: mod.spec(), lambda _: mod.inputs(None, world_size), world_size=1,
+                                backward=backward, name=f"{name}-spec", plugins=pl,
+                                dynamic=dyn and (lambda _: dyn(None, world_size)), after_backward=step, repeat=repeat)
+        else:
+            out[r] = capture_one_rank(lambda k: mod.impl(k, world_size), lambda k: mod.inputs(k, world_size), r,
+                                      world_size, backward, pl.registry, dyn and (lambda k: dyn(k, world_size)),
+                                      None, step, repeat, f"<capture {name}-impl>")
+    return out
+
+
+def _impl(mod, path: Path, world_size: int, backward: bool, parts: list):
+    name = f"{_settings(mod, path, backward)['name']}-impl"
+    return assemble(parts, name, f"<capture {name}>", backward)
+
+
+def _captured_in_worker(path: str, world_size: int, backward: bool, which: list, env: dict) -> dict:
+    """A Ray task: the programs ``which`` of the model file at ``path`` (with the model file's ``GG_*``
+    settings of the process that asked)."""
+    import os
+    os.environ.update(env)
+    return capture_programs(load_model_file(path), Path(path), world_size, backward, which)
+
+
+def _capture_on_ray(mod, path: Path, world_size: int, backward: bool, workers: int, ray_address, plugins):
+    """The sequential program and the ranks spread over ``workers`` (this process one of them): Ray tasks,
+    on a local Ray cluster started here or the one at ``ray_address``."""
+    import os
+    try:
+        import ray
+    except ImportError:
+        raise InputError("graphguard capture --workers runs on Ray, which is not installed: "
+                         "pip install 'graphguard[ray]'") from None
+    units = [None, *range(world_size)]
+    # each other worker takes about 1/(workers + 1) of the programs, this process the rest (about two shares:
+    # it starts at once, a Ray worker after Ray's start and its own imports, ~6 s on a 2-core machine)
+    n = max(len(units) // (max(workers, 2) + 1), 1)
+    shares = [units[:len(units) - n * (max(workers, 2) - 1)]]
+    shares += [units[len(shares[0]) + k * n:len(shares[0]) + (k + 1) * n] for k in range(max(workers, 2) - 1)]
+    env = {k: v for k, v in os.environ.items() if k.startswith("GG_")}
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=ray_address, num_cpus=None if ray_address else workers, include_dashboard=False,
+                 logging_level="ERROR", log_to_driver=False, configure_logging=False)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(_captured_in_worker)
+        refs = [task.remote(str(path.resolve()), world_size, backward, share, env) for share in shares[1:] if share]
+        progs = capture_programs(mod, path, world_size, backward, shares[0], plugins)
+        for got in ray.get(refs):
+            progs.update(got)
+    finally:
+        if started:
+            ray.shutdown()
+    return progs[None], _impl(mod, path, world_size, backward, [progs[r] for r in range(world_size)])
+
+
+def _dumps(doc: dict) -> str:
+    """A graph as JSON: indented to be read, compact where it is large (a whole model's ranks)."""
+    if len(doc.get("nodes", ())) > 20000:
+        return json.dumps(doc, separators=(",", ":")) + "\n"
+    return json.dumps(doc, indent=1) + "\n"

@@ -1,0 +1,298 @@
+"""A stack of identical layers traced once: ``repeat = "layers"`` in a model file.
+
+Tracing a 126-layer model costs 126 traces of the same layer on every rank. With ``repeat`` naming the
+``nn.ModuleList`` of layers (a dotted path from the module ``spec()`` / ``impl()`` returns), capture traces
+layer 0 and stands in for layers 1..L-1 with one opaque call each; the converted graph then holds layer 0's
+operators again for every later layer, over that layer's own parameters and the previous layer's output.
+What makes that copy the layer's graph, and what is checked:
+
+* **the layer's state** (:func:`differs`): layer *i* and layer 0 have the same class, the same submodules
+  (names and classes), parameters and buffers of the same names, shapes, dtypes and ``requires_grad``, and
+  equal other attributes (plain values compared by value, anything else -- configs, functions, tensors kept
+  as attributes, hooks -- must be the very same object); a layer that differs (a ``layer_idx``, a sliding
+  window on every other layer) is refused, naming the attribute;
+* **its call**: the same non-tensor arguments (values, positions, keyword names) and tensors of the same
+  shapes and dtypes as layer 0's call; its output a single tensor shaped like its first tensor argument;
+* **layer 0's trace is self-contained**: nothing inside it is read outside it but its output.
+
+What is not checked: a layer's ``forward`` reading state outside the module and its arguments (a global
+counter, ``id(self)``) -- the same assumption TorchDynamo's reuse of a traced region makes for what its
+guards do not cover. The certificate lists the layers taken from layer 0's trace. Forward only (a stand-in
+has no backward); plain tensors only (a DTensor argument is refused).
+"""
+from __future__ import annotations
+
+import enum
+import functools
+from dataclasses import dataclass
+
+from graphguard.errors import InputError
+
+from .convert import Ref, TNode
+
+MARK = "graphguard_repeat.mark.default"
+STUB = "graphguard_repeat.stub.default"
+_OPS: dict = {}
+
+
+@dataclass
+class Repeat:
+    path: str  # dotted path of the layer list
+    layers: int  # how many layers it holds (layer 0 traced, the others stood in for)
+
+
+def _ops():
+    """The marker around layer 0's call and the stand-in for a later layer (defined once per process; plain
+    library operators: cheaper to trace than ``torch.library.custom_op``'s wrappers, 124 times per rank)."""
+    if _OPS:
+        return _OPS["mark"], _OPS["stub"]
+    import torch
+    lib = torch.library.Library("graphguard_repeat", "DEF")
+    lib.define("mark(Tensor[] xs, int tag, str key) -> Tensor[]")
+    lib.define("stub(Tensor[] xs, int index, str key) -> Tensor")
+    lib.impl("mark", lambda xs, tag, key: [x.clone() for x in xs], "CompositeExplicitAutograd")
+    # (the captured graph runs once after capture: a stand-in's value is not read)
+    lib.impl("stub", lambda xs, index, key: torch.zeros_like(xs[0]), "CompositeExplicitAutograd")
+    torch.library.register_fake("graphguard_repeat::mark", lambda xs, tag, key: [torch.empty_like(x) for x in xs],
+                                lib=lib)
+    torch.library.register_fake("graphguard_repeat::stub", lambda xs, index, key: torch.empty_like(xs[0]), lib=lib)
+    _OPS.update(lib=lib, mark=torch.ops.graphguard_repeat.mark.default, stub=torch.ops.graphguard_repeat.stub.default)
+    return _OPS["mark"], _OPS["stub"]
+
+
+def _resolve(module, path: str, where: str):
+    import torch
+    obj = module
+    for part in path.split("."):
+        nxt = getattr(obj, part, None)
+        if nxt is None and isinstance(obj, (torch.nn.ModuleList, torch.nn.Sequential)) and part.isdigit():
+            nxt = obj[int(part)]
+        if nxt is None:
+            raise InputError(f"{where}: repeat = '{path}': {type(obj).__name__} has no '{part}'")
+        obj = nxt
+    if not isinstance(obj, (torch.nn.ModuleList, torch.nn.Sequential)):
+        raise InputError(f"{where}: repeat = '{path}' names a {type(obj).__name__}, not an nn.ModuleList of layers")
+    return obj
+
+
+_PLAIN = (int, float, str, bool, type(None), complex, bytes, enum.Enum)
+
+
+def _same(a, b) -> bool:
+    import torch
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (_PLAIN, torch.dtype, torch.device)):
+        return a == b
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (set, frozenset)):
+        return all(isinstance(x, _PLAIN) for x in a | b) and a == b
+    return False  # anything else must be the same object (configs, functions, tensors held as attributes)
+
+
+def differs(ref, other) -> str | None:
+    """Why ``other`` is not ``ref``'s twin (None: it is): see the module docstring."""
+    import torch
+    mods_a, mods_b = dict(ref.named_modules()), dict(other.named_modules())
+    if list(mods_a) != list(mods_b):
+        return f"its submodules are {sorted(set(mods_b) ^ set(mods_a))[:3]} apart"
+    for name, a in mods_a.items():
+        b = mods_b[name]
+        at = f"'{name}'" if name else "the layer"
+        if type(a) is not type(b):
+            return f"{at} is a {type(b).__name__}, not a {type(a).__name__}"
+        for kind in ("_parameters", "_buffers"):
+            ta, tb = a.__dict__[kind], b.__dict__[kind]
+            if list(ta) != list(tb):
+                return f"{at} has {kind[1:]} {list(tb)}, not {list(ta)}"
+            for k, x in ta.items():
+                y = tb[k]
+                if (x is None) != (y is None):
+                    return f"{at}.{k} is {'None' if y is None else 'set'} here only"
+                if x is None:
+                    continue
+                if type(x) is not type(y) or not (type(x) in (torch.Tensor, torch.nn.Parameter)
+                                                   or isinstance(x, torch.nn.Buffer)):
+                    return f"{at}.{k} is a {type(y).__name__} (plain tensors only)"
+                if (tuple(x.shape), x.dtype, x.requires_grad) != (tuple(y.shape), y.dtype, y.requires_grad):
+                    return (f"{at}.{k} is {y.dtype} {list(y.shape)} (requires_grad {y.requires_grad}), not "
+                            f"{x.dtype} {list(x.shape)}")
+        da = {k: v for k, v in a.__dict__.items() if k not in ("_parameters", "_buffers", "_modules")}
+        db = {k: v for k, v in b.__dict__.items() if k not in ("_parameters", "_buffers", "_modules")}
+        if list(da) != list(db):
+            return f"{at} has attributes {sorted(set(da) ^ set(db))[:3]} that the other has not"
+        for k in da:
+            if not _same(da[k], db[k]):
+                return f"{at}.{k} is {_short(db[k])}, not {_short(da[k])}"
+    return None
+
+
+def _short(v) -> str:
+    t = repr(v)
+    return t if len(t) <= 40 else type(v).__name__
+
+
+def _call_key(leaves) -> str:
+    """The non-tensor arguments of a call, as text (traced by TorchDynamo: constants only)."""
+    import torch
+    return "|".join("T" if isinstance(x, torch.Tensor) else f"{type(x).__name__}:{x!r}" for x in leaves)
+
+
+def install(module, path: str, where: str) -> Repeat | None:
+    """Check the layers at ``path`` (see :func:`differs`) and replace their forwards: layer 0's call is
+    marked, every later layer's is the stand-in. None where there is nothing to stand in for (one layer)."""
+    import torch
+    from torch.utils import _pytree as pytree
+    layers = _resolve(module, path, where)
+    if len(layers) < 2:
+        return None
+    ref = layers[0]
+    for i in range(1, len(layers)):
+        why = differs(ref, layers[i])
+        if why is not None:
+            raise InputError(f"{where}: repeat = '{path}': layer {i} is not a copy of layer 0: {why} (each "
+                             f"layer is then traced: leave repeat out)")
+    mark, stub = _ops()
+    orig = ref.forward
+
+    def split(args, kwargs):
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        for x in leaves:
+            if isinstance(x, torch.Tensor) and type(x) is not torch.Tensor and not isinstance(x, torch.nn.Parameter):
+                raise TypeError(f"graphguard repeat: the layers of '{path}' receive a {type(x).__name__}; "
+                                f"only plain tensors are supported")
+        return leaves, spec, [x for x in leaves if isinstance(x, torch.Tensor)], _call_key(leaves)
+
+    def first(*args, **kwargs):
+        leaves, spec, tensors, key = split(args, kwargs)
+        it = iter(mark(tensors, 1, key))
+        a, k = pytree.tree_unflatten([next(it) if isinstance(x, torch.Tensor) else x for x in leaves], spec)
+        out = orig(*a, **k)
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"graphguard repeat: a layer of '{path}' returns {type(out).__name__}; only layers "
+                            f"returning one tensor are supported")
+        return mark([out], 2, key)[0]
+
+    keys = ["|".join(["T"] * k) for k in range(16)]
+
+    def later(i, *args, **kwargs):
+        if not kwargs and len(args) < 16:  # (the common call, cheap to trace: tensors only, by position)
+            plain = True
+            for a in args:
+                plain = plain and type(a) is torch.Tensor
+            if plain:
+                return stub(list(args), i, keys[len(args)])
+        _, _, tensors, key = split(args, kwargs)
+        if not tensors:
+            raise TypeError(f"graphguard repeat: layer {i} of '{path}' receives no tensor")
+        return stub(tensors, i, key)
+
+    ref.forward = first
+    for i in range(1, len(layers)):
+        layers[i].forward = functools.partial(later, i)
+    return Repeat(path, len(layers))
+
+
+def _refs(a) -> list[str]:
+    if isinstance(a, Ref):
+        return [a.name]
+    if isinstance(a, (list, tuple)):
+        return [r for x in a for r in _refs(x)]
+    if isinstance(a, dict):
+        return [r for x in a.values() for r in _refs(x)]
+    return []
+
+
+def _rename(a, m: dict):
+    if type(a) is Ref:
+        return Ref(m.get(a.name, a.name))
+    if isinstance(a, (list, tuple)):  # (torch.fx's immutable_list too)
+        return type(a)([_rename(x, m) for x in a])
+    if isinstance(a, dict):
+        return {k: _rename(v, m) for k, v in a.items()}
+    return a
+
+
+def expand(nodes: list[TNode], input_names: dict[str, str], rep: Repeat, source: str) -> list[TNode]:
+    """``nodes`` (one rank's forward) with layer 0's markers removed and each stand-in replaced by a copy
+    of layer 0's operators: over layer *i*'s parameters (new inputs, named like layer 0's with its index)
+    and the stand-in's tensor arguments. ``input_names`` gains the new inputs."""
+    where = f"{source}: repeat = '{rep.path}'"
+    by = {t.name: t for t in nodes}
+    marks = {t.args[1]: t for t in nodes if t.target == MARK}
+    if set(marks) != {1, 2}:
+        raise InputError(f"{where}: layer 0's call was not captured once (its markers: {sorted(marks)})")
+    begin, end = marks[1], marks[2]
+    if begin.args[2] != end.args[2]:
+        raise InputError(f"{where}: layer 0's markers disagree")
+    key = begin.args[2]
+    ins = list(begin.args[0])
+    (out_ref,) = end.args[0]
+    items = {t.name: t for t in nodes if t.target == "getitem" and t.args and isinstance(t.args[0], Ref)
+             and t.args[0].name in (begin.name, end.name)}
+    arg_of = {n: ins[t.args[1]] for n, t in items.items() if t.args[0].name == begin.name}  # getitem -> input
+    end_items = [n for n, t in items.items() if t.args[0].name == end.name]
+    prefix = f"{rep.path}.0."
+    params = {t.name: input_names[t.name][len(prefix):] for t in nodes
+              if t.op == "placeholder" and input_names.get(t.name, "").startswith(prefix)}
+    # layer 0's body: what depends on its marked inputs or its parameters, and feeds its output
+    inside = set(arg_of) | set(params)
+    for t in nodes:
+        if t.op == "call_function" and t.name not in inside and t is not end and set(_refs(t.args)) & inside:
+            inside.add(t.name)
+    feeds, todo = set(), [out_ref.name]
+    while todo:
+        n = todo.pop()
+        if n in feeds or n not in by:
+            continue
+        feeds.add(n)
+        todo.extend(_refs((by[n].args, by[n].kwargs)))
+    body = [t for t in nodes if t.name in inside and t.name in feeds and t.op == "call_function"
+            and t.name not in arg_of]
+    for t in nodes:  # nothing of layer 0 but its output is read after it
+        if t is end or t.name in inside:
+            continue
+        leak = set(_refs((t.args, t.kwargs))) & (inside - set(params))
+        if leak:
+            raise InputError(f"{where}: layer 0's value {sorted(leak)[0]} is read outside the layer "
+                             f"({t.name}); only a layer whose output is all it passes on can stand for others")
+    out = []
+    rename: dict[str, str] = {n: end.args[0][0].name for n in end_items}
+    for n, src in arg_of.items():
+        rename[n] = src.name
+    for t in nodes:
+        if t is begin or t is end or t.name in items:
+            continue
+        if t.target != STUB:
+            if any(r in rename for r in _refs((t.args, t.kwargs))):
+                t = TNode(t.name, t.op, t.target, _rename(t.args, rename), _rename(t.kwargs, rename), t.shape,
+                          t.dtype, t.loc)
+            out.append(t)
+            continue
+        xs, i, k = t.args
+        where_i = f"{where}: layer {i}"
+        if k != key:
+            raise InputError(f"{where_i} is called with other non-tensor arguments than layer 0 ({k} vs {key})")
+        if len(xs) != len(ins) or any((by[a.name].shape, by[a.name].dtype) != (by[b.name].shape, by[b.name].dtype)
+                                      for a, b in zip(xs, ins)):
+            raise InputError(f"{where_i} is called with tensors of other shapes than layer 0")
+        if (t.shape, t.dtype) != (by[out_ref.name].shape, by[out_ref.name].dtype):
+            raise InputError(f"{where_i}: layer 0's output ({by[out_ref.name].dtype} {by[out_ref.name].shape}) is "
+                             f"not shaped like its first argument")
+        m = {g: rename.get(xs[items[g].args[1]].name, xs[items[g].args[1]].name) for g in arg_of}
+        for p, suffix in params.items():
+            name = f"{rep.path}.{i}.{p}"
+            m[p] = name
+            out.append(TNode(name, "placeholder", by[p].target, (), {}, by[p].shape, by[p].dtype, by[p].loc))
+            input_names[name] = f"{rep.path}.{i}.{suffix}"
+        for b in body:  # (what a body node reads is in the body, layer 0's inputs, or before the layer)
+            m[b.name] = f"{rep.path}.{i}.{b.name}"
+            out.append(TNode(m[b.name], b.op, b.target, _rename(b.args, m), _rename(b.kwargs, m) if b.kwargs else {},
+                             b.shape, b.dtype, b.loc))
+        rename[t.name] = m[out_ref.name] if out_ref.name in m else rename.get(out_ref.name, out_ref.name)
+    return out

@@ -1,0 +1,203 @@
+"""``repeat = "layers"``: a stack of identical layers traced once (graphguard/frontends/fx/repeat.py).
+
+Proving: the expanded graphs verify with the same R_o as the fully traced ones, and the expanded specification
+computes what the PyTorch model computes. Must-not-prove: a later layer that differs (a bug planted in layer 3
+of 4, an attribute, its call) is refused at capture, never copied from layer 0; backward is refused."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import graphguard
+from graphguard.errors import InputError
+from graphguard.frontends.fx.model_file import capture_model_file
+from graphguard.ir.serde import load_graph
+
+from conftest import load_module
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = ROOT / "examples" / "llama-tp" / "model.py"
+
+# a stack of MLP layers, tensor parallel with an all-reduce; GG_T_BUG plants a difference in layer 3 of 4
+STACK = textwrap.dedent('''
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    BUG = os.environ.get("GG_T_BUG", "")
+    repeat = "layers"
+
+    class Block(torch.nn.Module):
+        def __init__(self, world, i):
+            super().__init__()
+            self.world = world
+            self.fc1 = torch.nn.Linear(8, 16 // world, bias=False)
+            self.fc2 = torch.nn.Linear(16 // world, 8, bias=False)
+            self.reduce = not (BUG == "skip" and i == 3 and world > 1)  # layer 3 forgets its all-reduce
+            if BUG == "leak":
+                self.kept = []
+
+        def forward(self, x, scale=1.0):
+            h = torch.relu(self.fc1(x))
+            if BUG == "leak":
+                self.kept.append(h)
+            h = self.fc2(h) * scale
+            if self.world > 1 and self.reduce:
+                h = funcol.all_reduce(h, "sum", dist.group.WORLD)
+            return x + h
+
+    class Stack(torch.nn.Module):
+        def __init__(self, world):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(Block(world, i) for i in range(4))
+
+        def forward(self, x):
+            for i, blk in enumerate(self.layers):
+                x = blk(x, scale=2.0 if BUG == "call" and i == 3 else 1.0)
+            return x
+
+    def spec():
+        torch.manual_seed(0)
+        return Stack(1)
+
+    def impl(rank, world):
+        torch.manual_seed(0)
+        return Stack(world)
+
+    def inputs(rank, world):
+        torch.manual_seed(1)
+        return (torch.randn(2, 8),)
+
+    def relation(world, backward):
+        rep = lambda n: [f"{n}@{r}" for r in range(world)]
+        rel = {"x": rep("x")}
+        for i in range(4):
+            p = f"layers.{i}."
+            rel[p + "fc1.weight"] = f"concat({', '.join(f'{p}fc1.weight@{r}' for r in range(world))}, dim=0)"
+            rel[p + "fc2.weight"] = f"concat({', '.join(f'{p}fc2.weight@{r}' for r in range(world))}, dim=1)"
+        return {"inputs": rel}
+''')
+
+
+def _stack(tmp_path: Path) -> Path:
+    f = tmp_path / "stack" / "model.py"
+    f.parent.mkdir(exist_ok=True)
+    f.write_text(STACK)
+    return f
+
+
+def _verify(files: dict, plugins):
+    return graphguard.verify(str(files["spec"]), str(files["impl"]), str(files["relation"]), plugins=plugins)
+
+
+def test_llama_layers_repeated_same_certificate(tmp_path, monkeypatch, plugins):
+    """llama-tp, 4 layers, TP 2: layers 1 to 3 taken from layer 0's trace verify with the R_o of the
+    fully traced model; the later layers' weights are inputs named by their layer."""
+    monkeypatch.setenv("GG_LAYERS", "4")
+    full = capture_model_file(LLAMA, tmp_path / "full", 2, plugins=plugins)
+    monkeypatch.setenv("GG_REPEAT", "1")
+    rep = capture_model_file(LLAMA, tmp_path / "rep", 2, plugins=plugins)
+    spec = json.loads(Path(rep["spec"]).read_text())
+    assert {"layers.3.q_proj.weight", "layers.2.down_proj.weight"} <= {t["name"] for t in spec["inputs"]}
+    assert not any("graphguard_repeat" in n["op"] for n in spec["nodes"])
+    a, b = _verify(full, plugins), _verify(rep, plugins)
+    assert a.verdict == b.verdict == "refines"
+    assert a.r_o_lines() == b.r_o_lines()
+
+
+def test_repeated_spec_computes_the_model(tmp_path, monkeypatch, plugins):
+    """The expanded specification graph, run on the model's weights, computes what PyTorch computes."""
+    from graphguard.engine.replay import run_graph
+    from graphguard.ir.scalar import Constraints
+    monkeypatch.setenv("GG_LAYERS", "5")
+    monkeypatch.setenv("GG_REPEAT", "1")
+    files = capture_model_file(LLAMA, tmp_path, 2, plugins=plugins)
+    g = load_graph(files["spec"], plugins.registry, Constraints())
+    mod = load_module(LLAMA, GG_LAYERS="5")
+    model = mod.spec()
+    x, cos, sin = mod.inputs(None, 1)
+    env = {"x": x.numpy(), "cos": cos.numpy(), "sin": sin.numpy()}
+    env.update({k: v.detach().numpy() for k, v in model.named_parameters()})
+    assert set(g.inputs) <= env.keys()
+    got = run_graph(g, {k: env[k] for k in g.inputs}, plugins.registry, {})[g.outputs[0]]
+    want = model(x, cos, sin).detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_stack_repeated_refines(tmp_path, monkeypatch, plugins):
+    monkeypatch.delenv("GG_T_BUG", raising=False)
+    files = capture_model_file(_stack(tmp_path), tmp_path / "out", 2, plugins=plugins)
+    r = _verify(files, plugins)
+    assert r.verdict == "refines", r.render()
+    impl = json.loads(Path(files["impl"]).read_text())
+    assert sum(n["op"] == "core.all_reduce" or "all_reduce" in n["op"] for n in impl["nodes"]) >= 4
+
+
+@pytest.mark.parametrize("bug, says", [
+    ("skip", "layer 3 is not a copy of layer 0: 'the layer'.reduce is False, not True"),
+    ("call", "layer 3 is called with other non-tensor arguments than layer 0"),
+    ("leak", "is read outside the layer"),
+])
+def test_a_later_layer_that_differs_is_refused(tmp_path, monkeypatch, plugins, bug, says):
+    """Must not prove: a bug planted in layer 3 of 4 (its all-reduce skipped by an attribute), another call
+    of it, or a layer 0 that passes on more than its output -- refused at capture, never copied from layer 0
+    (without repeat the skipped all-reduce is found: does not refine)."""
+    monkeypatch.setenv("GG_T_BUG", bug)
+    path = _stack(tmp_path)
+    with pytest.raises(InputError) as e:
+        capture_model_file(path, tmp_path / "out", 2, plugins=plugins)
+    assert says.replace("'the layer'", "the layer") in str(e.value)
+    if bug == "skip":
+        path.write_text(STACK.replace('repeat = "layers"', "repeat = None"))
+        r = _verify(capture_model_file(path, tmp_path / "full", 2, plugins=plugins), plugins)
+        assert r.verdict == "does-not-refine"
+
+
+def test_repeat_refuses_backward_and_bad_paths(tmp_path, monkeypatch, plugins):
+    monkeypatch.delenv("GG_T_BUG", raising=False)
+    path = _stack(tmp_path)
+    with pytest.raises(InputError, match="forward only"):
+        capture_model_file(path, tmp_path / "out", 2, backward=True, plugins=plugins)
+    path.write_text(STACK.replace('repeat = "layers"', 'repeat = "blocks"'))
+    with pytest.raises(InputError, match="Stack has no 'blocks'"):
+        capture_model_file(path, tmp_path / "out2", 2, plugins=plugins)
+    path.write_text(STACK.replace('repeat = "layers"', 'repeat = "layers.0.fc1"'))
+    with pytest.raises(InputError, match="not an nn.ModuleList"):
+        capture_model_file(path, tmp_path / "out3", 2, plugins=plugins)
+
+
+def test_differs_compares_state_not_identity():
+    from graphguard.frontends.fx.repeat import differs
+    a, b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    assert differs(a, b) is None
+    b.eps = 1e-5
+    assert "attributes" in differs(a, b)
+    a.eps = 1e-6
+    assert "eps is 1e-05, not 1e-06" in differs(a, b)
+    c = torch.nn.Linear(4, 5)
+    assert "weight is torch.float32 [5, 4]" in differs(a, c)
+    d = torch.nn.Linear(4, 4)
+    d.table = torch.zeros(2)  # a tensor held as an attribute: must be the same object
+    e = torch.nn.Linear(4, 4)
+    e.table = torch.zeros(2)
+    assert "table" in differs(d, e)
+    e.table = d.table
+    assert differs(d, e) is None
+
+
+def test_capture_on_ray_writes_the_same_files(tmp_path, monkeypatch):
+    """``graphguard capture --workers 2``: the sequential program and the ranks as Ray tasks (this process
+    one of the workers) give byte for byte the files of the capture one by one."""
+    pytest.importorskip("ray")
+    monkeypatch.setenv("GG_LAYERS", "3")
+    monkeypatch.setenv("GG_REPEAT", "1")
+    serial = capture_model_file(LLAMA, tmp_path / "serial", 4)
+    on_ray = capture_model_file(LLAMA, tmp_path / "ray", 4, workers=2)
+    for k in ("spec", "impl", "relation"):
+        assert Path(serial[k]).read_bytes() == Path(on_ray[k]).read_bytes(), k

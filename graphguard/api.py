@@ -166,6 +166,7 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
     ctx = Context(g_s, g_d, eg, budget or Budget(), progress=progress)
     result = compute_out_rel(ctx, rel.inputs, partial_allowed(rel, allow_partial))
     result.layers = layer_table(g_s, result.node_stats)
+    result.repeat = {k: g.repeat for k, g in (("spec", g_s), ("impl", g_d)) if g.repeat is not None}
     t_end = time.monotonic()
     result.timings = {"load": t_load - t0, "infer": t_end - t_load, "total": t_end - t0,
                       "n_spec_ops": len(g_s.nodes), "n_impl_ops": len(g_d.nodes)}

@@ -115,3 +115,13 @@ def test_reinfer_after_a_rewrite(plugins, cx):
     (mul,) = [n for n in g.nodes if n.outputs == ["y"]]
     assert mul.op == "core.identity" and to_text(g.node_terms(mul)[0]) == "identity(x)"
     assert not g.consumers.get("one")
+
+
+@pytest.mark.parametrize("rep", ["layers", {"path": "layers"}, {"path": 3, "layers": 4}, {"path": "l", "layers": 1},
+                                 {"path": "l", "layers": True}])
+def test_a_bad_repeat_record_is_one_clear_error(plugins, cx, rep):
+    from graphguard.errors import InputError
+    from graphguard.ir.serde import graph_from_dict
+    doc = {"graphguard": 1, "inputs": [{"name": "x", "shape": [2]}], "outputs": ["x"], "nodes": [], "repeat": rep}
+    with pytest.raises(InputError, match="'repeat' must be"):
+        graph_from_dict(doc, "<t>", plugins.registry, cx)

@@ -60,6 +60,8 @@ STACK = textwrap.dedent('''
         def forward(self, x):
             for i, blk in enumerate(self.layers):
                 x = blk(x, scale=2.0 if BUG == "call" and i == 3 else 1.0)
+                if (BUG == "twice" and i == 0) or (BUG == "again" and i == 2):  # a layer applied twice
+                    x = blk(x, scale=1.0)
             return x
 
     def spec():
@@ -106,9 +108,15 @@ def test_llama_layers_repeated_same_certificate(tmp_path, monkeypatch, plugins):
     spec = json.loads(Path(rep["spec"]).read_text())
     assert {"layers.3.q_proj.weight", "layers.2.down_proj.weight"} <= {t["name"] for t in spec["inputs"]}
     assert not any("graphguard_repeat" in n["op"] for n in spec["nodes"])
+    assert spec["repeat"] == {"path": "layers", "layers": 4}
     a, b = _verify(full, plugins), _verify(rep, plugins)
     assert a.verdict == b.verdict == "refines"
     assert a.r_o_lines() == b.r_o_lines()
+    # the certificate states what was traced and what copied
+    assert not a.repeat and b.repeat == {"spec": ("layers", 4), "impl": ("layers", 4)}
+    assert ("G_d: layer 0 of 'layers' traced; layers 1-3 are copies of its graph over their own weights "
+            "(capture checked each a copy of layer 0 and called like it)") in b.render()
+    assert b.to_dict()["repeat"]["impl"] == {"path": "layers", "layers": 4}
 
 
 def test_repeated_spec_computes_the_model(tmp_path, monkeypatch, plugins):
@@ -143,6 +151,8 @@ def test_stack_repeated_refines(tmp_path, monkeypatch, plugins):
     ("skip", "layer 3 is not a copy of layer 0: 'the layer'.reduce is False, not True"),
     ("call", "layer 3 is called with other non-tensor arguments than layer 0"),
     ("leak", "is read outside the layer"),
+    ("twice", "layer 0 is called 2 times"),
+    ("again", "a layer is called more than once"),
 ])
 def test_a_later_layer_that_differs_is_refused(tmp_path, monkeypatch, plugins, bug, says):
     """Must not prove: a bug planted in layer 3 of 4 (its all-reduce skipped by an attribute), another call

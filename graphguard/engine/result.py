@@ -45,6 +45,7 @@ class VerifyResult:
     expect: dict | None = None
     sizes: list[tuple[str, str]] = field(default_factory=list)  # data-decided sizes proved equal (old, new name)
     layers: list[dict] = field(default_factory=list)  # per model layer: its G_s operators, reused, seconds (layers.py)
+    repeat: dict = field(default_factory=dict)  # "spec" / "impl" -> (layers' path, count) traced once (fx repeat)
 
     @property
     def exit_code(self) -> int:
@@ -68,6 +69,12 @@ class VerifyResult:
         return (f"layers: {len(self.layers)}; operators that reused an earlier operator's result: {reused} of {ops} "
                 f"({', '.join(per)})")
 
+    def repeat_line(self, which: str) -> str:
+        path, n = self.repeat[which]
+        what = {"spec": "G_s", "impl": "G_d"}.get(which, which)
+        return (f"{what}: layer 0 of '{path}' traced; layers 1-{n - 1} are copies of its graph over their own "
+                f"weights (capture checked each a copy of layer 0 and called like it)")
+
     def to_dict(self) -> dict:
         d = {
             "verdict": self.verdict,
@@ -82,6 +89,8 @@ class VerifyResult:
             d["sizes"] = [f"{a} = {b}" for a, b in self.sizes]
         if self.layers:
             d["layers"] = self.layers
+        if self.repeat:
+            d["repeat"] = {k: {"path": p, "layers": n} for k, (p, n) in self.repeat.items()}
         if self.replay is not None:
             d["replay"] = self.replay
         if self.expect is not None:
@@ -101,6 +110,7 @@ class VerifyResult:
                 lines += [f"  {a} = {b}" for a, b in self.sizes]
         if self.layers:
             lines.append(self.layers_line())
+        lines += [self.repeat_line(k) for k in self.repeat]
         if self.failure:
             f = self.failure
             loc = f" at {f.loc}" if f.loc else ""

@@ -63,6 +63,7 @@ class Graph:
         self.consumers: dict[str, list[Node]] = {}
         self.sources: list[Node] = []
         self.world_size: int | None = None
+        self.repeat: tuple[str, int] | None = None  # (layers' module path, count): traced once, copied (fx repeat)
         self._terms: dict[str, Term] = {}
 
     # -- construction ---------------------------------------------------------------------------

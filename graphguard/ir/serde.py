@@ -70,6 +70,13 @@ def graph_from_dict(doc: Any, source: str, reg: Registry, cx: Constraints) -> Gr
         if isinstance(ws, bool) or not isinstance(ws, int) or ws < 1:
             raise InputError(f"{source}: world_size must be a positive integer")
         g.world_size = ws
+    rep = doc.get("repeat")
+    if rep is not None:
+        if not (isinstance(rep, dict) and isinstance(rep.get("path"), str) and type(rep.get("layers")) is int
+                and rep["layers"] >= 2):
+            raise InputError(f"{source}: 'repeat' must be {{\"path\": the layers' module path, \"layers\": their "
+                             f"number (>= 2)}}")
+        g.repeat = (rep["path"], rep["layers"])
     for key in ("inputs", "nodes", "outputs"):
         if not isinstance(doc.get(key), list):
             raise InputError(f"{source}: missing or non-list field '{key}'")
@@ -142,6 +149,8 @@ def graph_to_dict(g: Graph) -> dict:
             d["loc"] = n.loc
         doc["nodes"].append(d)
     doc["outputs"] = g.outputs
+    if g.repeat is not None:
+        doc["repeat"] = {"path": g.repeat[0], "layers": g.repeat[1]}
     return doc
 
 

@@ -567,7 +567,8 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
                              after_backward=after_backward, repeat=repeat)
         with collector_paused():
             rg = to_rank_graph(_join(seen, backward, source), reg, None, groups)
-        doc = {"graphguard": 1, "name": name, "inputs": rg.inputs, "nodes": rg.nodes, "outputs": rg.outputs}
+        doc = {"graphguard": 1, "name": name, "inputs": rg.inputs, "nodes": rg.nodes, "outputs": rg.outputs,
+               **_repeat_doc(seen.get("repeat"))}
         return Captured(doc, _relation_doc({}, seen["sym"].constraints), outputs=rg.outputs)
     parts = [capture_one_rank(build, example_inputs, r, world_size, backward, reg, dynamic, group_ranks,
                               after_backward, repeat, source) for r in range(world_size)]
@@ -597,7 +598,12 @@ def capture_one_rank(build: Callable, example_inputs, rank: int, world_size: int
         if dist.is_initialized():
             dist.destroy_process_group()
     return rg, {"layouts": seen["layouts"], "grad_layouts": seen.get("grad_layouts", {}),
-                "constraints": seen["sym"].constraints}
+                "constraints": seen["sym"].constraints, "repeat": seen.get("repeat")}
+
+
+def _repeat_doc(rep) -> dict:
+    """What a graph file records of a stack traced once (the certificate states it)."""
+    return {"repeat": {"path": rep.path, "layers": rep.layers}} if rep is not None else {}
 
 
 def assemble(parts: list[tuple], name: str, source: str, backward: bool) -> Captured:
@@ -605,6 +611,7 @@ def assemble(parts: list[tuple], name: str, source: str, backward: bool) -> Capt
     ranks, seens = [p[0] for p in parts], [p[1] for p in parts]
     with collector_paused():
         doc = stitch(ranks, name, source)
+    doc.update(_repeat_doc(seens[0].get("repeat")))
     inputs = {n["name"].rsplit("@", 1)[0] for n in doc["inputs"]}
     rel = _relation([{k: v for k, v in s["layouts"][0].items() if k in inputs} for s in seens], "input", source,
                     lambda k, lay: (k, lay.relation(k, f"{source}: ")))

@@ -224,10 +224,15 @@ def expand(nodes: list[TNode], input_names: dict[str, str], rep: Repeat, source:
     and the stand-in's tensor arguments. ``input_names`` gains the new inputs."""
     where = f"{source}: repeat = '{rep.path}'"
     by = {t.name: t for t in nodes}
-    marks = {t.args[1]: t for t in nodes if t.target == MARK}
-    if set(marks) != {1, 2}:
-        raise InputError(f"{where}: layer 0's call was not captured once (its markers: {sorted(marks)})")
-    begin, end = marks[1], marks[2]
+    marks = [t for t in nodes if t.target == MARK]
+    if sorted(t.args[1] for t in marks) != [1, 2]:
+        raise InputError(f"{where}: layer 0 is called {sum(t.args[1] == 1 for t in marks)} times; a stack whose "
+                         f"layers are each called once can be traced once")
+    begin, end = sorted(marks, key=lambda t: t.args[1])
+    stubs = [t.args[1] for t in nodes if t.target == STUB]
+    if len(stubs) != len(set(stubs)):
+        raise InputError(f"{where}: a layer is called more than once; a stack whose layers are each called once "
+                         f"can be traced once")
     if begin.args[2] != end.args[2]:
         raise InputError(f"{where}: layer 0's markers disagree")
     key = begin.args[2]
@@ -254,6 +259,9 @@ def expand(nodes: list[TNode], input_names: dict[str, str], rep: Repeat, source:
         todo.extend(_refs((by[n].args, by[n].kwargs)))
     body = [t for t in nodes if t.name in inside and t.name in feeds and t.op == "call_function"
             and t.name not in arg_of]
+    if any(t.target in (MARK, STUB) for t in body):
+        raise InputError(f"{where}: layer 0 calls another layer of the stack; only layers called one after "
+                         f"another can be traced once")
     for t in nodes:  # nothing of layer 0 but its output is read after it
         if t is end or t.name in inside:
             continue

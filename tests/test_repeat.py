@@ -99,35 +99,35 @@ def _verify(files: dict, plugins):
 
 
 def test_llama_layers_repeated_same_certificate(tmp_path, monkeypatch, plugins):
-    """llama-tp, 4 layers, TP 2: layers 1 to 3 taken from layer 0's trace verify with the R_o of the
+    """llama-tp, 3 layers, TP 2: layers 1 and 2 taken from layer 0's trace verify with the R_o of the
     fully traced model; the later layers' weights are inputs named by their layer."""
-    monkeypatch.setenv("GG_LAYERS", "4")
+    monkeypatch.setenv("GG_LAYERS", "3")
     full = capture_model_file(LLAMA, tmp_path / "full", 2, plugins=plugins)
     monkeypatch.setenv("GG_REPEAT", "1")
     rep = capture_model_file(LLAMA, tmp_path / "rep", 2, plugins=plugins)
     spec = json.loads(Path(rep["spec"]).read_text())
-    assert {"layers.3.q_proj.weight", "layers.2.down_proj.weight"} <= {t["name"] for t in spec["inputs"]}
+    assert {"layers.2.q_proj.weight", "layers.1.down_proj.weight"} <= {t["name"] for t in spec["inputs"]}
     assert not any("graphguard_repeat" in n["op"] for n in spec["nodes"])
-    assert spec["repeat"] == {"path": "layers", "layers": 4}
+    assert spec["repeat"] == {"path": "layers", "layers": 3}
     a, b = _verify(full, plugins), _verify(rep, plugins)
     assert a.verdict == b.verdict == "refines"
     assert a.r_o_lines() == b.r_o_lines()
     # the certificate states what was traced and what copied
-    assert not a.repeat and b.repeat == {"spec": ("layers", 4), "impl": ("layers", 4)}
-    assert ("G_d: layer 0 of 'layers' traced; layers 1-3 are copies of its graph over their own weights "
+    assert not a.repeat and b.repeat == {"spec": ("layers", 3), "impl": ("layers", 3)}
+    assert ("G_d: layer 0 of 'layers' traced; layers 1-2 are copies of its graph over their own weights "
             "(capture checked each a copy of layer 0 and called like it)") in b.render()
-    assert b.to_dict()["repeat"]["impl"] == {"path": "layers", "layers": 4}
+    assert b.to_dict()["repeat"]["impl"] == {"path": "layers", "layers": 3}
 
 
 def test_repeated_spec_computes_the_model(tmp_path, monkeypatch, plugins):
     """The expanded specification graph, run on the model's weights, computes what PyTorch computes."""
     from graphguard.engine.replay import run_graph
     from graphguard.ir.scalar import Constraints
-    monkeypatch.setenv("GG_LAYERS", "5")
+    monkeypatch.setenv("GG_LAYERS", "3")
     monkeypatch.setenv("GG_REPEAT", "1")
     files = capture_model_file(LLAMA, tmp_path, 2, plugins=plugins)
     g = load_graph(files["spec"], plugins.registry, Constraints())
-    mod = load_module(LLAMA, GG_LAYERS="5")
+    mod = load_module(LLAMA, GG_LAYERS="3")
     model = mod.spec()
     x, cos, sin = mod.inputs(None, 1)
     env = {"x": x.numpy(), "cos": cos.numpy(), "sin": sin.numpy()}
@@ -201,13 +201,26 @@ def test_differs_compares_state_not_identity():
     assert differs(d, e) is None
 
 
+@pytest.mark.slow  # (Ray's start: ~15 s; the default suite starts Ray once, in tests/test_scale.py)
 def test_capture_on_ray_writes_the_same_files(tmp_path, monkeypatch):
     """``graphguard capture --workers 2``: the sequential program and the ranks as Ray tasks (this process
     one of the workers) give byte for byte the files of the capture one by one."""
     pytest.importorskip("ray")
-    monkeypatch.setenv("GG_LAYERS", "3")
+    monkeypatch.setenv("GG_LAYERS", "2")
     monkeypatch.setenv("GG_REPEAT", "1")
-    serial = capture_model_file(LLAMA, tmp_path / "serial", 4)
-    on_ray = capture_model_file(LLAMA, tmp_path / "ray", 4, workers=2)
+    serial = capture_model_file(LLAMA, tmp_path / "serial", 2)
+    on_ray = capture_model_file(LLAMA, tmp_path / "ray", 2, workers=2)
     for k in ("spec", "impl", "relation"):
         assert Path(serial[k]).read_bytes() == Path(on_ray[k]).read_bytes(), k
+
+
+def test_capture_leaves_the_model_as_it_was(plugins):
+    """The layers' forwards are the model's own again after capture (a model object the caller keeps)."""
+    from graphguard.frontends.fx.capture import capture
+    mod = load_module(LLAMA, GG_LAYERS="3")
+    model = mod.spec()
+    x, cos, sin = mod.inputs(None, 1)
+    want = model(x, cos, sin)
+    capture(lambda r: model, (x, cos, sin), plugins=plugins, repeat="layers")
+    assert not any("forward" in m.__dict__ for m in model.layers)
+    torch.testing.assert_close(model(x, cos, sin), want)

@@ -231,8 +231,11 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
     compiled = torch.compile(module, backend=backend, fullgraph=True, dynamic=None if dyn else False)
     try:
         if rep is not None:  # (forward only: no joint graph, which a stand-in could not be part of)
-            with torch.no_grad():
-                out = compiled(*args)
+            try:
+                with torch.no_grad():
+                    out = compiled(*args)
+            finally:
+                rep.restore()
         else:
             out = compiled(*args)
     except InputError:

@@ -15,7 +15,9 @@ gradient laid out like its input, DTensor output placements; see :mod:`.relation
 naming dynamic input dims by their size on that rank (``{"x": {0: "S"}}``, ``{"x": {0: f"S/{world}"}}`` for a
 sequence shard; see :mod:`.symints`), and ``after_backward(model, grads)``: with ``--backward``, the
 gradient step a framework runs after backward, captured into both programs (it updates ``grads``, parameter
-name -> gradient, in place; e.g. :func:`graphguard.patches.megatron.finalize_grads`). The file is the
+name -> gradient, in place; e.g. :func:`graphguard.patches.megatron.finalize_grads`), and ``repeat = "layers"``:
+the dotted path of an ``nn.ModuleList`` of identical layers, layer 0 traced and the others copied from its trace
+(checked copies, forward only: :mod:`.repeat`). The file is the
 user's own code and is executed like a test file. The relation written next to the graphs is the one
 verification uses.
 """

@@ -39,6 +39,13 @@ _OPS: dict = {}
 class Repeat:
     path: str  # dotted path of the layer list
     layers: int  # how many layers it holds (layer 0 traced, the others stood in for)
+    modules: tuple = ()  # the layers whose forward install() replaced (restore() puts theirs back)
+
+    def restore(self) -> None:
+        """The layers' own forwards again (the model is the user's after capture)."""
+        for m in self.modules:
+            m.__dict__.pop("forward", None)
+        self.modules = ()
 
 
 def _ops():
@@ -152,6 +159,8 @@ def install(module, path: str, where: str) -> Repeat | None:
     if len(layers) < 2:
         return None
     ref = layers[0]
+    if any("forward" in m.__dict__ for m in layers):
+        raise InputError(f"{where}: repeat = '{path}': a layer's forward is set on the instance; leave repeat out")
     for i in range(1, len(layers)):
         why = differs(ref, layers[i])
         if why is not None:
@@ -195,7 +204,7 @@ def install(module, path: str, where: str) -> Repeat | None:
     ref.forward = first
     for i in range(1, len(layers)):
         layers[i].forward = functools.partial(later, i)
-    return Repeat(path, len(layers))
+    return Repeat(path, len(layers), tuple(layers))
 
 
 def _refs(a) -> list[str]:

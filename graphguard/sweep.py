@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from .errors import GraphGuardError
+from .raysession import ray_session
 
 
 @dataclass(frozen=True)
@@ -90,16 +91,9 @@ def sweep(model: str, configs: list[Config], frontend: str = "fx", workers: int 
             if on_row:
                 on_row(rows[-1])
         return rows
-    try:
-        import ray
-    except ImportError:
-        raise GraphGuardError("graphguard sweep runs configurations in parallel on Ray, which is not installed: "
-                              "pip install 'graphguard[ray]' (or run them one by one with --workers 1)") from None
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=ray_address, num_cpus=None if ray_address else workers, include_dashboard=False,
-                 logging_level="ERROR", log_to_driver=False, configure_logging=False)
-    try:
+    missing = GraphGuardError("graphguard sweep runs configurations in parallel on Ray, which is not installed: "
+                              "pip install 'graphguard[ray]' (or run them one by one with --workers 1)")
+    with ray_session(workers, ray_address, missing) as ray:
         task = ray.remote(num_cpus=1, max_retries=0)(run_config)
         # the costliest first (ranks x layers, backward ~3x): the last task to start is a short one
         order = sorted(range(len(configs)), key=lambda i: -cost(configs[i]))
@@ -113,9 +107,6 @@ def sweep(model: str, configs: list[Config], frontend: str = "fx", workers: int 
                 if on_row:
                     on_row(rows[i])
         return rows  # type: ignore[return-value]
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def table(rows: list[dict]) -> list[str]:

@@ -323,8 +323,9 @@ def test_round_fills_rounds_to_the_dtype(plugins, value, dtype, rounded):
     else:
         assert got == written
     env = {"x": np.arange(3.0)}
-    # (the references compute in float64: the outputs are compared as the graph's dtype holds them)
-    y_after, y_before = (np.asarray(run_graph(g, dict(env), reg, {})["y"], dtype=dtype) for g in (after, before))
+    # (the references compute in float64: the outputs are compared as replay stores the graph's dtype)
+    from graphguard.engine.replay import _store
+    y_after, y_before = (_store(run_graph(g, dict(env), reg, {})["y"], dtype, "graph") for g in (after, before))
     np.testing.assert_array_equal(y_after, y_before)
 
 

@@ -29,7 +29,7 @@ from graphguard.errors import InputError
 from graphguard.gcpause import collector_paused
 
 from .convert import (DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, dtype_name, ir_op_name, loc_from_stack,
-                      to_rank_graph)
+                      ref_names, to_rank_graph)
 from .dtensor import grad_layouts, graph_layouts
 from .hooks import translate_backward_hooks
 from .repeat import expand as expand_repeat, install as install_repeat
@@ -359,16 +359,6 @@ def _join_after_backward(seen: dict, sym, joined: list, outs: list, out_names: l
             outs[where_out[f"grad.{seen['post_names'][base.mutated_input.idx]}"]] = v
 
 
-def _refs(a) -> list[str]:
-    if isinstance(a, Ref):
-        return [a.name]
-    if isinstance(a, (list, tuple)):
-        return [r for x in a for r in _refs(x)]
-    if isinstance(a, dict):
-        return [r for x in a.values() for r in _refs(x)]
-    return []
-
-
 def split_coalesced(nodes: list[TNode], out: TNode) -> list[TNode]:
     """One rank's all-reduce of coalesced tensors written as one all-reduce per tensor.
 
@@ -382,7 +372,7 @@ def split_coalesced(nodes: list[TNode], out: TNode) -> list[TNode]:
     by = {t.name: t for t in nodes}
     users: dict[str, list[TNode]] = {}
     for t in nodes + [out]:
-        for r in _refs((t.args, t.kwargs)):
+        for r in ref_names((t.args, t.kwargs)):
             users.setdefault(r, []).append(t)
     replace: dict[str, list[TNode]] = {}
     drop: set[str] = set()
@@ -416,7 +406,7 @@ def split_coalesced(nodes: list[TNode], out: TNode) -> list[TNode]:
                 else:
                     ok = False
         readers_of_cat = [u for u in users.get(cat.name, []) if u.name not in same and u is not ar]
-        if not ok or not slices or readers_of_cat or cat.name in _refs(out.args) or same & set(_refs(out.args)):
+        if not ok or not slices or readers_of_cat or cat.name in ref_names(out.args) or same & set(ref_names(out.args)):
             continue
         new = [TNode(f"{ar.name}.{i}", "call_function", ar.target, (Ref(p.name),) + tuple(ar.args[1:]), ar.kwargs,
                      p.shape, p.dtype, ar.loc) for i, p in enumerate(pieces)]

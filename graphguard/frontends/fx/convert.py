@@ -601,6 +601,11 @@ def _attr_value(v, kind: str, name: str, rank: int | None):
     return v
 
 
+def ref_names(a) -> list[str]:
+    """The names of the nodes ``a`` (a node's args, kwargs, or any nesting of them) refers to, in order."""
+    return [r.name for r in _refs(a)]
+
+
 def _refs(x):
     if isinstance(x, Ref):
         yield x

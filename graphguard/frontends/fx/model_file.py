@@ -79,7 +79,7 @@ def capture_model_file(path, out_dir, world_size: int, backward: bool = False, p
         s, d = _capture_on_ray(mod, path, world_size, backward, workers, ray_address, plugins)
     else:
         progs = capture_programs(mod, path, world_size, backward, [None, *range(world_size)], plugins)
-        s, d = progs[None], _impl(mod, path, world_size, backward, [progs[r] for r in range(world_size)])
+        s, d = progs[None], _impl(mod, path, backward, [progs[r] for r in range(world_size)])
     rel = input_relation(s, d, _user_relation(mod, path, world_size, backward), plugins, str(path))
     (out / "spec.gg.json").write_text(_dumps(s.doc))
     (out / "impl.gg.json").write_text(_dumps(d.doc))
@@ -118,7 +118,7 @@ def capture_programs(mod, path: Path, world_size: int, backward: bool, which: li
     return out
 
 
-def _impl(mod, path: Path, world_size: int, backward: bool, parts: list):
+def _impl(mod, path: Path, backward: bool, parts: list):
     name = f"{_settings(mod, path, backward)['name']}-impl"
     return assemble(parts, name, f"<capture {name}>", backward)
 
@@ -135,32 +135,25 @@ def _capture_on_ray(mod, path: Path, world_size: int, backward: bool, workers: i
     """The sequential program and the ranks spread over ``workers`` (this process one of them): Ray tasks,
     on a local Ray cluster started here or the one at ``ray_address``."""
     import os
-    try:
-        import ray
-    except ImportError:
-        raise InputError("graphguard capture --workers runs on Ray, which is not installed: "
-                         "pip install 'graphguard[ray]'") from None
+
+    from graphguard.raysession import ray_session
     units = [None, *range(world_size)]
-    # each other worker takes about 1/(workers + 1) of the programs, this process the rest (about two shares:
-    # it starts at once, a Ray worker after Ray's start and its own imports, ~6 s on a 2-core machine)
-    n = max(len(units) // (max(workers, 2) + 1), 1)
-    shares = [units[:len(units) - n * (max(workers, 2) - 1)]]
-    shares += [units[len(shares[0]) + k * n:len(shares[0]) + (k + 1) * n] for k in range(max(workers, 2) - 1)]
+    # each other worker takes about 1/(w + 1) of the programs, this process the rest (about two shares: it
+    # starts at once, a Ray worker after Ray's start and its own imports, ~6 s on a 2-core machine)
+    w = max(workers, 2)
+    n = max(len(units) // (w + 1), 1)
+    own = len(units) - n * (w - 1)
+    shares = [units[:own]] + [units[own + k * n:own + (k + 1) * n] for k in range(w - 1)]
     env = {k: v for k, v in os.environ.items() if k.startswith("GG_")}
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=ray_address, num_cpus=None if ray_address else workers, include_dashboard=False,
-                 logging_level="ERROR", log_to_driver=False, configure_logging=False)
-    try:
+    missing = InputError("graphguard capture --workers runs on Ray, which is not installed: "
+                         "pip install 'graphguard[ray]'")
+    with ray_session(workers, ray_address, missing) as ray:
         task = ray.remote(num_cpus=1, max_retries=0)(_captured_in_worker)
         refs = [task.remote(str(path.resolve()), world_size, backward, share, env) for share in shares[1:] if share]
         progs = capture_programs(mod, path, world_size, backward, shares[0], plugins)
         for got in ray.get(refs):
             progs.update(got)
-    finally:
-        if started:
-            ray.shutdown()
-    return progs[None], _impl(mod, path, world_size, backward, [progs[r] for r in range(world_size)])
+    return progs[None], _impl(mod, path, backward, [progs[r] for r in range(world_size)])
 
 
 def _dumps(doc: dict) -> str:

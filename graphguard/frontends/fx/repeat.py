@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from graphguard.errors import InputError
 
-from .convert import Ref, TNode
+from .convert import Ref, TNode, ref_names
 
 MARK = "graphguard_repeat.mark.default"
 STUB = "graphguard_repeat.stub.default"
@@ -207,16 +207,6 @@ def install(module, path: str, where: str) -> Repeat | None:
     return Repeat(path, len(layers), tuple(layers))
 
 
-def _refs(a) -> list[str]:
-    if isinstance(a, Ref):
-        return [a.name]
-    if isinstance(a, (list, tuple)):
-        return [r for x in a for r in _refs(x)]
-    if isinstance(a, dict):
-        return [r for x in a.values() for r in _refs(x)]
-    return []
-
-
 def _rename(a, m: dict):
     if type(a) is Ref:
         return Ref(m.get(a.name, a.name))
@@ -257,7 +247,8 @@ def expand(nodes: list[TNode], input_names: dict[str, str], rep: Repeat, source:
     # layer 0's body: what depends on its marked inputs or its parameters, and feeds its output
     inside = set(arg_of) | set(params)
     for t in nodes:
-        if t.op == "call_function" and t.name not in inside and t is not end and set(_refs(t.args)) & inside:
+        if t.op == "call_function" and t.name not in inside and t is not end \
+                and set(ref_names((t.args, t.kwargs))) & inside:
             inside.add(t.name)
     feeds, todo = set(), [out_ref.name]
     while todo:
@@ -265,7 +256,7 @@ def expand(nodes: list[TNode], input_names: dict[str, str], rep: Repeat, source:
         if n in feeds or n not in by:
             continue
         feeds.add(n)
-        todo.extend(_refs((by[n].args, by[n].kwargs)))
+        todo.extend(ref_names((by[n].args, by[n].kwargs)))
     body = [t for t in nodes if t.name in inside and t.name in feeds and t.op == "call_function"
             and t.name not in arg_of]
     if any(t.target in (MARK, STUB) for t in body):
@@ -274,19 +265,19 @@ def expand(nodes: list[TNode], input_names: dict[str, str], rep: Repeat, source:
     for t in nodes:  # nothing of layer 0 but its output is read after it
         if t is end or t.name in inside:
             continue
-        leak = set(_refs((t.args, t.kwargs))) & (inside - set(params))
+        leak = set(ref_names((t.args, t.kwargs))) & (inside - set(params))
         if leak:
             raise InputError(f"{where}: layer 0's value {sorted(leak)[0]} is read outside the layer "
                              f"({t.name}); only a layer whose output is all it passes on can stand for others")
     out = []
-    rename: dict[str, str] = {n: end.args[0][0].name for n in end_items}
+    rename: dict[str, str] = {n: out_ref.name for n in end_items}
     for n, src in arg_of.items():
         rename[n] = src.name
     for t in nodes:
         if t is begin or t is end or t.name in items:
             continue
         if t.target != STUB:
-            if any(r in rename for r in _refs((t.args, t.kwargs))):
+            if any(r in rename for r in ref_names((t.args, t.kwargs))):
                 t = TNode(t.name, t.op, t.target, _rename(t.args, rename), _rename(t.kwargs, rename), t.shape,
                           t.dtype, t.loc)
             out.append(t)

@@ -45,7 +45,7 @@ def main():
     t0 = time.perf_counter()
     pl = load_plugins()
     print(f"plugins loaded in {time.perf_counter() - t0:.2f} s; "
-          f"{len({r.lemma.ref for r in pl.lemmas})} lemmas ({len(pl.lemmas)} rules)")
+          f"{len({r.lemma.key for r in pl.lemmas})} lemmas ({len(pl.lemmas)} rules)")
     print(f"{'case':44} {'verdict':16} {'G_s':>4} {'G_d':>4} {'median s':>9} {'min s':>8} {'ms/G_d node':>11}")
     with tempfile.TemporaryDirectory() as tmp:
         for name, d in cases(Path(tmp)):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from .engine.lemma import relevant_rules, term_ops
 from .engine.egraph import Budget, EGraph
+from .engine.explain import explain
 from .engine.infer import Context, compute_out_rel, is_held
 from .engine.layers import layer_table
 from .engine.normalise import bias_after_rows, drop_identities, round_fills, scalar_forms
@@ -170,7 +171,8 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
     t_end = time.monotonic()
     result.timings = {"load": t_load - t0, "infer": t_end - t_load, "total": t_end - t0,
                       "n_spec_ops": len(g_s.nodes), "n_impl_ops": len(g_d.nodes)}
-    result.stats = {"lemma_hits": dict(sorted(ctx.stats.get("lemma_hits", {}).items())),
+    result.stats = {"lemma_hits": dict(sorted(ctx.stats.get("lemma_hits", {}).items(),  # by pack, then number
+                                              key=lambda kv: (kv[0].rpartition(":")[0], int(kv[0].rpartition(":")[2])))),
                     "iterations": ctx.stats.get("iterations", 0), "egglog_commands": eg.commands,
                     "reused_results": ctx.memo.hits,
                     # operators searched again with the exists="tensor" lemmas (none clean without them), and
@@ -181,7 +183,7 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
                     # operators whose outputs were read from a search cut short by its budget (partial_search)
                     "partial": ctx.stats.get("partial", 0),
                     "scalar_queries": cx.queries, "z3_queries": cx.z3_queries,
-                    "lemmas_loaded": len({r.lemma.ref for r in plugins.lemmas})}
+                    "lemmas_loaded": len({r.lemma.key for r in plugins.lemmas})}
     if rel.expect:
         result.expect = check_expect(result, rel)
         if result.expect["missing"] and result.verdict == "refines":
@@ -201,6 +203,7 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
                                      loc=node.loc if node else None, outputs=[t],
                                      reason=f"R_o maps {t} to {', '.join(got) or 'nothing'}, not the expected {exp}",
                                      input_relations={}, explored=[])
+    explain(result, g_s, g_d, plugins.registry, ctx.budget, ctx.partial_from, ctx.scaled_from)
     if replay:
         from .engine.replay import replay as do_replay
         t_replay = time.monotonic()

@@ -116,6 +116,8 @@ def cli(ctx, plugin_opts, debug):
 @click.option("--world-size", type=click.IntRange(min=1), default=None,
               help="Number of ranks (frontends that need it).")
 @click.option("--json", "json_out", type=click.Path(), default=None, help="Also write the result as JSON here.")
+@click.option("--html", "html_out", type=click.Path(), default=None,
+              help="Also write the result as an HTML report here (as 'graphguard report' does).")
 @click.option("--replay", is_flag=True, help="Check the verdict numerically with random inputs.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed for --replay.")
 @click.option("--replay-dtype", type=click.Choice(["graph", "float32", "float64"]), default=None,
@@ -126,7 +128,7 @@ def cli(ctx, plugin_opts, debug):
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar (there is none when stderr is not a terminal).")
 @click.pass_context
 def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, expect, allow_partial, world_size,
-           json_out, replay, seed, replay_dtype, max_iterations, max_enodes, timeout, quiet):
+           json_out, replay, seed, replay_dtype, max_iterations, max_enodes, timeout, quiet, html_out=None):
     """Verify that IMPL refines SPEC under RELATION; print R_o or the operator where it fails."""
     from .api import verify as run_verify
     from .engine.egraph import Budget
@@ -144,6 +146,9 @@ def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, ex
             Path(json_out).write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
         except OSError as e:
             raise GraphGuardError(f"{json_out}: cannot write the JSON result ({e.strerror})") from None
+    if html_out:
+        from .report import write_result_report
+        write_result_report(result, html_out)
     code = result.exit_code
     if replay and result.replay and not result.replay["ok"]:
         click.echo("graphguard: replay found a relation that does not hold numerically", err=True)
@@ -159,24 +164,64 @@ def lemmas():
 @lemmas.command("list")
 @click.pass_context
 def lemmas_list(ctx):
-    """Print every loaded lemma with its reference and where it is written."""
+    """Print every loaded lemma, pack by pack: its pack, reference (pack:number), name and file:line (a derived
+    lemma: its family and op), its rule on the next line; a count per pack and the total."""
     pl = _plugins(ctx.find_root())
-    seen = set()
+    by_pack: dict[str, dict] = {}  # pack -> {id: lemma}
     for r in pl.lemmas:
-        if id(r.lemma) in seen:
-            continue
-        seen.add(id(r.lemma))
-        click.echo(f"{r.lemma.pack:>8} {r.lemma}")
-    derived = {id(r.lemma) for r in pl.lemmas if r.lemma.variant}
-    click.echo(f"{len(seen)} lemmas ({len(pl.lemmas)} rules; {len(derived)} lemmas derived from operator properties by "
-               f"{len({r.lemma.ref for r in pl.lemmas if r.lemma.variant})} families)")
+        by_pack.setdefault(r.lemma.pack, {}).setdefault(id(r.lemma), r.lemma)
+    for pack in sorted(by_pack):
+        lems = sorted(by_pack[pack].values(), key=lambda lem: lem.ref)  # (stable: a family's ops stay in order)
+        for lem in lems:
+            fam, where = "", lem.where
+            if lem.family:  # (its where names the op too)
+                fam, where = f"  family {lem.family[0]}, op {lem.family[1]}", where.removesuffix(f" ({lem.family[1]})")
+            click.echo(f"{pack:<13} {lem.label:<18} {lem.name}{fam}  {where}\n    {lem.text()}")
+        derived = sum(1 for lem in lems if lem.family)
+        click.echo(f"{pack}: {len(lems)} lemmas ({derived} derived from operator properties)")
+    n = sum(map(len, by_pack.values()))
+    derived = {id(r.lemma) for r in pl.lemmas if r.lemma.family}
+    click.echo(f"{n} lemmas in {len(by_pack)} packs ({len(pl.lemmas)} rules; {len(derived)} lemmas derived from "
+               f"operator properties by {len({r.lemma.ref for r in pl.lemmas if r.lemma.family})} families)")
+
+
+class LemmaRef(click.ParamType):
+    """A lemma reference: ``pack:number`` (``aten:470``) or a bare number; read as (pack or "", number)."""
+    name = "pack:number"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        pack, sep, num = str(value).strip().rpartition(":")
+        if not (num.isascii() and num.isdigit()) or (sep and not pack):
+            self.fail(f"{value!r} is not a lemma reference (pack:number, e.g. core:104, or a number)", param, ctx)
+        return pack, int(num)
+
+
+def _chosen(rules: list, refs: tuple) -> list:
+    """The rules of the lemmas ``refs`` names. A bare number must name one pack's lemma, or one family's lemmas
+    (whatever packs' operators derived them): two packs' lemmas of that number are one line, exit 2."""
+    keep, unknown = set(), []
+    for pack, n in refs:
+        hit = [r for r in rules if r.lemma.ref == n and (not pack or r.lemma.pack == pack)]
+        packs = sorted({r.lemma.pack for r in hit})
+        if not hit:
+            unknown.append(f"{pack}:{n}" if pack else str(n))
+        elif not pack and len(packs) > 1 and not all(r.lemma.family for r in hit):
+            raise GraphGuardError(f"lemma reference {n} is ambiguous: {', '.join(f'{p}:{n}' for p in packs)} "
+                                  f"(give pack:number)")
+        keep.update(id(r) for r in hit)
+    if unknown:
+        raise GraphGuardError(f"no loaded lemma has the reference {', '.join(unknown)}")
+    return [r for r in rules if id(r) in keep]
 
 
 @lemmas.command("check")
 @click.option("--trials", type=click.IntRange(min=1), default=None,
               help="Distinct instances to draw per rule (default 25, as the test suite; a rule needs at least 20).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--ref", "refs", type=int, multiple=True, help="Only these lemma references.")
+@click.option("--ref", "refs", type=LemmaRef(), multiple=True,
+              help="Only these lemmas: pack:number (core:104), or a number one pack (or one family) has.")
 @click.pass_context
 def lemmas_check(ctx, trials, seed, refs):
     """Fuzz every lemma against the NumPy references; fails loudly on an unsound or untested one."""
@@ -187,19 +232,16 @@ def lemmas_check(ctx, trials, seed, refs):
     pl = _plugins(ctx.find_root(), gate=False)  # the tool that shows why a pack is refused
     t0 = time.monotonic()
     bad = 0
-    rules = [r for r in pl.lemmas if not refs or r.lemma.ref in refs]
-    unknown = sorted(set(refs) - {r.lemma.ref for r in rules})
-    if unknown:
-        raise GraphGuardError(f"no loaded lemma has the reference {', '.join(map(str, unknown))}")
+    rules = _chosen(pl.lemmas, refs) if refs else pl.lemmas
     least = None
     for r in rules:
         rep = fuzz_rule(r, pl.registry, trials=trials, seed=seed)
         least = rep if least is None or rep.instances < least.instances else least
         if rep.ok:
-            click.echo(f"ok    {r.id:>6} {r.lemma.name} ({rep.instances} instances)")
+            click.echo(f"ok    {r.id:>10} {r.lemma.name} ({rep.instances} instances)")
         else:
             bad += 1
-            click.echo(f"FAIL  {r.id:>6} {r.lemma.name} [{r.lemma.where}]: {rep.why()}")
+            click.echo(f"FAIL  {r.id:>10} {r.lemma.name} [{r.lemma.where}]: {rep.why()}")
     idents = 0
     forms = 0
     rows = 0
@@ -217,6 +259,24 @@ def lemmas_check(ctx, trials, seed, refs):
                + (f"; fewest instances: {least.instances} ({least.rule.id})" if least else "")
                + f"; {time.monotonic() - t0:.1f} s)")
     ctx.exit(1 if bad else 0)
+
+
+@cli.command("new-pack")
+@click.argument("name")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="Folder to write the pack's folder NAME into.")
+@click.pass_context
+def new_pack(ctx, name, out_dir):
+    """Write a third-party lemma pack skeleton into OUT/NAME, ready for `pip install -e`: pyproject.toml (the
+    entry point), the package NAME (hooks, an example operator NAME.my_scale, two lemmas NAME:1 and NAME:2),
+    tests/test_NAME.py and a README. Never overwrites: OUT/NAME must not exist."""
+    from .newpack import check_free, check_name, write_pack
+    check_name(name)
+    if (Path(out_dir) / name).exists():
+        raise GraphGuardError(f"new-pack: {Path(out_dir) / name} already exists (nothing written)")
+    check_free(name, _plugins(ctx, gate=False).registry)
+    for f in write_pack(name, out_dir):
+        click.echo(str(f))
 
 
 @cli.command()
@@ -314,6 +374,16 @@ def sweep(ctx, model, frontend, worlds, layers, backward, both, workers, ray_add
     verdicts = {r["verdict"] for r in rows}
     ctx.exit(2 if "error" in verdicts else 1 if "does-not-refine" in verdicts else 3 if "inconclusive" in verdicts
              else 0)
+
+
+@cli.command()
+@click.argument("result_path", metavar="RESULT.json", type=click.Path())
+@click.option("-o", "--out", "out", type=click.Path(), required=True, help="The HTML file to write.")
+def report(result_path, out):
+    """Write a result of 'verify --json' as one self-contained HTML page: the verdict, R_o or the failure with
+    a drawing of its neighbourhood in both graphs, per-operator timings, statistics."""
+    from .report import load_result, write_report
+    write_report(load_result(result_path), out, result_path)
 
 
 @cli.command()

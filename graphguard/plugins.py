@@ -110,7 +110,7 @@ def _gate(name: str, mod, rules: list, reg: Registry) -> None:
         for r in rules:
             rep = fuzz_rule(r, reg)
             if not rep.ok:
-                verdict["failed"] = f"lemma {r.lemma.ref} {r.lemma.name} ({r.lemma.where}): {rep.why()}"
+                verdict["failed"] = f"lemma {r.lemma.label} {r.lemma.name} ({r.lemma.where}): {rep.why()}"
                 break
         for op in (o for o in reg if o.source == name and (o.identity or o.scalar_form) and not verdict["failed"]):
             bad = [f"{n}: {why}" for n, _, why in check_identity(op, reg) + check_scalar_form(op, reg) if why]
@@ -150,18 +150,23 @@ def load_plugins(disabled: frozenset[str] = frozenset(), extra: tuple = (), gate
                 raise GraphGuardError(f"lemma function {name}() of plugin {names.get(id(impl.plugin), '?')} "
                                       f"is defined twice")
             reg.functions[name] = fn
+    from .engine.families import FAMILIES, derive
+    from .engine.lemma import compile_lemmas
     lemmas = []
-    seen: dict[int, object] = {}
+    seen: dict[tuple[str, int], str] = {}  # (pack, number) -> file:line: numbers are unique within a pack only
+    family = {ref: name for ref, name, *_ in FAMILIES}
     for impl in pm.hook.graphguard_lemmas.get_hookimpls():
         pack = names.get(id(impl.plugin), "?")
         for lem in impl.function() or []:
             lem.pack = lem.pack or pack
-            if lem.ref in seen:
-                raise GraphGuardError(f"lemma reference {lem.ref} is used twice ({seen[lem.ref]} and {lem.where})")
-            seen[lem.ref] = lem.where
+            if lem.key in seen:
+                raise GraphGuardError(f"lemma reference {lem.label} is used twice ({seen[lem.key]} and {lem.where})")
+            if lem.ref in family and not lem.variant:
+                raise GraphGuardError(f"lemma {lem.label} ({lem.where}): {lem.ref} is the number of the lemma family "
+                                      f"{family[lem.ref]} (graphguard/engine/families.py), whose lemmas every "
+                                      f"pack's operators derive; choose another")
+            seen[lem.key] = lem.where
             lemmas.append(lem)
-    from .engine.families import derive
-    from .engine.lemma import compile_lemmas
     lemmas += derive(reg)  # the families of the ops' declared properties (engine/families.py)
     compiled = compile_lemmas(lemmas, reg)
     if gate:

@@ -35,6 +35,8 @@ def test_summed_gradients_are_flagged_at_the_mean_loss():
     assert "scale(sum(mse_loss@0, mse_loss@1), factor=1/2)" in r.failure.reason
     assert r.failure.loc.startswith("model.py:")
     assert r.failure.replay["max_abs_diff"] > 1e-3
+    assert r.failure.hint.startswith("the ranks hold 2 times the value G_s computes")
+    assert "a sum where an average is meant" in r.failure.hint
     assert r.replay["ok"]  # what was related before the failure still holds numerically
 
 

@@ -59,11 +59,31 @@ def test_captured_graph_is_normalised():
     assert any(n.get("loc", "").startswith("model.py:") for n in d.doc["nodes"])
 
 
+@pytest.mark.parametrize("path,want", [
+    ("L['self']._modules['fc1']", "fc1"), ("L['self'].model.layers[0].mlp", "model.layers.0.mlp"),
+    ("L['self'].layers.0.forward.__closure__.1.cell_contents.__self__.down_proj", "layers.0.down_proj"),
+    ("L['self']", None), ("model.layers.0.mlp", "model.layers.0.mlp")])
+def test_module_paths_as_the_user_names_them(path, want):
+    from graphguard.frontends.fx.convert import module_path
+    assert module_path({"nn_module_stack": {"k": (path, object)}}) == want
+    assert module_path({"fwd_nn_module_stack": {"k": (path, object)}}) == want  # a backward node's
+    assert module_path({}) is None
+
+
 def test_missing_allreduce_bug():
     r = _verify(_model_file(EXAMPLES / "bugs" / "missing-allreduce" / "model.py"), 2, False)
     assert r.verdict == "does-not-refine"
     assert (r.failure.op, r.failure.node, r.failure.loc) == ("aten.addmm", "addmm_1", "model.py:48")
     assert r.failure.replay["max_abs_diff"] > 1e-3
+    # the report speaks the user's code: the function and module, where the G_d tensors come from, and a hint
+    f = r.failure
+    assert (f.func, f.module) == ("forward", "fc2") and f.where() == "model.py:48 in forward, module fc2"
+    assert f.sources["mm@1"] == "model.py:48 in forward, module fc2"
+    assert "gelu = concat(gelu@0, gelu@1, dim=1)" in f.hint and "missing all-reduce" in f.hint
+    assert "hint: no G_d aten.addmm reads" in r.render()
+    nb = f.neighbourhood
+    assert nb["focus"] == "addmm_1" and {"mm@0", "mm@1"} <= {n["name"] for n in nb["impl"]}
+    assert not any(n["collective"] for n in nb["impl"])  # (none near: that is the bug)
 
 
 def test_grad_scale_bug():
@@ -287,6 +307,7 @@ def test_layernorm_grads_not_allreduced_under_sp():
     # reaches ln2 first
     f = r.failure
     assert f.op == "aten.native_layer_norm_backward" and f.partial_output == "grad.ln2.bias"
+    assert f.module == "ln2" and "no all-reduce or reduce-scatter of G_d follows `ln2`" in f.hint
     assert "left as partial results on the ranks" in f.reason
     assert "also left partial: grad.ln1.weight, grad.ln1.bias, grad.ln2.weight" in f.reason
     missing = {t: got for t, _, got in r.expect["missing"]}

@@ -70,3 +70,31 @@ def test_swapped_kv_shards_do_not_refine(spec, hf_plan):
     r = graphguard.verify(spec.graph(), d.graph(), wrong)
     assert r.verdict == "does-not-refine"
     assert r.failure.op == "aten.bmm"
+
+
+@pytest.mark.slow
+def test_forgotten_down_proj_allreduce_is_named_in_the_users_terms(spec, monkeypatch):
+    """HF's rowwise down_proj with its all-reduce skipped: the report stops where the partial sums can go no
+    further (the final RMSNorm's pow) and its hint names the module whose output is a partial sum."""
+    from torch.distributed.tensor import DTensor
+    from transformers.distributed import tensor_parallel as tp
+    orig = tp.RowwiseParallel.transform_output_post_forward
+
+    def skip(self, module, output, mesh):
+        if getattr(module, "_skip_allreduce", False):
+            return output.to_local() if isinstance(output, DTensor) else output
+        return orig(self, module, output, mesh)
+    monkeypatch.setattr(tp.RowwiseParallel, "transform_output_post_forward", skip)
+
+    def build(r):
+        m = HF.impl(r, W, {})
+        m.model.layers[0].mlp.down_proj._skip_allreduce = True
+        return m
+    d = ggt.capture(build, lambda r: HF.inputs(r, W), world_size=W)
+    r = graphguard.verify(spec.graph(), d.graph(), ggt.input_relation(spec, d, HF.relation(W, False, {})))
+    f = r.failure
+    assert r.verdict == "does-not-refine" and f.op == "aten.pow.Tensor_Scalar" and f.module == "model.norm"
+    assert f.loc.startswith("modeling_llama.py:") and f.func == "forward"
+    assert "the partial sums begin at G_s aten.mm (modeling_llama.py:" in f.hint
+    assert "no all-reduce or reduce-scatter of G_d follows `model.layers.0.mlp.down_proj`" in f.hint
+    assert any(src.endswith("module model.layers.0.mlp.down_proj") for src in f.sources.values())

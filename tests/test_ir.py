@@ -125,3 +125,20 @@ def test_a_bad_repeat_record_is_one_clear_error(plugins, cx, rep):
     doc = {"graphguard": 1, "inputs": [{"name": "x", "shape": [2]}], "outputs": ["x"], "nodes": [], "repeat": rep}
     with pytest.raises(InputError, match="'repeat' must be"):
         graph_from_dict(doc, "<t>", plugins.registry, cx)
+
+
+def test_source_keys_round_trip_and_are_strings(plugins, cx):
+    """A node's source: ``loc``, ``func``, ``module`` (the user's line, its function, the module path) are kept,
+    printed by ``dump`` and ``describe``, and a non-string one is one clear error."""
+    from graphguard.errors import InputError
+    from graphguard.ir.serde import graph_from_dict
+    node = {"op": "aten.relu", "inputs": ["x"], "outputs": ["y"], "loc": "modeling_x.py:7", "func": "forward",
+            "module": "model.layers.0.mlp"}
+    doc = {"graphguard": 1, "inputs": [{"name": "x", "shape": [2]}], "outputs": ["y"], "nodes": [node]}
+    g = graph_from_dict(doc, "<t>", plugins.registry, cx)
+    assert {k: v for k, v in graph_to_dict(g)["nodes"][0].items() if k in node} == node
+    assert "# modeling_x.py:7 in forward, module model.layers.0.mlp" in g.dump()
+    assert g.nodes[0].describe().endswith("[modeling_x.py:7 in forward, module model.layers.0.mlp]")
+    for key in ("func", "module"):
+        with pytest.raises(InputError, match=f"'{key}' must be a string"):
+            graph_from_dict(dict(doc, nodes=[dict(node, **{key: 3})]), "<t>", plugins.registry, cx)

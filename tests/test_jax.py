@@ -299,7 +299,8 @@ def test_pytorch_llama_layer_is_refined_by_the_jax_tensor_parallel_layer(tmp_pat
     hits = r.stats["lemma_hits"]
     # ATen and HLO met through core (dot: matmul, batched_matmul; bmm of views: batched_matmul) and the
     # aten-hlo bridges (RMSNorm's square, mean, broadcasts; softmax; silu; the causal mask, RoPE, GQA's expand)
-    assert all(hits.get(ref) for ref in (800, 807, 364, 834, 838, 841, 842, 843, 1100, 1101, 1102, 1103)), hits
+    assert all(hits.get(ref) for ref in ("hlo-ops:800", "hlo-ops:807", "aten:364", *(f"aten-hlo:{n}" for n in (
+        834, 838, 841, 842, 843, 1100, 1101, 1102, 1103)))), hits
 
 
 def test_jax_layer_missing_its_attention_psum_does_not_refine_the_pytorch_layer(tmp_path):

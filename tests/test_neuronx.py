@@ -254,7 +254,7 @@ def test_neuronx_llama_tp2_verifies():
     assert r.r_o_lines() == ["out0 = concat(out0@0, out0@1, dim=0)",  # logits sharded on the vocabulary
                              "out1 = concat(out1@0, out1@1, dim=2)", "out2 = concat(out2@0, out2@1, dim=2)"]
     assert r.replay["ok"] and r.replay["checked"] >= 100
-    assert r.stats["lemma_hits"].get(880) and r.stats["lemma_hits"].get(881)  # the mask / RoPE tables, fused QKV
+    assert r.stats["lemma_hits"].get("hlo-ops:880") and r.stats["lemma_hits"].get("hlo-ops:881")  # the mask / RoPE tables, fused QKV
 
 
 def test_neuronx_llama_tp4_verifies(tmp_path):

@@ -61,6 +61,11 @@ def test_onnx_missing_allreduce_is_flagged(tmp_path, plugins):
     assert r.exit_code == 1, r.render()
     assert r.failure.op == "onnx.Add" and r.failure.node == "add", r.render()
     assert "linear_1 = sum(linear_1@0, linear_1@1)" in r.render()
+    # the exporter's metadata gives the user's line and the module (text, never evaluated)
+    line = next(i for i, x in enumerate((EXAMPLES / "onnx-mlp-tp" / "model.py").read_text()
+                                        .splitlines(), 1) if "self.fc2(" in x)
+    assert r.failure.sources["linear_1@0"] == f"model.py:{line} in forward, module fc2"
+    assert "no all-reduce or reduce-scatter of G_d follows `fc2`" in r.failure.hint
 
 
 # -- onnx-llama-tp: examples/llama-tp/model.py exported to ONNX, at TP 4 (each KV head on two ranks) -------------

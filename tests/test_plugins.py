@@ -66,12 +66,12 @@ def test_builtin_plugins_are_entry_points():
 def test_third_party_pack_is_loaded_and_fuzzed(third_party):
     p = _gg(third_party, "plugins")  # its bogus lemma fails the fuzzer when the pack is first loaded: refused
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert re.fullmatch(r"graphguard: error: lemma pack 'extra' is refused: lemma 9902 double-is-sum-BOGUS "
+    assert re.fullmatch(r"graphguard: error: lemma pack 'extra' is refused: lemma extra:9902 double-is-sum-BOGUS "
                         r"\(.*ggextra.__init__\.py:\d+\): values differ [^\n]*\n", p.stderr), p.stderr
     p = _gg(third_party, "lemmas", "check", "--ref", "9901", "--ref", "9902")  # ... and says why
     assert p.returncode == 1
-    assert re.search(r"ok\s+L9901", p.stdout)
-    assert re.search(r"FAIL\s+L9902 double-is-sum-BOGUS \[.*ggextra.__init__\.py:\d+\]: values differ", p.stdout)
+    assert re.search(r"ok\s+extra:9901 ", p.stdout)
+    assert re.search(r"FAIL\s+extra:9902 double-is-sum-BOGUS \[.*ggextra.__init__\.py:\d+\]: values differ", p.stdout)
     assert "1 passed, 1 failed" in p.stdout
 
 
@@ -124,7 +124,7 @@ def test_one_hookspec_module_lists_every_extension_point():
 
 @pytest.mark.parametrize("change,msg", [
     (("extra_rank(?a) >= 1", "extra_rnak(?a) >= 1"),
-     r"lemma 9901 \(.*ggextra.__init__\.py:\d+\): unknown function\(s\) extra_rnak\(\) \(built-in, or a plugin's "
+     r"lemma extra:9901 \(.*ggextra.__init__\.py:\d+\): unknown function\(s\) extra_rnak\(\) \(built-in, or a plugin's "
      r"graphguard_lemma_functions\)"),
     (('{"extra_rank":', '{"size":'), r"lemma function size\(\) of plugin extra is defined twice"),
 ])
@@ -140,4 +140,60 @@ def test_a_pack_whose_dependency_is_disabled_fails_clearly():
     spec, impl, rel = files(EXAMPLES / "paper-fig1")
     p = run_cli("-p", "no:core", "verify", "--spec", spec, "--impl", impl, "--relation", rel)
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert re.fullmatch(r"graphguard: error: lemma 301 \(.*lemmas.py:\d+\): unknown operator 'matmul'\n", p.stderr)
+    assert re.fullmatch(r"graphguard: error: lemma aten:301 \(.*lemmas.py:\d+\): unknown operator 'matmul'\n", p.stderr)
+
+
+# -- a lemma is pack:number: numbers are unique within a pack only ----------------------------------------------
+
+def test_two_packs_may_number_a_lemma_alike(third_party, tmp_path):
+    init = tmp_path / "ggextra" / "__init__.py"  # the third party's sound lemma takes core's number 104
+    init.write_text(PLUGIN.replace("L(9901,", "L(104,").replace(
+        'L(9902, "double-is-sum-BOGUS", "extra.double(?x) => ?x"),', ""))
+    p = _gg(third_party, "plugins")
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"lemmas: .*core: \d+.*extra: 1\b", p.stdout), p.stdout
+    p = _gg(third_party, "lemmas", "list")  # both, distinct: pack, pack:number, name, file:line
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"^core +core:104 +slice-of-concat-left  .*core.lemmas\.py:\d+$", p.stdout, re.M)
+    assert re.search(r"^extra +extra:104 +double-of-concat  .*ggextra.__init__\.py:\d+$", p.stdout, re.M)
+    assert re.search(r"^extra: 1 lemmas \(0 derived from operator properties\)$", p.stdout, re.M)
+    assert re.search(r"^\d+ lemmas in \d+ packs \(", p.stdout, re.M)
+    p = _gg(third_party, "lemmas", "check", "--ref", "extra:104", "--ref", "core:104")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"ok\s+extra:104 double-of-concat", p.stdout) and re.search(r"ok\s+core:104 slice", p.stdout)
+    assert "2 passed, 0 failed" in p.stdout
+    p = _gg(third_party, "lemmas", "check", "--ref", "104")  # a bare number two packs have: one line, exit 2
+    assert p.returncode == 2 and p.stderr == ("graphguard: error: lemma reference 104 is ambiguous: core:104, "
+                                              "extra:104 (give pack:number)\n"), p.stderr
+    p = _gg(third_party, "lemmas", "check", "--ref", "extra:105")
+    assert p.returncode == 2 and p.stderr == "graphguard: error: no loaded lemma has the reference extra:105\n"
+
+
+@pytest.mark.parametrize("ref,msg", [
+    ("9902", r"lemma reference extra:9902 is used twice \(.*ggextra.__init__\.py:\d+ and .*ggextra.__init__\.py:\d+\)"),
+    ("1201", r"lemma extra:1201 \(.*ggextra.__init__\.py:\d+\): 1201 is the number of the lemma family "
+             r"elementwise-of-concats \(graphguard/engine/families\.py\), .*"),
+], ids=["twice", "a-family-number"])
+def test_a_number_is_unique_within_its_pack(third_party, tmp_path, ref, msg):
+    init = tmp_path / "ggextra" / "__init__.py"
+    init.write_text(PLUGIN.replace("L(9901,", f"L({ref},"))  # (refused when loaded, before its lemmas are fuzzed)
+    p = _gg(third_party, "lemmas", "list")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert re.fullmatch(r"graphguard: error: " + msg + r"\n", p.stderr), p.stderr
+
+
+def test_rules_of_two_packs_with_one_number_are_distinct_in_the_egraph(plugins):
+    from graphguard.engine.lemma import L, build_rules
+    from graphguard.engine.prove import proves
+    from graphguard.plugins import Plugins
+    (core104,) = [r for r in plugins.lemmas if r.lemma.key == ("core", 104)]
+    lem = L(104, "neg-of-neg", "neg(neg(?x)) => ?x", "rank(?x) >= 0")  # (conditional: matched by the engine)
+    lem.pack = "extra"
+    (extra104,) = build_rules(lem, plugins.registry)
+    assert not core104.native and not extra104.native and core104.id != extra104.id
+    pl = Plugins(plugins.registry, [core104, extra104], plugins.frontends)
+    shapes = {"P": [2, 3], "Q": [3, 3], "X": [2, 3]}
+    term, head = "slice(concat(P, Q, dim=0), dim=0, start=0, end=1)", "slice(P, dim=0, start=0, end=1)"
+    assert proves(term, head, shapes, plugins=pl) and proves("neg(neg(X))", "X", shapes, plugins=pl)
+    assert proves(f"neg(neg({term}))", head, shapes, plugins=pl)  # both in one search
+    assert not proves(term, "slice(Q, dim=0, start=0, end=1)", shapes, plugins=pl)

@@ -590,8 +590,10 @@ def test_every_derived_rule_is_listed_and_fuzzed(plugins):
     # ... and `lemmas list` / `lemmas check` name each of a family's rules
     p = run_cli("lemmas", "list")
     assert p.returncode == 0
-    for r in derived:
-        assert f"[{r.lemma.ref}] {r.lemma.name}:" in p.stdout
+    for r in derived:  # pack, pack:number, name, its family and op, where
+        assert re.search(rf"^{re.escape(r.lemma.pack)} +{re.escape(r.lemma.label)} +{re.escape(r.lemma.name)}  family "
+                         rf"{re.escape(r.lemma.family[0])}, op {re.escape(r.lemma.family[1])}  .*families\.py:\d+$",
+                         p.stdout, re.M), r.lemma
     fam = [r for r in derived if r.lemma.ref == 1208]
     p = run_cli("lemmas", "check", "--ref", "1208")
     assert p.returncode == 0, p.stdout[-2000:]
@@ -633,9 +635,11 @@ def test_a_third_party_op_gets_the_families_by_declaring_properties(third_party,
     init.write_text(PROPERTY_PLUGIN.replace("SQUARE_LINEAR", "()"))
     p = _gg(third_party, "lemmas", "list")
     assert p.returncode == 0, p.stderr
-    assert "[1201] elementwise-of-concats[extra.double]: extra.double(concat(?a0, ?b0, dim=?d))" in p.stdout
-    assert "[1203] linear-over-sum[extra.double]" in p.stdout
-    assert "[1211] elementwise-of-slices[extra.square]" in p.stdout
+    assert re.search(r"^extra +extra:1201 +elementwise-of-concats\[extra.double\]  family elementwise-of-concats, "
+                     r"op extra.double  .*families\.py:\d+\n    extra.double\(concat\(\?a0, \?b0, dim=\?d\)\)", p.stdout, re.M)
+    assert re.search(r"^extra +extra:1203 +linear-over-sum\[extra.double\]  family", p.stdout, re.M)
+    assert re.search(r"^extra +extra:1211 +elementwise-of-slices\[extra.square\]  family", p.stdout, re.M)
+    assert re.search(r"^extra: 8 lemmas \(8 derived from operator properties\)$", p.stdout, re.M)
     p = _gg(third_party, "plugins")  # fuzzed when first loaded, as its hand-written lemmas would be
     assert p.returncode == 0, p.stderr
     assert re.search(r"lemmas: .*extra: 8", p.stdout), p.stdout  # 1201, 1203, 1211, 1213 for double; 1201, 1211, 1213 for square; 1204
@@ -643,7 +647,7 @@ def test_a_third_party_op_gets_the_families_by_declaring_properties(third_party,
     init.write_text(PROPERTY_PLUGIN.replace("SQUARE_LINEAR", "(0,)"))
     p = _gg(third_party, "plugins")
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert re.search(r"lemma pack 'extra' is refused: lemma 120[34] (linear-over-sum|scalar-factor-out)\[extra.square",
+    assert re.search(r"lemma pack 'extra' is refused: lemma extra:120[34] (linear-over-sum|scalar-factor-out)\[extra.square",
                      p.stderr), p.stderr
 
 

@@ -109,6 +109,9 @@ def test_llama_layers_repeated_same_certificate(tmp_path, monkeypatch, plugins):
     assert {"layers.2.q_proj.weight", "layers.1.down_proj.weight"} <= {t["name"] for t in spec["inputs"]}
     assert not any("graphguard_repeat" in n["op"] for n in spec["nodes"])
     assert spec["repeat"] == {"path": "layers", "layers": 3}
+    # each copied operator names its own layer's module, as the traced one names layer 0's
+    mods = {n.get("module") for n in spec["nodes"]}
+    assert {"layers.0.down_proj", "layers.1.down_proj", "layers.2.input_norm", "layers.2"} <= mods
     a, b = _verify(full, plugins), _verify(rep, plugins)
     assert a.verdict == b.verdict == "refines"
     assert a.r_o_lines() == b.r_o_lines()

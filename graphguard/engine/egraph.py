@@ -835,8 +835,8 @@ class EGraph:
                     continue
                 self.union(lhs, rhs, snap)  # (one program per union: egglog slows on long programs)
                 r.hits += 1
-                stats.setdefault("lemma_hits", {}).setdefault(r.lemma.ref, 0)
-                stats["lemma_hits"][r.lemma.ref] += 1
+                stats.setdefault("lemma_hits", {}).setdefault(r.lemma.label, 0)  # by pack:number
+                stats["lemma_hits"][r.lemma.label] += 1
                 merged += 1
         return merged
 

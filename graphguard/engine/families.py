@@ -4,8 +4,9 @@ An operator declares what it is -- elementwise, linear in some inputs, a reducti
 commutative (:class:`graphguard.ir.ops.OpDef`) -- and each family below, written once, states the standard
 lemma for every operator with that property, as tinygrad's rules over an op group serve every member. A pack's
 new operator joins a family by declaring the property. The derived lemmas are ordinary :class:`Lemma` s: their
-reference is the family's (12xx), their name ``family[op]``, their text the family's pattern spelt out for
-the op; they compile through :func:`build_rules` and ``graphguard lemmas check`` fuzzes every one of them.
+reference is the family's (12xx) in the pack of the op (``aten:1201``; no pack's own lemma may take a family's
+number), their name ``family[op]``, their text the family's pattern spelt out for the op; they compile through
+:func:`build_rules` and ``graphguard lemmas check`` fuzzes every one of them.
 
 Variables: ``?a<i>`` / ``?b<i>`` the two parts of input i, ``?x<i>`` an input used whole, ``?d<i>`` a concat
 dim, ``?p_<name>`` the op's attribute ``name``.
@@ -419,5 +420,6 @@ def derive(reg: Registry) -> list[Lemma]:
             for k, (rule, cond, when, examples) in enumerate(pieces):
                 tag = op.name if len(pieces) == 1 else f"{op.name}#{k}" if "#" not in op.name else f"{op.name}/{k}"
                 out.append(Lemma(ref, f"{name}[{tag}]", rule, cond, "root", f"{where} ({op.name})",
-                                 pack=op.source, examples=tuple(examples), when=when, variant=tag, late=late))
+                                 pack=op.source, examples=tuple(examples), when=when, variant=tag, late=late,
+                                 family=(name, op.name)))
     return out

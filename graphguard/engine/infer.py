@@ -42,6 +42,8 @@ class Context:
     ran_out: BudgetExceeded | None = None  # the current operator's search ran out of budget (partial_search)
     reused: bool = False  # the last operator took an earlier operator's result (memo.py)
     progress: object = None  # called (operators done, operators in all, node) after each G_s operator
+    partial_from: dict = field(default_factory=dict)  # G_s tensor known only as partial results -> where they began
+    scaled_from: dict = field(default_factory=dict)  # G_s tensor known only up to a constant factor -> where it entered
 
     def __post_init__(self):
         if not self.max_exprs:
@@ -60,8 +62,8 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
     no reader rescued (see :meth:`Carried.report`)."""
     R: Relation = {t: list(exprs) for t, exprs in r_i.items()}
     result = VerifyResult(relations=R, sizes=ctx.size_equalities)
-    scaled_from: dict[str, Node] = {}  # G_s tensor known only up to a constant factor -> where that began
-    partial_from: dict[str, Node] = {}  # G_s tensor known only as partial results of the ranks -> where that began
+    scaled_from: dict[str, Node] = ctx.scaled_from  # G_s tensor known only up to a constant factor -> where it began
+    partial_from: dict[str, Node] = ctx.partial_from  # G_s tensor known only as the ranks' partial results -> where
     order = {n.name: i for i, n in enumerate(ctx.g_s.topo_order())}
     replica_aliases(ctx, R)
     const_size: dict[str, int] = {}  # G_s tensor known as a constant term -> (at most) that term's size

@@ -1,7 +1,8 @@
 """Lemmas: rewrite rules as data.
 
 A lemma is one line -- a numeric reference, a name, ``lhs => rhs`` (or ``lhs <=> rhs`` for both
-directions), an optional side condition, and where the left side must exist::
+directions), an optional side condition, and where the left side must exist. Its identity is
+``pack:number`` (``core:104``: the pack's entry-point name, a number unique within that pack)::
 
     L(104, "slice-of-concat-left",
       "slice(concat(?p, ?q, dim=?d), dim=?d, start=?s, end=?e) => slice(?p, dim=?d, start=?s, end=?e)",
@@ -51,13 +52,30 @@ class Lemma:
     variant: str = ""  # a lemma of a family (engine/families.py): the op it is stated for (its rules' ids name it)
     late: bool = False  # run only in the searches after relayout.py's equalities (EGraph.late)
     tensors: tuple = ()  # variables whose e-class must hold a G_d tensor (a leaf) for the lemma to fire
+    family: tuple = ()  # a derived lemma's (family name, op) (engine/families.py)
 
-    def __str__(self) -> str:
+    @property
+    def key(self) -> tuple[str, int]:
+        """The lemma's identity: (pack, number). Numbers are unique within a pack only (a derived lemma shares
+        its family's number with the family's other lemmas of that pack: ``variant`` tells them apart)."""
+        return (self.pack, self.ref)
+
+    @property
+    def label(self) -> str:
+        """The lemma as named to a user: ``aten:470`` (the pack as its entry point registers it; the bare
+        number while it belongs to none, as a lemma built by hand)."""
+        return f"{self.pack}:{self.ref}" if self.pack else str(self.ref)
+
+    def text(self) -> str:
+        """The rule with its condition and how it fires."""
         c = f"  if {self.cond}" if self.cond else ""
         w = f"  when {self.when} exists" if self.when else ""
         w += "  where a tensor holds it" if self.exists == "tensor" else ""
         w += "  (late)" if self.late else ""
-        return f"[{self.ref}] {self.name}: {self.rule}{c}{w}"
+        return f"{self.rule}{c}{w}"
+
+    def __str__(self) -> str:
+        return f"[{self.label}] {self.name}: {self.text()}"
 
 
 def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root", examples: tuple = (),
@@ -108,23 +126,23 @@ def _lower_pattern(raw, reg: Registry, lem: Lemma) -> Term:
     if isinstance(raw, PVar):
         return raw
     if isinstance(raw, Leaf):
-        raise LemmaError(f"lemma {lem.ref} ({lem.where}): a pattern cannot name tensor '{raw.name}' "
+        raise LemmaError(f"lemma {lem.label} ({lem.where}): a pattern cannot name tensor '{raw.name}' "
                          f"(use a ?variable)")
     assert isinstance(raw, RawCall)
     op = reg.get(ALIASES.get(raw.name, raw.name))
     if op is None:
-        raise LemmaError(f"lemma {lem.ref} ({lem.where}): unknown operator '{raw.name}'")
+        raise LemmaError(f"lemma {lem.label} ({lem.where}): unknown operator '{raw.name}'")
     if op.meaning is not None:
-        raise LemmaError(f"lemma {lem.ref} ({lem.where}): {op.name} cannot appear in a pattern")
+        raise LemmaError(f"lemma {lem.label} ({lem.where}): {op.name} cannot appear in a pattern")
     args = tuple(_lower_pattern(a, reg, lem) for a in raw.args)
     if op.arity is not None and len(args) != op.arity:
-        raise LemmaError(f"lemma {lem.ref} ({lem.where}): {op.name} takes {op.arity} argument(s)")
+        raise LemmaError(f"lemma {lem.label} ({lem.where}): {op.name} takes {op.arity} argument(s)")
     if op.arity is None and op.name in VARIADIC and len(args) != 2:
-        raise LemmaError(f"lemma {lem.ref} ({lem.where}): variadic {op.name} is binary inside patterns")
+        raise LemmaError(f"lemma {lem.label} ({lem.where}): variadic {op.name} is binary inside patterns")
     given = dict(raw.kwargs)
     unknown = set(given) - {a.name for a in op.attrs}
     if unknown:
-        raise LemmaError(f"lemma {lem.ref} ({lem.where}): unknown attribute(s) {sorted(unknown)} of {op.name}")
+        raise LemmaError(f"lemma {lem.label} ({lem.where}): unknown attribute(s) {sorted(unknown)} of {op.name}")
     attrs = []
     for spec in op.attrs:
         if spec.name in given:
@@ -135,14 +153,14 @@ def _lower_pattern(raw, reg: Registry, lem: Lemma) -> Term:
                 c = v.value
                 if isinstance(c, tuple) and c[0] == "sym":
                     c = c[1] if spec.kind == "str" else S.symbol(c[1])
-                v = AConst(coerce_attr(op, spec, c, f"lemma {lem.ref}"))
+                v = AConst(coerce_attr(op, spec, c, f"lemma {lem.label}"))
             elif isinstance(v, AList) and all(isinstance(x, AConst) for x in v.items):
-                v = AConst(coerce_attr(op, spec, [x.value for x in v.items], f"lemma {lem.ref}"))
+                v = AConst(coerce_attr(op, spec, [x.value for x in v.items], f"lemma {lem.label}"))
             attrs.append((spec.name, v))
         elif spec.required:
-            raise LemmaError(f"lemma {lem.ref} ({lem.where}): {op.name} needs attribute {spec.name}=")
+            raise LemmaError(f"lemma {lem.label} ({lem.where}): {op.name} needs attribute {spec.name}=")
         else:
-            attrs.append((spec.name, AConst(coerce_attr(op, spec, spec.default, f"lemma {lem.ref}"))))
+            attrs.append((spec.name, AConst(coerce_attr(op, spec, spec.default, f"lemma {lem.label}"))))
     return App(op.name, args, tuple(attrs))
 
 
@@ -168,7 +186,7 @@ def _vars(p: Term, tv: list, av: dict, lem: Lemma, lhs: bool) -> None:
             if lhs:
                 av.setdefault(v.name, (p.op, name))
         elif lhs and not isinstance(v, AConst):
-            raise LemmaError(f"lemma {lem.ref} ({lem.where}): left-hand attributes must be ?variables or "
+            raise LemmaError(f"lemma {lem.label} ({lem.where}): left-hand attributes must be ?variables or "
                              f"constants, not expressions")
 
 
@@ -241,7 +259,7 @@ def _lift_negative_dims(p: Term, reg: Registry, lem: Lemma, conds: list) -> Term
         if neg:
             x = p.args[spec.dim_of]
             if not isinstance(x, PVar):
-                raise LemmaError(f"lemma {lem.ref} ({lem.where}): a negative dim {name}={attr_text(v.value)} of "
+                raise LemmaError(f"lemma {lem.label} ({lem.where}): a negative dim {name}={attr_text(v.value)} of "
                                  f"{p.op} needs a ?variable operand (or write it non-negative)")
             fresh = PVar(f"__dim{len(conds)}")
             rank = ACall("rank", (x,))
@@ -260,31 +278,31 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
             both = sep == "<=>"
             break
     else:
-        raise LemmaError(f"lemma {lem.ref} ({lem.where}): rule must be 'lhs => rhs' or 'lhs <=> rhs'")
+        raise LemmaError(f"lemma {lem.label} ({lem.where}): rule must be 'lhs => rhs' or 'lhs <=> rhs'")
     if lem.exists not in ("root", "args", "tensor"):
-        raise LemmaError(f"lemma {lem.ref} ({lem.where}): exists must be 'root', 'args' or 'tensor'")
+        raise LemmaError(f"lemma {lem.label} ({lem.where}): exists must be 'root', 'args' or 'tensor'")
     try:
-        lp = _lower_pattern(parse_raw(left.strip(), f"lemma {lem.ref}"), reg, lem)
-        rp = _lower_pattern(parse_raw(right.strip(), f"lemma {lem.ref}"), reg, lem)
-        cond = parse_cond(lem.cond, f"lemma {lem.ref}") if lem.cond.strip() else None
-        when = _lower_pattern(parse_raw(lem.when.strip(), f"lemma {lem.ref}"), reg, lem) if lem.when.strip() else None
+        lp = _lower_pattern(parse_raw(left.strip(), f"lemma {lem.label}"), reg, lem)
+        rp = _lower_pattern(parse_raw(right.strip(), f"lemma {lem.label}"), reg, lem)
+        cond = parse_cond(lem.cond, f"lemma {lem.label}") if lem.cond.strip() else None
+        when = _lower_pattern(parse_raw(lem.when.strip(), f"lemma {lem.label}"), reg, lem) if lem.when.strip() else None
     except LemmaError:
         raise
     except GraphGuardError as e:
-        raise LemmaError(f"lemma {lem.ref} ({lem.where}): {e}") from None
+        raise LemmaError(f"lemma {lem.label} ({lem.where}): {e}") from None
     calls: set[str] = set()
     for e in (lp, rp, cond):
         _expr_calls(e, calls)
     unknown = sorted(calls - FUNCTIONS.keys() - reg.functions.keys())
     if unknown:
-        raise LemmaError(f"lemma {lem.ref} ({lem.where}): unknown function(s) {', '.join(f + '()' for f in unknown)} "
+        raise LemmaError(f"lemma {lem.label} ({lem.where}): unknown function(s) {', '.join(f + '()' for f in unknown)} "
                          f"(built-in, or a plugin's graphguard_lemma_functions)")
     pairs = [(lp, rp, "")] + ([(rp, lp, "r")] if both else [])
     rules = []
     base_cond, base_when = cond, when
     for lhs, rhs, suffix in pairs:
         if not isinstance(lhs, App):
-            raise LemmaError(f"lemma {lem.ref} ({lem.where}): the left side must be an operator pattern")
+            raise LemmaError(f"lemma {lem.label} ({lem.where}): the left side must be an operator pattern")
         lifted: list = []
         lhs = _lift_negative_dims(lhs, reg, lem, lifted)
         when = _lift_negative_dims(base_when, reg, lem, lifted) if base_when is not None else None
@@ -296,7 +314,7 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
         _vars(lhs, tv, av, lem, True)
         if when is not None:
             if both:
-                raise LemmaError(f"lemma {lem.ref} ({lem.where}): 'when' needs a one-way rule (=>)")
+                raise LemmaError(f"lemma {lem.label} ({lem.where}): 'when' needs a one-way rule (=>)")
             _vars(when, tv, av, lem, True)
         bound = set(tv) | set(av)
         used: set[str] = set()
@@ -304,10 +322,10 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
         if cond is not None:
             _expr_vars(cond, used)
         if used - bound:
-            raise LemmaError(f"lemma {lem.ref} ({lem.where}): unbound variable(s) "
+            raise LemmaError(f"lemma {lem.label} ({lem.where}): unbound variable(s) "
                              f"{', '.join('?' + v for v in sorted(used - bound))}")
         if set(tv) & set(av):
-            raise LemmaError(f"lemma {lem.ref} ({lem.where}): a variable is used both as tensor and attribute")
+            raise LemmaError(f"lemma {lem.label} ({lem.where}): a variable is used both as tensor and attribute")
         if lem.exists == "args":
             arg_vars: list[str] = []
             for a in lhs.args:
@@ -315,7 +333,7 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
                     _vars(a, arg_vars, {}, lem, True)
             loose = [a.name for a in lhs.args if isinstance(a, PVar) and a.name not in arg_vars]
             if loose:
-                raise LemmaError(f"lemma {lem.ref} ({lem.where}): with exists='args' every top-level "
+                raise LemmaError(f"lemma {lem.label} ({lem.where}): with exists='args' every top-level "
                                  f"?variable must occur inside another argument ({loose})")
         avars = {k: (reg.get(op), name) for k, (op, name) in av.items()}
         native = (cond is None and when is None and lem.exists == "root" and not lem.late and not lem.tensors
@@ -324,13 +342,13 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
         index = {}
         for v, limit in lem.index:
             try:
-                index[v] = parse_cond(limit, f"lemma {lem.ref}")
+                index[v] = parse_cond(limit, f"lemma {lem.label}")
             except GraphGuardError as e:
-                raise LemmaError(f"lemma {lem.ref} ({lem.where}): {e}") from None
+                raise LemmaError(f"lemma {lem.label} ({lem.where}): {e}") from None
             used = set()
             _expr_vars(index[v], used)
             if v not in tv or used - bound:
-                raise LemmaError(f"lemma {lem.ref} ({lem.where}): index variable ?{v} or its bound is not bound "
+                raise LemmaError(f"lemma {lem.label} ({lem.where}): index variable ?{v} or its bound is not bound "
                                  f"by the left side")
         cv: set[str] = set()
         if cond is not None:
@@ -338,7 +356,7 @@ def build_rules(lem: Lemma, reg: Registry) -> list[Rule]:
         rcalls: set[str] = set()
         for e in (rhs, cond):
             _expr_calls(e, rcalls)
-        rid = f"L{lem.ref}{'.' + lem.variant if lem.variant else ''}{suffix}"
+        rid = f"{lem.label}{'.' + lem.variant if lem.variant else ''}{suffix}"  # unique: (pack, number, op, way)
         rules.append(Rule(lem, rid, lhs, rhs, cond, lem.exists, tv, avars, native, when=when,
                           index=index, cond_vars=(tuple(v for v in tv if v in cv), tuple(v for v in avars if v in cv)),
                           reads_dtype="dtype" in rcalls, reads_range=bool(rcalls & RANGE_FUNCTIONS)))

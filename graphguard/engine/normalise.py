@@ -173,7 +173,7 @@ def bias_after_rows(g: Graph, reg: Registry, cx: S.Constraints) -> int:
         g.tensors[rows] = g.tensors[final]  # (re-inferred by validate)
         n.op, n.inputs, n.attrs = prod, n.inputs[1:], {}
         view.outputs = [rows]
-        node = Node(add, [rows, bias.name], [final], {}, _suffixed(n.name, ".bias"), n.loc)
+        node = Node(add, [rows, bias.name], [final], {}, _suffixed(n.name, ".bias"), n.loc, n.func, n.module)
         node._declared = {}  # type: ignore[attr-defined]
         extra[id(view)] = node
         changed += 1

@@ -21,6 +21,18 @@ class Failure:
     explored: list[str]
     replay: dict | None = None  # numeric evidence, filled by --replay
     partial_output: str | None = None  # the G_s output left as partial results on the ranks (if that is the failure)
+    func: str | None = None  # the function of the user's code at loc, and the module path whose forward ran it
+    module: str | None = None
+    hint: str | None = None  # what explains the mismatch, where one is found (explain.py): a missing collective...
+    sources: dict[str, str] = field(default_factory=dict)  # G_d tensor named in the report -> where its producer is
+    neighbourhood: dict | None = None  # the operators around the failure, in both graphs (for a drawing)
+
+    def where(self) -> str:
+        """``modeling_llama.py:65 in forward, module model.layers.0.post_attention_layernorm`` (what is known)."""
+        parts = [self.loc + (f" in {self.func}" if self.func else "")] if self.loc else []
+        if self.module:
+            parts.append(f"module {self.module}")
+        return ", ".join(parts)
 
 
 @dataclass
@@ -113,9 +125,11 @@ class VerifyResult:
         lines += [self.repeat_line(k) for k in self.repeat]
         if self.failure:
             f = self.failure
-            loc = f" at {f.loc}" if f.loc else ""
+            loc = f" at {f.where()}" if f.loc or f.module else ""
             lines.append(f"stopped at G_s operator {f.op} (node '{f.node}' -> {', '.join(f.outputs)}){loc}")
             lines.append(f"  reason: {f.reason}")
+            if f.hint:
+                lines.append(f"  hint: {f.hint}")
             if f.input_relations:
                 lines.append("  relations known for its inputs:")
             for t, exprs in f.input_relations.items():
@@ -123,6 +137,13 @@ class VerifyResult:
                     lines.append(f"    {t} = {e}")
             if f.explored:
                 lines.append(f"  G_d tensors explored for it: {', '.join(f.explored)}")
+            if f.sources:  # the G_d tensors named above, by where their producers are in the user's code
+                lines.append("  where those G_d tensors come from:")
+                by_src: dict[str, list[str]] = {}
+                for t, src in f.sources.items():
+                    by_src.setdefault(src, []).append(t)
+                for src, ts in by_src.items():
+                    lines.append(f"    {', '.join(ts[:6])}{f' (+{len(ts) - 6})' if len(ts) > 6 else ''}: {src}")
             if f.replay:
                 r = f.replay
                 what = (f"the expected {r['candidate'][:-len(' (expected)')]}" if r["candidate"].endswith("(expected)")

@@ -38,6 +38,8 @@ class Collective:
     where: str
     inputs: tuple[str, ...] = ()  # all_to_all_tuple: one tensor per group member
     outputs: tuple[str, ...] = ()
+    func: str | None = None  # the function and module path of the user's code that issued it
+    module: str | None = None
 
 
 @dataclass
@@ -85,7 +87,7 @@ def stitch(ranks: list[RankGraph], name: str, source: str) -> dict:
                                      f"{first.kind}{first.attrs} on rank {group[0]} but {c.kind}{c.attrs} on "
                                      f"rank {r} ({c.loc or c.where})")
             base = f"{first.kind}.g{'_'.join(map(str, group))}.{i}"
-            loc = {"loc": first.loc} if first.loc else {}
+            loc = {k: v for k, v in (("loc", first.loc), ("func", first.func), ("module", first.module)) if v}
             if first.kind == "permute":
                 doc["nodes"].extend(_permute_nodes(base, group, parts, loc))
             elif first.kind == "all_to_all_tuple":

@@ -44,11 +44,20 @@ class Node:
     outputs: list[str]
     attrs: dict[str, Any] = field(default_factory=dict)
     name: str = ""
-    loc: str | None = None  # source location, when the frontend knows it
+    loc: str | None = None  # source location, when the frontend knows it: ``modeling_llama.py:65``
+    func: str | None = None  # the function of the user's code at ``loc``
+    module: str | None = None  # the module path whose forward ran it: ``model.layers.0.mlp.down_proj``
 
     def describe(self) -> str:
-        loc = f" [{self.loc}]" if self.loc else ""
+        loc = f" [{self.source_text()}]" if self.loc or self.module else ""
         return f"{self.op} (node '{self.name}' -> {', '.join(self.outputs)}){loc}"
+
+    def source_text(self) -> str:
+        """Where the user wrote it: ``modeling_llama.py:65 in forward, module model.layers.0.mlp`` (what is known)."""
+        parts = [self.loc + (f" in {self.func}" if self.func else "")] if self.loc else []
+        if self.module:
+            parts.append(f"module {self.module}")
+        return ", ".join(parts)
 
 
 class Graph:
@@ -75,8 +84,10 @@ class Graph:
         return name
 
     def add_node(self, op: str, inputs: list[str], outputs: list[str], attrs: dict | None = None,
-                 name: str = "", loc: str | None = None, shapes: dict | None = None) -> Node:
-        node = Node(op, list(inputs), list(outputs), dict(attrs or {}), name or f"n{len(self.nodes)}", loc)
+                 name: str = "", loc: str | None = None, shapes: dict | None = None, func: str | None = None,
+                 module: str | None = None) -> Node:
+        node = Node(op, list(inputs), list(outputs), dict(attrs or {}), name or f"n{len(self.nodes)}", loc, func,
+                    module)
         node._declared = shapes or {}  # type: ignore[attr-defined]
         self.nodes.append(node)
         return node
@@ -333,7 +344,7 @@ class Graph:
             outs = ", ".join(f"{o}: {fmt_shape(self.tensors[o].shape)}" for o in n.outputs)
             attrs = ", ".join(f"{k}={_fmt_attr(v)}" for k, v in n.attrs.items())
             args = ", ".join(n.inputs + ([attrs] if attrs else []))
-            loc = f"    # {n.loc}" if n.loc else ""
+            loc = f"    # {n.source_text()}" if n.loc or n.module else ""
             lines.append(f"  {outs} = {n.op}({args}){loc}")
         lines.append(f"  output {', '.join(self.outputs)}")
         return "\n".join(lines)

@@ -107,13 +107,14 @@ def graph_from_dict(doc: Any, source: str, reg: Registry, cx: Constraints) -> Gr
                                            **({"dtype": o["dtype"]} if "dtype" in o else {})}
             else:
                 raise InputError(f"{where} ({n['op']}): bad output entry {o!r}")
-        for key in ("name", "loc"):
+        for key in ("name", "loc", "func", "module"):
             if key in n and n[key] is not None and not isinstance(n[key], str):
                 raise InputError(f"{where} ({n['op']}): '{key}' must be a string")
         attrs = n.get("attrs", {})
         if not isinstance(attrs, dict):
             raise InputError(f"{where} ({n['op']}): 'attrs' must be an object")
-        g.add_node(n["op"], ins, names, attrs, n.get("name") or f"n{i}", n.get("loc"), declared)
+        g.add_node(n["op"], ins, names, attrs, n.get("name") or f"n{i}", n.get("loc"), declared, n.get("func"),
+                   n.get("module"))
     if not all(isinstance(o, str) for o in doc["outputs"]):
         raise InputError(f"{source}: 'outputs' must be a list of tensor names")
     if not doc["outputs"]:
@@ -145,8 +146,7 @@ def graph_to_dict(g: Graph) -> dict:
         d: dict[str, Any] = {"name": n.name, "op": n.op, "inputs": n.inputs, "outputs": n.outputs}
         if n.attrs:
             d["attrs"] = {k: _jsonable(v) for k, v in n.attrs.items()}
-        if n.loc:
-            d["loc"] = n.loc
+        d.update((k, v) for k, v in (("loc", n.loc), ("func", n.func), ("module", n.module)) if v)
         doc["nodes"].append(d)
     doc["outputs"] = g.outputs
     if g.repeat is not None:

@@ -28,10 +28,11 @@ from typing import Any, Callable
 from graphguard.errors import InputError
 from graphguard.gcpause import collector_paused
 
-from .convert import (DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, dtype_name, ir_op_name, loc_from_stack,
-                      ref_names, to_rank_graph)
+from .convert import (DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, dtype_name, frame_from_stack, ir_op_name,
+                      loc_from_stack, module_path, ref_names, to_rank_graph)
 from .dtensor import grad_layouts, graph_layouts
-from .hooks import translate_backward_hooks
+from .failure import capture_failure, missing_group, quiet_torch_logs
+from .hooks import refuse_tensor_hooks, translate_backward_hooks
 from .repeat import expand as expand_repeat, install as install_repeat
 from ..stitch import stitch
 from .symints import Symbols, merge_symbols
@@ -121,8 +122,9 @@ def _fx_to_tnodes(gm, sym: Symbols, prefix: str = "") -> list[TNode]:
             target = str(n.target)
         else:
             target = n.op
+        loc, func = frame_from_stack(n.meta.get("stack_trace"))
         out.append(TNode(prefix + n.name, n.op, target, conv(tuple(n.args)), conv(dict(n.kwargs)), shape, dtype,
-                         loc_from_stack(n.meta.get("stack_trace"))))
+                         loc, func, module_path(n.meta)))
     return out
 
 
@@ -190,6 +192,8 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
     args = tuple(args) if isinstance(args, (list, tuple)) else (args,)
     if isinstance(module, torch.nn.Module):
         translate_backward_hooks(module, where)
+    if backward:  # (a forward alone never runs them)
+        refuse_tensor_hooks(module, args, where)
     rep = None
     if repeat:
         if not isinstance(module, torch.nn.Module):
@@ -227,39 +231,57 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         # decompose (into core ATen) exactly the ops no loaded pack defines: mse_loss, ...
         return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=_decompositions(reg))(gm, example_inputs)
 
-    torch._dynamo.reset()
-    compiled = torch.compile(module, backend=backend, fullgraph=True, dynamic=None if dyn else False)
-    try:
-        if rep is not None:  # (forward only: no joint graph, which a stand-in could not be part of)
-            try:
-                with torch.no_grad():
+    made: set = set()  # process groups made for collectives given a rank list (below)
+    while True:
+        torch._dynamo.reset()
+        compiled = torch.compile(module, backend=backend, fullgraph=True, dynamic=None if dyn else False)
+        try:
+            with quiet_torch_logs():  # (torch logs a failing op's traceback before raising: the one line says it)
+                if rep is not None:  # (forward only: no joint graph, which a stand-in could not be part of)
+                    try:
+                        with torch.no_grad():
+                            out = compiled(*args)
+                    finally:
+                        rep.restore()
+                else:
                     out = compiled(*args)
-            finally:
-                rep.restore()
-        else:
-            out = compiled(*args)
-    except InputError:
-        raise
-    except Exception as e:  # capture failures are the user's program: say where, briefly
-        cause = e.inner_exception if isinstance(getattr(e, "inner_exception", None), InputError) else None
-        if cause is not None:
-            raise cause from None
-        root = getattr(e, "inner_exception", None) or e  # (a backend's failure: what it raised says why)
-        while (root.__cause__ or root.__context__) is not None:  # (TorchDynamo's wrappers: the error met)
-            root = root.__cause__ or root.__context__
-        loc = loc_from_stack(str(e))  # (TorchDynamo's message ends with the user's frames)
-        hint = ""
-        if type(root).__name__ == "GuardOnDataDependentSymNode":
-            hint = (" (the program branches or loops on tensor values there -- .item(), int(t), a loop over the "
-                    "experts hit --, which no single graph captures; write it with shapes known before it runs)")
-        raise InputError(f"{where} failed{f' at {loc}' if loc else ''}: {type(root).__name__}: "
-                         f"{(str(root).strip().splitlines() or [''])[0]}{hint}") from None
+            break
+        except InputError:
+            raise
+        except Exception as e:  # capture failures are the user's program: say where, briefly
+            cause = e.inner_exception if isinstance(getattr(e, "inner_exception", None), InputError) else None
+            if cause is not None:
+                raise cause from None
+            # a collective given a rank list (group=[0, 1]) that no group of the rank's has: torch resolves rank
+            # lists to groups made with dist.new_group, as the job's setup would have made it; make it, again
+            ranks = missing_group(e)
+            if ranks is not None and ranks not in made and rep is None and dist.is_initialized():
+                made.add(ranks)
+                dist.new_group(list(ranks))
+                continue
+            if ranks is not None:
+                raise InputError(f"{where}: a collective over ranks {list(ranks)}, which is no process group of "
+                                 f"rank {rank}'s (torch resolves a rank list to a group made with dist.new_group; "
+                                 f"is rank {rank} one of them?)") from None
+            root = getattr(e, "inner_exception", None) or e  # (a backend's failure: what it raised says why)
+            while (root.__cause__ or root.__context__) is not None:  # (TorchDynamo's wrappers: the error met)
+                root = root.__cause__ or root.__context__
+            loc = loc_from_stack(str(e))  # (TorchDynamo's message ends with the user's frames)
+            hint = ""
+            if type(root).__name__ == "GuardOnDataDependentSymNode":
+                hint = (" (the program branches or loops on tensor values there -- .item(), int(t), a loop over "
+                        "the experts hit --, which no single graph captures; write it with shapes known before it "
+                        "runs)")
+            # the real cause, the module whose forward ran it and the TP plan entry of that module (failure.py)
+            raise InputError(capture_failure(where, e, loc, module if isinstance(module, torch.nn.Module) else None,
+                                             args, hint, eager=rep is None)) from None
     outs = out if isinstance(out, (list, tuple)) else (out,)
     if backward:
         tensors = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
         if not tensors:
             raise InputError(f"backward=True but no output of rank {rank} requires grad")
-        torch.autograd.backward(tensors, [torch.ones_like(o) for o in tensors])
+        with quiet_torch_logs():
+            torch.autograd.backward(tensors, [torch.ones_like(o) for o in tensors])
         seen["grad_layouts"] = grad_layouts(list(module.named_parameters()) + [
             (k, v) for k, v in _named_args(module, args).items() if isinstance(v, torch.Tensor)])
         if after_backward is not None:
@@ -409,12 +431,12 @@ def split_coalesced(nodes: list[TNode], out: TNode) -> list[TNode]:
         if not ok or not slices or readers_of_cat or cat.name in ref_names(out.args) or same & set(ref_names(out.args)):
             continue
         new = [TNode(f"{ar.name}.{i}", "call_function", ar.target, (Ref(p.name),) + tuple(ar.args[1:]), ar.kwargs,
-                     p.shape, p.dtype, ar.loc) for i, p in enumerate(pieces)]
+                     p.shape, p.dtype, ar.loc, ar.func, ar.module) for i, p in enumerate(pieces)]
         replace[ar.name] = new
         for sl in slices:
             piece = new[bounds[(sl.args[2], sl.args[3])]]
             replace[sl.name] = [TNode(sl.name, "call_function", "aten.alias.default", (Ref(piece.name),), {},
-                                      sl.shape, sl.dtype, sl.loc)]
+                                      sl.shape, sl.dtype, sl.loc, sl.func, sl.module)]
         drop |= (same - {ar.name}) | {cat.name}
     result = []
     for t in nodes:

@@ -25,6 +25,7 @@ from graphguard.errors import InputError
 from graphguard.ir import scalar as S
 from graphguard.ir.ops import Registry
 
+from ..source import frame_from_stack
 from ..stitch import Collective, RankGraph
 
 
@@ -43,7 +44,9 @@ class TNode:
     kwargs: dict
     shape: tuple | None = None  # of the (first) output
     dtype: str | None = None
-    loc: str | None = None
+    loc: str | None = None  # the user's source line: ``modeling_llama.py:65``
+    func: str | None = None  # the function that line is in
+    module: str | None = None  # the module path whose forward ran it: ``model.layers.0.mlp.down_proj``
 
 
 @dataclass
@@ -99,16 +102,29 @@ def dtype_name(dt) -> str:
 
 
 def loc_from_stack(stack: str | None) -> str | None:
+    return frame_from_stack(stack)[0]
+
+
+def module_path(meta: dict) -> str | None:
+    """The module whose forward ran an fx node (innermost of ``nn_module_stack``; a backward node's
+    ``fwd_nn_module_stack``) as the user names it: ``L['self'].model.layers[0]._modules['mlp']`` ->
+    ``model.layers.0.mlp``."""
+    stack = meta.get("nn_module_stack") or meta.get("fwd_nn_module_stack")
     if not stack:
         return None
-    found = re.findall(r'File "([^"]+)", line (\d+)', stack)
-    # frames of libraries are not the user's; a model library's own model code (HF's modeling_*.py) is
-    lib = r"[/\\](torch|functorch|graphguard[/\\]patches)[/\\]|[/\\]transformers[/\\](?!models[/\\])"
-    user = [f for f in found if not re.search(lib, f[0])]
-    if not (user or found):
-        return None
-    path, line = (user or found)[-1]  # the innermost frame of the user's code
-    return f"{os.path.basename(path)}:{line}"
+    path = str(list(stack.values())[-1][0])
+    path = "." + re.sub(r"^L\[['\"]\w+['\"]\]\.?", "", path)  # the traced callable itself
+    path = re.sub(r"\._(?:modules|parameters|buffers)\[['\"]([^'\"]+)['\"]\]", r".\1", path)
+    path = re.sub(r"\[['\"]?([^'\"\]]+)['\"]?\]", r".\1", path).strip(".")
+    # a module reached through a wrapped forward's closure (``layers.0.forward.__closure__.1.cell_contents``) or a
+    # bound method (``.forward.__self__``) is the module it belongs to
+    path = re.sub(r"\.\w+(?:\.__closure__\.\d+\.cell_contents)?\.__self__(?=\.|$)", "", "." + path)
+    return path.strip(".") or None
+
+
+def source_of(n: TNode) -> dict:
+    """The source keys of a node record (gg.json): ``loc``, ``func``, ``module`` where known."""
+    return {k: v for k, v in (("loc", n.loc), ("func", n.func), ("module", n.module)) if v}
 
 
 def ir_op_name(target: str) -> str:
@@ -172,7 +188,7 @@ class _Converter:
         outs = [output] if isinstance(output, str) else output
         self.out.nodes.append({"name": self.full(node or n.name), "op": op,
                                "inputs": [self.full(i) for i in inputs], "outputs": [self.full(o) for o in outs],
-                               "attrs": attrs, **({"loc": n.loc} if n.loc else {})})
+                               "attrs": attrs, **source_of(n)})
         if isinstance(output, str) and n.shape is not None:
             self.shape[output], self.dtype[output] = tuple(n.shape), n.dtype
 
@@ -309,7 +325,8 @@ class _Converter:
             return
         if self.rank is None:
             raise InputError(f"{self.where(n)}: collective in a sequential (world size 1) capture")
-        self.out.nodes.append(Collective(kind, group, self.full(x), self.full(n.name), attrs, n.loc, self.where(n)))
+        self.out.nodes.append(Collective(kind, group, self.full(x), self.full(n.name), attrs, n.loc, self.where(n),
+                                         func=n.func, module=n.module))
         if n.shape is not None:
             self.shape[n.name], self.dtype[n.name] = tuple(n.shape), n.dtype
 
@@ -522,7 +539,7 @@ class _Converter:
         name = self.fresh(f"{n.name}.unread")
         self.shape[name], self.dtype[name] = self.shape[like], self.dtype.get(like)
         self.fills[name] = ("0", self.dtype[name])
-        self.emit(TNode(name, "call_function", "full", (), {}, loc=n.loc), "aten.full", [], name,
+        self.emit(TNode(name, "call_function", "full", (), {}, loc=n.loc, func=n.func, module=n.module), "aten.full", [], name,
                   size=[S.text(d) for d in self.shape[name]], fill_value="0", dtype=self.dtype[name])
         return name
 
@@ -536,7 +553,7 @@ class _Converter:
         if dtype == "bool" and like not in (None, "bool"):
             dtype = like if isinstance(value, int) or not like.startswith(("int", "uint")) else "float32"
         dtype = "int64" if isinstance(value, int) and (dtype or "").startswith("int") else (dtype or "float32")
-        self.emit(TNode(name, "call_function", "scalar_tensor", (), {}, loc=n.loc), "aten.scalar_tensor", [], name,
+        self.emit(TNode(name, "call_function", "scalar_tensor", (), {}, loc=n.loc, func=n.func, module=n.module), "aten.scalar_tensor", [], name,
                   s=_attr_value(value, "number", "s", None), dtype=dtype)
         self.shape[name], self.dtype[name] = (), dtype
         return name
@@ -904,7 +921,7 @@ def _select(conv: _Converter, n: TNode) -> None:
     mid = conv.fresh(n.name)
     sl = list(shape)
     sl[dim] = 1
-    conv.emit(TNode(mid, "call_function", "slice", (), {}, loc=n.loc), "core.slice", [x], mid, dim=dim,
+    conv.emit(TNode(mid, "call_function", "slice", (), {}, loc=n.loc, func=n.func, module=n.module), "core.slice", [x], mid, dim=dim,
               start=S.text(idx), end=S.text(S.norm(S.sym(idx) + 1)))
     conv.shape[mid] = tuple(sl)
     conv.emit(n, "core.reshape", [mid], n.name, shape=[S.text(d) for i, d in enumerate(shape) if i != dim])

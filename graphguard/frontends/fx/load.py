@@ -140,11 +140,126 @@ def _model_json(path: Path) -> tuple[bytes, str]:
         raise InputError(f"{path}: not a torch.export archive, or a damaged one ({e})") from None
 
 
-def read_pt2(path: Path) -> TGraph:
+def read_pt2(path: Path, reg=None) -> TGraph:
+    """The archive's graph; with a registry, ATen ops outside the core opset that no loaded pack defines (a
+    plain ``torch.export.export``'s ``aten.linear``, ``aten.matmul``) decomposed into core ATen first."""
     data, member = _model_json(path)
     doc = load_json(data, f"{path}: {member}")
     with malformed(str(path), f"exported program ({member})"):
-        return _tgraph(doc, str(path))
+        g = _tgraph(doc, str(path))
+    todo = _non_core(g, reg) if reg is not None else set()
+    if todo:
+        doc = _decomposed(doc, str(path), todo, reg)
+        with malformed(str(path), f"exported program ({member}, decomposed)"):
+            g = _tgraph(doc, str(path))
+    return g
+
+
+def _known(target: str, reg) -> bool:
+    from .convert import _DATA_MOVEMENT, FILLS, IDENTITY, ir_op_name
+    return target in IDENTITY or target in FILLS or target in _DATA_MOVEMENT or ir_op_name(target) in reg
+
+
+def _non_core(g: TGraph, reg) -> set[str]:
+    """The graph's ATen ops outside the core ATen opset that graphguard does not know."""
+    out = set()
+    for n in g.nodes:
+        if n.op != "call_function" or not n.target.startswith("aten.") or _known(n.target, reg):
+            continue
+        try:
+            import torch
+            _, name, overload = n.target.split(".")
+            op = getattr(getattr(torch.ops.aten, name), overload)
+        except (ValueError, AttributeError, RuntimeError):
+            continue  # (not an ATen op torch knows: the converter names it)
+        if torch.Tag.core not in op.tags:
+            out.add(n.target)
+    return out
+
+
+def _data_only(doc, where: str, refuse) -> None:
+    """What torch's deserializer would evaluate rather than read: symbolic expressions (``sympy.sympify``, which
+    evaluates its string), guard code, custom objects, extension operators. Refused: the graph is read as data."""
+    stack = [doc]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k in ("as_expr", "expr_str"):
+                    raise refuse("it holds symbolic expressions")
+                if k in ("custom_obj_values", "range_constraints", "guards_code") and v:
+                    raise refuse(f"it holds {k}")
+                if k == "target" and isinstance(v, str) and not v.startswith(("torch.ops.", "_operator.")):
+                    raise refuse(f"it calls {v[:60]!r}")
+                stack.append(v)
+        elif isinstance(x, list):
+            stack.extend(x)
+
+
+def _on_meta(x):
+    """The document with every device the meta device (no tensor of the archive is ever made)."""
+    if isinstance(x, dict):
+        return {k: ({"type": "meta", "index": None} if k in ("device", "as_device") else _on_meta(v))
+                for k, v in x.items()}
+    if isinstance(x, list):
+        return [_on_meta(v) for v in x]
+    return x
+
+
+def _decomposed(doc: dict, where: str, ops: set[str], reg) -> dict:
+    """The exported program decomposed into core ATen (torch's ``run_decompositions``), ops a loaded pack defines
+    kept, as a JSON document again. torch's deserializer reads the checked JSON graph only: parameters and buffers
+    are empty meta tensors of the recorded sizes, and nothing of the archive is unpickled (``torch.export.load``
+    would unpickle its weights, constants and sample inputs)."""
+    what = ", ".join(sorted(o.removesuffix(".default") for o in ops)[:4]) + (", ..." if len(ops) > 4 else "")
+
+    def refuse(why: str) -> InputError:
+        return InputError(f"{where}: holds ATen ops outside the core opset that no loaded lemma pack defines "
+                          f"({what}), and graphguard cannot decompose them: {why}; save the program after "
+                          f"ep.run_decompositions(), or add a lemma pack")
+    _data_only(doc, where, refuse)
+    import json
+    import warnings
+
+    import torch
+    from torch._export.serde import schema
+    from torch._export.serde.serialize import (EnumEncoder, ExportedProgramDeserializer, ExportedProgramSerializer,
+                                               _dataclass_to_dict, _dict_to_dataclass)
+
+    from .failure import quiet_torch_logs
+    try:
+        with quiet_torch_logs(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            meta = _on_meta(doc)
+            gm = meta["graph_module"]
+            tv = gm["graph"]["tensor_values"]
+            state, constants = {}, {}
+            for spec in gm["signature"]["input_specs"]:
+                kind, v = next(iter(spec.items()))
+                if kind not in ("parameter", "buffer"):
+                    continue
+                t = tv[v["arg"]["name"]]
+                empty = torch.empty([x["as_int"] for x in t["sizes"]], dtype=getattr(torch, SCALAR_TYPES[t["dtype"]]),
+                                    device="meta")
+                if kind == "parameter":
+                    state[v["parameter_name"]] = torch.nn.Parameter(empty, requires_grad=False)
+                elif v.get("persistent", True):
+                    state[v["buffer_name"]] = empty
+                else:
+                    constants[v["buffer_name"]] = empty
+            ep = ExportedProgramDeserializer().deserialize(_dict_to_dataclass(schema.ExportedProgram, meta), state,
+                                                           constants, None)
+            table = torch.export.default_decompositions()
+            for op in list(table.keys()):
+                if _known(str(op), reg):
+                    table.pop(op)  # kept: a pack defines it
+            ep = ep.run_decompositions(table)
+            out = ExportedProgramSerializer().serialize(ep).exported_program
+            return json.loads(json.dumps(_dataclass_to_dict(out), cls=EnumEncoder))
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- torch's failure on this graph, in one line
+        raise refuse(f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}") from None
 
 
 def _tgraph(doc, where: str) -> TGraph:
@@ -256,7 +371,7 @@ def load(req: LoadRequest) -> Graph:
     if len(paths) == 1 and paths[0].suffix == ".json":
         from graphguard.ir.serde import load_graph
         return load_graph(paths[0], req.registry, req.constraints)
-    graphs = [read_pt2(p) for p in paths]
+    graphs = [read_pt2(p, req.registry) for p in paths]
     if req.role == "spec":
         if len(graphs) != 1:
             raise InputError("the specification is one .pt2 archive")

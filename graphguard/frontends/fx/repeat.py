@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import enum
 import functools
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from graphguard.errors import InputError
 
@@ -207,6 +208,13 @@ def install(module, path: str, where: str) -> Repeat | None:
     return Repeat(path, len(layers), tuple(layers))
 
 
+def _layer_module(module: str | None, path: str, i: int) -> str | None:
+    """Layer 0's module path as layer ``i``'s: ``model.layers.0.mlp`` -> ``model.layers.7.mlp``."""
+    if module is None:
+        return None
+    return re.sub(rf"(^|\.){re.escape(path)}\.0(\.|$)", rf"\g<1>{path}.{i}\g<2>", module, count=1)
+
+
 def _rename(a, m: dict):
     if type(a) is Ref:
         return Ref(m.get(a.name, a.name))
@@ -278,8 +286,7 @@ def expand(nodes: list[TNode], input_names: dict[str, str], rep: Repeat, source:
             continue
         if t.target != STUB:
             if any(r in rename for r in ref_names((t.args, t.kwargs))):
-                t = TNode(t.name, t.op, t.target, _rename(t.args, rename), _rename(t.kwargs, rename), t.shape,
-                          t.dtype, t.loc)
+                t = replace(t, args=_rename(t.args, rename), kwargs=_rename(t.kwargs, rename))
             out.append(t)
             continue
         xs, i, k = t.args
@@ -300,7 +307,7 @@ def expand(nodes: list[TNode], input_names: dict[str, str], rep: Repeat, source:
             input_names[name] = f"{rep.path}.{i}.{suffix}"
         for b in body:  # (what a body node reads is in the body, layer 0's inputs, or before the layer)
             m[b.name] = f"{rep.path}.{i}.{b.name}"
-            out.append(TNode(m[b.name], b.op, b.target, _rename(b.args, m), _rename(b.kwargs, m) if b.kwargs else {},
-                             b.shape, b.dtype, b.loc))
+            out.append(replace(b, name=m[b.name], args=_rename(b.args, m), kwargs=_rename(b.kwargs, m) if b.kwargs else {},
+                               module=_layer_module(b.module, rep.path, i)))
         rename[t.name] = m[out_ref.name] if out_ref.name in m else rename.get(out_ref.name, out_ref.name)
     return out

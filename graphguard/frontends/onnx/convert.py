@@ -32,6 +32,7 @@ from graphguard.errors import GraphGuardError, InputError
 from graphguard.ir import scalar as S
 from graphguard.ir.ops import Registry, number_text, numel
 
+from ..source import frame_from_stack
 from ..stitch import Collective, RankGraph
 
 KNOWN_MAX = 4096  # constants up to this many entries are tracked by value (and folded)
@@ -57,6 +58,23 @@ def ident(s: str | bytes) -> str:
         s = s.decode("utf-8", "replace")
     s = re.sub(r"[^A-Za-z0-9_.]", "_", s)
     return s if re.match(r"[A-Za-z_]", s) else "t" + s
+
+
+def _torch_source(node) -> dict:
+    """Where a node exported by ``torch.onnx.export`` came from, read from its metadata (strings only, never
+    evaluated): the user's source line and function (``pkg.torch.onnx.stack_trace``) and the module path
+    (``pkg.torch.onnx.name_scopes``, e.g. ``['', 'layers.0', 'mlp', 'linear']`` -> ``layers.0.mlp``)."""
+    meta = {p.key: p.value for p in node.metadata_props}
+    out = {}
+    loc, func = frame_from_stack(meta.get("pkg.torch.onnx.stack_trace"))
+    if loc:
+        out["loc"] = loc
+        if func:
+            out["func"] = func
+    scopes = re.findall(r"'([^']*)'", meta.get("pkg.torch.onnx.name_scopes", ""))[:-1]  # (the last: the fx node)
+    if any(scopes):
+        out["module"] = ".".join(x for x in scopes if x)
+    return out
 
 
 class Val:
@@ -182,6 +200,7 @@ class Converter:
                 "outputs": [self.full(name)], "attrs": attrs}
         if self.node is not None:
             node["loc"] = f"{self.source}:{self.node.name or self.node.op_type} ({self.node.op_type}){self.inside()}"
+            node.update(_torch_source(self.node))
         self.out.nodes.append(node)
         return name
 

@@ -1,0 +1,212 @@
+"""What a failure report adds for its reader: where the operator is in *their* code, where the G_d tensors
+it was compared with come from, the failing neighbourhood (drawn by ``graphguard report``), and a hint -- the
+missing or nearest collective, a factor, a budget -- that explains the mismatch where one can be found.
+
+Nothing here decides a verdict: it reads the graphs and the relations inference left (``result.relations``).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from ..ir.expr import App, Term, leaves, rank_of, to_text
+from ..ir.graph import Graph, Node
+from .result import VerifyResult
+
+MAX_NEIGHBOURS = 40  # G_d operators drawn around a failure
+MAX_HOPS = 60  # G_d operators walked looking for the nearest collective
+
+
+def explain(result: VerifyResult, g_s: Graph, g_d: Graph, reg, budget=None, partial_from: dict | None = None,
+            scaled_from: dict | None = None) -> None:
+    """Fill ``result.failure``'s source, hint, G_d tensor sources and neighbourhood (no-op without a failure)."""
+    f = result.failure
+    if f is None:
+        return
+    by_name = {n.name: n for n in g_s.nodes}
+    v = by_name.get(f.node)
+    if v is not None:
+        f.func, f.module = v.func, v.module
+    R = result.relations
+    d_leaves = list(dict.fromkeys(x for t in f.input_relations for e in R.get(t, [])[:4] for x in leaves(e)))
+    named = list(dict.fromkeys(d_leaves + list(f.explored)))
+    f.sources = {t: src for t in named if (src := _source(g_d.producer.get(t)))}
+    collective = {o.name for o in reg if getattr(o, "collective", False)}
+    f.hint = _hint(f, v, g_s, g_d, R, collective, budget, partial_from or {}, scaled_from or {}, result.verdict)
+    f.neighbourhood = _neighbourhood(v, g_s, g_d, named, collective)
+
+
+def _source(n: Node | None) -> str | None:
+    return n.source_text() or None if n is not None else None
+
+
+def _hint(f, v, g_s, g_d, R, collective, budget, partial_from, scaled_from, verdict) -> str | None:
+    if f.reason.startswith("search budget exhausted") or (verdict == "inconclusive" and budget is not None):
+        return _budget_hint(f.reason, budget)
+    if v is None:
+        return None
+    for t in dict.fromkeys(v.inputs):
+        exprs = R.get(t, [])
+        if exprs and all(_scaled(e) for e in exprs):
+            return _factor_hint(t, exprs[0], scaled_from.get(t) or v)
+        if exprs and all(_partial(e) for e in exprs):
+            return _partial_hint(t, exprs[0], partial_from.get(t), g_d, collective)
+    if f.partial_output is not None:
+        exprs = R.get(f.partial_output, [])
+        if exprs:
+            return _partial_hint(f.partial_output, exprs[0], v, g_d, collective)
+    if "constant factor" in f.reason:
+        for o in f.outputs + [t for t in v.inputs]:
+            e = next((e for e in R.get(o, []) if _scaled(e)), None)
+            if e is not None:
+                return _factor_hint(o, e, v)
+    if not v.inputs or not all(R.get(t) for t in v.inputs):
+        return None
+    # every input is related: the ranks compute something else from them here
+    mine = [x for t in v.inputs for e in R.get(t, [])[:1] for x in leaves(e)]
+    counterparts = [n for x in mine for n in g_d.consumers.get(x, []) if n.op == v.op]
+    split = next((f"{t} = {to_text(e)}" for t in v.inputs for e in R.get(t, [])[:1]
+                  if isinstance(e, App) and e.op == "core.concat"), None)
+    near = _nearest_collectives(g_d, mine, collective)
+    parts = []
+    if counterparts:
+        c = counterparts[0]
+        parts.append(f"G_d's {c.op} on the same tensors ({c.name}{_at(c)}) does not compute what G_s's does from "
+                     f"them (other attributes, operands, or ranks' pieces)")
+    else:
+        parts.append(f"no G_d {v.op} reads the G_d tensors its inputs map to")
+    if split:
+        parts.append(f"its inputs are split across the ranks ({split})")
+    if near:
+        parts.append("nearest G_d collectives: " + "; ".join(f"{n.op}{_group(n)} {_dir} ({n.name}{_at(n)})"
+                                                            for n, _dir in near))
+    else:
+        parts.append(f"no G_d collective is within {MAX_HOPS} operators of those tensors: the ranks compute this "
+                     f"without communicating -- a missing all-reduce or all-gather here?")
+    return "; ".join(parts)
+
+
+def _factor_hint(t: str, e: App, v: Node) -> str:
+    factor = dict(e.attrs).get("factor") if hasattr(e, "attrs") else None
+    times = f"{_inverse(factor)} times" if factor is not None else "a constant multiple of"
+    return (f"the ranks hold {times} the value G_s computes ({t} = {to_text(e)}), from G_s {v.op} "
+            f"({v.source_text() or v.name}) on: a sum where an average is meant (all-reduce op sum, not avg), a "
+            f"missing 1/N, or a loss or gradient-accumulation scale applied twice or not at all")
+
+
+def _inverse(factor) -> str:
+    try:
+        from fractions import Fraction
+        return str(1 / Fraction(str(factor)))
+    except (ValueError, ZeroDivisionError, TypeError):
+        return f"1/({factor})"
+
+
+def _partial_hint(t: str, e: Term, origin: Node | None, g_d: Graph, collective: set) -> str:
+    mine = list(dict.fromkeys(leaves(e)))
+    mods = [m for x in mine if (p := g_d.producer.get(x)) is not None and (m := p.module)]
+    module = (origin.module if origin is not None else None) or (mods[0] if mods else None)
+    began = f"; the partial sums begin at G_s {origin.op} ({origin.source_text() or origin.name})" if origin else ""
+    src = (origin.loc if origin is not None else None) or next(
+        (p.loc for x in mine if (p := g_d.producer.get(x)) is not None and p.loc), None)
+    where = f"`{module}`" if module else f"the operator at {src}" if src else ", ".join(mine[:3])
+    reducing = {op for op in collective if "reduce" in op}
+    after = [n for n, d in _nearest_collectives(g_d, mine, reducing) if d == "after"]
+    if after:
+        n = after[0]
+        tail = (f"the nearest reduction after them, {n.op}{_group(n)} ({n.name}{_at(n)}), comes after operators that "
+                f"do not distribute over the sum: move it up to the output of {where}?")
+    else:
+        tail = f"no all-reduce or reduce-scatter of G_d follows {where}: a missing all-reduce?"
+    return (f"input {t} is known only as a sum of the ranks' partial results ({to_text(e)}){began}; on each rank the "
+            f"output of {where} is a partial sum, and {tail}")
+
+
+def _budget_hint(reason: str, budget) -> str:
+    """Which budget ran out (the reason names it) and the option that raises it."""
+    which = [(flag, now) for key, flag, now in (
+        ("iterations", "--max-iterations", budget and budget.iterations), ("e-nodes", "--max-enodes", budget and
+         budget.enodes), ("time budget", "--timeout", budget and f"{budget.seconds:g} s")) if key in reason]
+    if which:
+        flag, now = which[0]
+        raise_it = f"raise {flag}" + (f" (now {now})" if now else "")
+    else:  # an earlier operator's search was cut short: its result is partial
+        raise_it = "an earlier operator's search was cut short; raise --max-enodes, --max-iterations or --timeout"
+    return (f"the per-operator search budget ran out: {raise_it} (Python: graphguard.verify(..., "
+            f"budget=Budget(iterations, enodes, seconds))); after a cut-short search the verdict is inconclusive, never "
+            f"a certificate")
+
+
+def _scaled(e: Term) -> bool:
+    return isinstance(e, App) and e.op == "core.scale"
+
+
+def _partial(e: Term) -> bool:
+    """A cross-rank sum (or max) of the ranks' tensors at the top, or inside a concat."""
+    if isinstance(e, App) and e.op in ("core.sum", "core.max") and len({rank_of(x) for x in leaves(e)}) > 1:
+        return True
+    return isinstance(e, App) and e.op == "core.concat" and any(_partial(a) for a in e.args)
+
+
+def _at(n: Node) -> str:
+    s = n.source_text()
+    return f" at {s}" if s else ""
+
+
+def _group(n: Node) -> str:
+    g = n.attrs.get("group")
+    return f" over ranks {list(g)}" if g is not None else ""
+
+
+def _nearest_collectives(g: Graph, start: list[str], collective: set) -> list[tuple[Node, str]]:
+    """The first collective met walking G_d forward (consumers) and backward (producers) from ``start``."""
+    found = []
+    for direction in ("after", "before"):
+        seen, todo, hops = set(start), deque(start), 0
+        while todo and hops < MAX_HOPS:
+            t = todo.popleft()
+            nodes = g.consumers.get(t, []) if direction == "after" else [g.producer[t]] if t in g.producer else []
+            hit = None
+            for n in nodes:
+                hops += 1
+                if n.op in collective:
+                    hit = n
+                    break
+                for x in (n.outputs if direction == "after" else n.inputs):
+                    if x not in seen:
+                        seen.add(x)
+                        todo.append(x)
+            if hit is not None:
+                found.append((hit, direction))
+                break
+    return found
+
+
+def _node_record(n: Node, collective: set) -> dict:
+    ranks = sorted({r for r in map(rank_of, n.outputs) if r is not None})
+    return {"name": n.name, "op": n.op, "inputs": list(n.inputs), "outputs": list(n.outputs), "loc": n.loc,
+            "func": n.func, "module": n.module, "ranks": ranks, "collective": n.op in collective}
+
+
+def _neighbourhood(v: Node | None, g_s: Graph, g_d: Graph, named: list[str], collective: set) -> dict:
+    """The failing G_s operator with its producers and readers, and the G_d operators around the tensors the
+    report names (their producers and readers among them, the nearest collectives), for a drawing."""
+    spec: list[Node] = []
+    if v is not None:
+        spec = [g_s.producer[t] for t in dict.fromkeys(v.inputs) if t in g_s.producer] + [v]
+        spec += [n for o in v.outputs for n in g_s.consumers.get(o, [])][:6]
+        spec = list({n.name: n for n in spec}.values())
+    impl: dict[str, Node] = {}
+    for t in named:
+        if t in g_d.producer:
+            impl.setdefault(g_d.producer[t].name, g_d.producer[t])
+    mine = set(named)
+    for t in named:
+        for n in g_d.consumers.get(t, []):
+            if len(impl) < MAX_NEIGHBOURS and any(o in mine for o in n.outputs):
+                impl.setdefault(n.name, n)
+    for n, _ in _nearest_collectives(g_d, named, collective):
+        impl.setdefault(n.name, n)
+    nodes = list(impl.values())[:MAX_NEIGHBOURS]
+    return {"focus": v.name if v is not None else None,
+            "spec": [_node_record(n, collective) for n in spec],
+            "impl": [_node_record(n, collective) for n in nodes]}

@@ -108,7 +108,8 @@ def worker(mt: str, tps: list[int], mode: str) -> None:
             except InputError as e:
                 msg = str(e)
                 # the model's own code failing under HF's plan (a shape error...) vs graphguard refusing a construct
-                runs = re.search(r"failed( at \S+)?: (RuntimeError|ValueError|AssertionError|IndexError|TypeError)", msg)
+                runs = re.search(r"failed(?: in module '[^']*')?(?: \([^)]*\))?(?: at \S+)?: "
+                                 r"(RuntimeError|ValueError|AssertionError|IndexError|TypeError)", msg)
                 kind = "cannot-build" if "building the model" in msg or runs else "capture-error"
                 raise _Stop(kind, _op_named(msg) if kind == "capture-error" else "-", msg) from None
             user = Z.relation(tp, bw, mt=mt)  # (only the tensors the captured program reads)

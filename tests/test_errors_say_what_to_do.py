@@ -247,3 +247,37 @@ def test_a_gradient_hook_on_a_leaf_is_refused_not_left_out(where):
             "post-accumulate": "parameter 'fc.bias' has a post-accumulate-grad hook"}[where]
     with pytest.raises(InputError, match=what):
         ggt.capture(lambda r: m, lambda r: (x,), backward=True)
+
+
+def test_a_sharded_parameter_the_module_mixes_with_plain_tensors_is_named():
+    """A plan that makes a module's parameter a DTensor without wrapping the module's forward (HF's Granite-SWA
+    `sinks: colwise`): the failure names the parameter."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    class Sinks(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.sinks = torch.nn.Parameter(torch.zeros(4))
+
+        def forward(self, x):
+            return x - self.sinks
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = Sinks()
+
+        def forward(self, x):
+            return self.attn(x)
+
+    def build(rank):
+        m = Net()
+        m.attn.sinks = torch.nn.Parameter(distribute_tensor(m.attn.sinks.data, init_device_mesh("cpu", (2,)),
+                                                            [Shard(0)]))
+        return m
+    with pytest.raises(InputError) as e:
+        ggt.capture(build, (torch.randn(3, 4),), world_size=2)
+    msg = str(e.value)
+    assert "in module 'attn'" in msg and "got mixed torch.Tensor and DTensor" in msg, msg
+    assert "(its parameter 'sinks' is a DTensor, which this module's own code mixes with plain tensors" in msg, msg

@@ -24,12 +24,16 @@ def test_examples_are_found():
 # that would run the script again are marked slow)
 BUG_AT = {"megatron-sp-layernorm-grad": ("aten.native_layer_norm_backward", "bw.native_layer_norm_backward"),
           "megatron-sp-grad-avg": ("aten.native_layer_norm_backward", "bw.native_layer_norm_backward"),
-          "megatron-moe-routing": ("aten.topk", "topk")}
+          "megatron-moe-routing": ("aten.topk", "topk"),
+          "megatron-moe-aux-scale": ("aten.mul.Tensor", "bw.mul_18")}
 
 
 # examples run with more than the default (forward + backward: the forward is part of it), and lines their R_o
 # must hold
-ARGS = {"megatron-gpt": ["--backward"]}  # (megatron-moe's backward: tests/test_megatron_moe.py, slow)
+ARGS = {"megatron-gpt": ["--backward"],  # (megatron-moe's backward: tests/test_megatron_moe.py, slow)
+        # HF's layer against NeuronX: what verifies today, the KV caches (the whole layer stops at HF's additive
+        # mask, a real difference: examples/cross-hf-neuronx-llama/README.md, tests/test_cross_hf_neuronx.py)
+        "cross-hf-neuronx-llama": ["--outputs", "cache"]}
 # environment of a run: megatron-gpt with sequence parallelism (its other configurations: tests/test_megatron.py)
 ENV = {"megatron-gpt": {"GG_SP": "1"}}
 R_O = {"megatron-gpt": ["out0 = out0@0", "out0 = out0@1",  # the loss per token, on every rank
@@ -56,6 +60,10 @@ SLOW = {"hf-zoo": "tests/test_hf_zoo.py verifies its default, Qwen3 with HF's pl
         "megatron-moe-routing": "tests/test_megatron_moe.py::test_planted_routing_bug_is_flagged_at_the_expert_choice "
                                 "(slow; by default the real MoE layer verifies, megatron-moe, and the project's "
                                 "routing bugs are flagged: tests/test_moe_sparse.py)",
+        "megatron-moe-aux-scale": "tests/test_megatron_moe.py::test_global_aux_loss_refines_and_the_local_one_is_named "
+                                  "(slow, ~1 min; lemma aten:1359 and the aux-loss patch run by default)",
+        "cross-hf-neuronx-llama": "tests/test_cross_hf_neuronx.py::test_kv_caches_refine_at_tp1 and "
+                                  "test_tp1_rope_tables_mask_projections_verify_then_stops_at_the_additive_mask",
         "hf-llama-tp": "tests/test_hf_zoo.py: HF's own plans for Llama-family models",
         "cross-fx-hlo-llama": "tests/test_jax.py: the PyTorch Llama layer refined by the JAX layer",
         "gpt-tp-sp-apex": "examples/gpt-tp-sp: the same block with PyTorch's layer norm",

@@ -12,7 +12,7 @@ from graphguard.engine.prove import proves
 SHAPES = {"A": [4, 3], "B": [4, 3], "C": [4, 3], "E": [4, 3], "X": [4, 6], "W1": [3, 5], "W2": [3, 5],
           "V": [4], "Q1": [2, 3, 2, 4], "Q2": [2, 3, 2, 4], "K1": [2, 3, 2, 4], "K2": [2, 3, 2, 4],
           "S": [4, 6], "T": [4, 6], "U1": [3], "U2": [3],
-          "H1": [2, 1, 4, 2], "H2": [2, 2, 4, 2]}
+          "H1": [2, 1, 4, 2], "H2": [2, 2, 4, 2], "M": [2, 4], "N": [3, 3]}
 AB, CE = "concat(A, B, dim=1)", "concat(C, E, dim=1)"
 K = "hlo.constant(shape=[4, 6], value=0.5, dtype=float32)"
 K3 = "hlo.constant(shape=[4, 3], value=0.5, dtype=float32)"
@@ -59,6 +59,11 @@ def softmax_rows(x: str, rows: int, cols: int) -> str:
     (ROWSUM.format(x="sum(S, T)"), f"sum({ROWSUM.format(x='S')}, {ROWSUM.format(x='T')})"),
     # a transpose moving only size-1 dims is a reshape (XLA writes one head per rank's transpose so)
     ("permute(H1, dims=[0, 2, 1, 3])", "reshape(H1, shape=[2, 4, 1, 2])"),
+    # a replicated mask broadcast over the heads: with one head per rank each rank's copy inserts a size-1 dim
+    # (a reshape to the frontend); the sequential broadcast is the ranks' copies side by side (884, 885)
+    ("hlo.broadcast(M, shape=[2, 3, 4], dimensions=[0, 2])",
+     "concat(reshape(M, shape=[2, 1, 4]), reshape(M, shape=[2, 1, 4]), reshape(M, shape=[2, 1, 4]), dim=1)"),
+    ("hlo.broadcast(M, shape=[2, 4, 1], dimensions=[0, 1])", "reshape(M, shape=[2, 4, 1])"),
 ])
 def test_proves(lhs, rhs):
     assert proves(lhs, rhs, SHAPES)
@@ -84,6 +89,12 @@ def test_proves(lhs, rhs):
     (f"hlo.subtract({AB}, {CE})", "concat(hlo.subtract(A, E), hlo.subtract(B, C), dim=1)"),
     # a transpose that moves data is not a reshape
     ("permute(H2, dims=[0, 2, 1, 3])", "reshape(H2, shape=[2, 4, 2, 2])"),
+    # a broadcast whose dimensions transpose its operand is not a reshape, nor made of reshaped copies
+    ("hlo.broadcast(N, shape=[3, 1, 3], dimensions=[2, 0])", "reshape(N, shape=[3, 1, 3])"),
+    ("hlo.broadcast(N, shape=[3, 2, 3], dimensions=[2, 0])",
+     "concat(reshape(N, shape=[3, 1, 3]), reshape(N, shape=[3, 1, 3]), dim=1)"),
+    # ... nor is a broadcast repeating the operand along a dim it maps (M's rows, not a new dim)
+    ("hlo.broadcast(M, shape=[2, 2, 4], dimensions=[0, 2])", "reshape(concat(M, M, dim=0), shape=[2, 2, 4])"),
 ])
 def test_must_not_prove(lhs, rhs):
     assert not proves(lhs, rhs, SHAPES)

@@ -241,3 +241,61 @@ def test_index_add_at_the_token_order_is_not_the_sum_over_tokens():
     wrong = ("aten.sum.dim_IntList(permute(reshape(Y, shape=[8, 4, 3]), dims=[1, 0, 2]), dim=[0], keepdim=false,"
              " dtype=None)")
     assert not proves(_index_add(), wrong, {"Y": [32, 3]})
+
+
+# -- the router's auxiliary load-balancing loss -----------------------------------------------------------------
+
+def _routing_map(n: int, i: str, dim: int = 1) -> str:
+    return f"aten.scatter.value(aten.full(size=[{n}, 4], fill_value=0, dtype=int32), {i}, dim={dim}, value=1)"
+
+
+def test_routing_map_of_token_shards_is_the_shards_maps():
+    """lemma aten:1359: ones written at each token's top-k experts, the tokens in shards."""
+    sh, idx = {"I0": [3, 2], "I1": [5, 2]}, {"I0": "int64", "I1": "int64"}
+    assert proves(_routing_map(8, "concat(I0, I1, dim=0)"),
+                  f"concat({_routing_map(3, 'I0')}, {_routing_map(5, 'I1')}, dim=0)", sh, dtypes=idx)
+
+
+def test_routing_map_along_the_shard_dim_does_not_split():
+    sh, idx = {"I0": [4, 2], "I1": [4, 2]}, {"I0": "int64", "I1": "int64"}
+    part = "aten.scatter.value(aten.full(size=[4, 2], fill_value=0, dtype=int32), {}, dim=0, value=1)"
+    assert not proves("aten.scatter.value(aten.full(size=[8, 2], fill_value=0, dtype=int32), concat(I0, I1, dim=0), "
+                      "dim=0, value=1)", f"concat({part.format('I0')}, {part.format('I1')}, dim=0)", sh, dtypes=idx)
+
+
+def test_aux_loss_scaler_gives_megatrons_gradients():
+    """graphguard.patches.megatron reads MoEAuxLossAutoScaler's backward scale as a number (TorchDynamo cannot
+    read the class attribute): the same gradients, 1.0 by default and what set_loss_scale sets."""
+    import torch
+    from graphguard.patches import megatron as gm
+    gm.patch()
+    from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler as S
+    try:
+        for scale in (None, 0.25):
+            if scale is not None:
+                S.set_loss_scale(torch.tensor(scale))
+            out, aux = torch.randn(3, requires_grad=True), torch.tensor(2.0, requires_grad=True)
+            S.apply(out, aux).sum().backward()
+            assert torch.equal(out.grad, torch.ones(3)) and aux.grad.item() == (scale or 1.0)
+    finally:
+        S.set_loss_scale(torch.tensor(1.0))
+
+
+@pytest.mark.slow  # (about 1 minute)
+def test_global_aux_loss_refines_and_the_local_one_is_named():
+    """Megatron's global_aux_loss (token counts all-reduced before the loss) at EP 2, forward and backward,
+    refines the layer at EP 1; the per-rank aux_loss (each rank's own token counts) does not, and the report
+    names the router's token counts as the partial sums no all-reduce follows."""
+    p = _run("--backward", env={"GG_AUX": "global_aux_loss"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "grad.router.weight = sum(grad.router.weight@0, grad.router.weight@1)" in p.stdout
+    p = _run("--backward", env={"GG_AUX": "aux_loss"})
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "in switch_load_balancing_loss_func, module router" in p.stdout
+    assert "the partial sums begin at G_s aten.sum.dim_IntList (moe_utils.py:" in p.stdout
+    assert "in get_tokens_per_expert_and_token_count, module router" in p.stdout
+    # planted: the ranks' coefficient multiplied by the EP size (examples/bugs/megatron-moe-aux-scale)
+    bad = subprocess.run([str(EXAMPLES / "bugs" / "megatron-moe-aux-scale" / "run")], capture_output=True, text=True)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert ("stopped at G_s operator aten.mul.Tensor (node 'bw.mul_18' -> bw.mul_18) at moe_utils.py:130 in "
+            "switch_load_balancing_loss_func, module router") in bad.stdout

@@ -1,4 +1,4 @@
-"""The neuronx pack (AWS Neuron custom calls in HLO) and its example, a NeuronX-style Llama-3 layer at TP=2 and 4.
+"""The neuronx pack (AWS Neuron custom calls in HLO) and its example, a NeuronX-style Llama-3 layer at TP=1, 2, 4, 8.
 
 The pack loads as a plugin; its NumPy references compute what the Neuron kernels compute (checked against
 torch and against the same normalisation spelled out in plain HLO, as transformers-neuronx's fallback
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
 import sys
 
 import numpy as np
@@ -166,9 +167,9 @@ def test_absent_backend_config_is_the_last_dim_and_a_bad_one_an_error(tmp_path):
 # =================================================================================================
 
 def test_lemmas_are_sound(plugins):
-    rules = [r for r in plugins.lemmas if r.ref in REFS | {880, 881, 882}]
+    rules = [r for r in plugins.lemmas if r.ref in REFS | {880, 881, 882, 884, 885}]
     reports = [fuzz_rule(r, plugins.registry) for r in rules]
-    assert len(reports) == 10 and all(rep.ok for rep in reports), [(r.rule.id, r.failure, r.trials) for r in reports]
+    assert len(reports) == 12 and all(rep.ok for rep in reports), [(r.rule.id, r.failure, r.trials) for r in reports]
 
 
 SHAPES = {"A": [8, 2, 3], "B": [8, 1, 3], "C": [8, 2, 1], "W": [8], "E": [], "A0": [4, 2, 3], "A1": [4, 2, 3],
@@ -224,8 +225,70 @@ def test_shipped_files_are_what_the_generator_writes(tmp_path):
         assert f'custom_call_target="{target}"' in impl
     ops = set(re.findall(r" ([a-z-]+)\(", impl))
     assert {"dot", "slice", "sine", "cosine", "iota", "reduce", "exponential", "divide", "logistic", "select",
-            "compare", "dynamic-update-slice", "custom-call", "all-reduce", "transpose"} <= ops
+            "compare", "and", "dynamic-slice", "dynamic-update-slice", "custom-call", "all-reduce", "transpose"} <= ops
     assert "f16[" in impl
+
+
+def _ins(text: str, name: str) -> str:
+    return next(line for line in text.splitlines() if re.match(rf"\s*(ROOT )?%{re.escape(name)} = ", line))
+
+
+def test_the_layer_is_what_transformers_neuronx_writes():
+    """Left-padding mask (hlo.decoder_attention_mask), -30000 fill (attention.mask), softmax on an f32 copy
+    (attention.context), logits of the last position only (ln_lm_head), [V / tp, B] per rank."""
+    t = make.build(2).text()
+    assert "%start_ids = s32[2]{0} parameter(2)" in t
+    assert "direction=LE" in _ins(t, "mask.causal") and "%mask.q_pos" in _ins(t, "mask.causal")
+    assert "direction=GE" in _ins(t, "mask.started") and "%mask.start" in _ins(t, "mask.started")
+    assert "s32[2,6]{1,0} %start_ids" not in t and "broadcast(s32[2]{0} %start_ids), dimensions={0}" in t
+    assert re.search(r"%mask = pred\[2,2,6\]\{2,1,0\} and\(", t)
+    assert "dimensions={0,2,3}" in _ins(t, "mask.b") and "constant(-30000)" in _ins(t, "scores.low.c")
+    assert _ins(t, "scores.masked").split(" select(")[1].startswith("pred[2,4,2,6]{3,2,1,0} %mask.b")
+    for name, dtype in (("scores.f32", "f32"), ("probs.max", "f32"), ("probs.sum", "f32"), ("probs", "f16")):
+        assert f"%{name} = {dtype}[" in _ins(t, name)
+    assert "to_apply=%max_f32" in _ins(t, "probs.max") and "to_apply=%add_f32" in _ins(t, "probs.sum")
+    last = _ins(t, "last")
+    assert "f16[32,1,2]{2,1,0} dynamic-slice(" in last and "dynamic_slice_sizes={32,1,2}" in last
+    assert "constant(1)" in _ins(t, "last.at")  # S - 1: with left padding every row's last token is there
+    root = _ins(t, "outputs")
+    assert root.strip().startswith("ROOT %outputs = (f32[32,2]{1,0}, f16[6,2,2,4]{3,2,1,0}, f16[6,2,2,4]{3,2,1,0})")
+
+
+def test_kv_heads_are_replicated_beyond_one_per_rank():
+    """tp > KV heads: each KV head on tp / KV heads ranks; the relation lists one assembly per replica."""
+    assert [make.kv_layout(tp) for tp in (1, 2, 4, 8)] == [(4, 1), (2, 1), (1, 1), (1, 2)]
+    t = make.build(8).text()
+    assert "%cache_k = f16[6,2,1,4]{3,2,1,0} parameter(3)" in t and "f16[32,12]{1,0} parameter" in t  # 1 q + 1 k + 1 v
+    rel = make.relation(8)
+    assert ('cache_k: ["concat(cache_k@0, cache_k@2, cache_k@4, cache_k@6, dim=2)", '
+            '"concat(cache_k@1, cache_k@3, cache_k@5, cache_k@7, dim=2)"]') in rel
+    qkv = re.search(r"qkv_weight: (.*)", rel).group(1)
+    assert qkv.count('"concat(') == 2 and "slice(qkv_weight@1, dim=1, start=4, end=8)" in qkv
+    with pytest.raises(SystemExit, match="tp=3"):
+        make.build(3)
+
+
+def test_dimensions_follow_the_size():
+    try:
+        make.set_dims(**make.LLAMA_3_2_1B)
+        assert (make.H, make.NH, make.NKV, make.D, make.F, make.V) == (2048, 32, 8, 64, 8192, 128256)
+        assert make.kv_layout(8) == (1, 1)
+        t = make.build(8).text()
+        assert "f32[16032,2]{1,0}" in t and "f16[2048,384]{1,0} parameter" in t  # 4 q + 1 k + 1 v heads of 64
+    finally:
+        make.set_dims(hidden=32, heads=8, kv_heads=4, mlp=64, vocab=64, batch=2, new_tokens=2, cached=4)
+    assert make.build(1).text() == (EXAMPLE / "spec.hlo").read_text()  # the tiny dimensions are back
+
+
+def test_neuronx_llama_tp2_at_llama_3_2_1b_dimensions_verifies(tmp_path):
+    """Llama-3.2-1B's layer (hidden 2048, 32 heads over 8 KV heads, MLP 8192, vocabulary 128256) at TP 2: the
+    same operators, so about as fast as the tiny one (no replay: the weights would be drawn)."""
+    p = subprocess.run([sys.executable, str(EXAMPLE / "make.py"), "--size", "llama-3.2-1b", "--tp", "2", "--out",
+                        str(tmp_path)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    r = graphguard.verify(*_files(tmp_path), frontend="hlo", world_size=2)
+    assert r.verdict == "refines" and r.exit_code == 0, r.render()
+    assert r.r_o_lines()[0] == "out0 = concat(out0@0, out0@1, dim=0)"
 
 
 def test_text_and_binary_modules_load_to_the_same_graph(tmp_path):
@@ -282,6 +345,21 @@ def _flagged_at_the_first_op_on_k(r, tp: int):
     assert r.replay["ok"]  # every relation found before the failure holds numerically
 
 
+@pytest.mark.slow
+def test_neuronx_llama_tp8_replicated_kv_heads_verifies(tmp_path):
+    """8 ranks over 4 KV heads: each KV head on 2 ranks, one query head per rank (the mask broadcast over one
+    head is a reshape: 884, 885)."""
+    make.write(tmp_path, 8, "ok")
+    r = graphguard.verify(*_files(tmp_path), frontend="hlo", world_size=8, replay=True)
+    assert r.verdict == "refines" and r.exit_code == 0, r.render()
+    parts = lambda o, rs: ", ".join(f"{o}@{i}" for i in rs)  # noqa: E731
+    assert r.r_o_lines() == [f"out0 = concat({parts('out0', range(8))}, dim=0)",
+                             f"out1 = concat({parts('out1', range(0, 8, 2))}, dim=2)",
+                             f"out2 = concat({parts('out2', range(0, 8, 2))}, dim=2)"]
+    assert r.stats["lemma_hits"].get("hlo-ops:884") and r.stats["lemma_hits"].get("hlo-ops:885")
+    assert r.replay["ok"] and r.replay["checked"] >= 400
+
+
 def test_k_sliced_from_the_q_columns_is_flagged_at_the_first_op_on_k():
     r = graphguard.verify(*_files(BUG), frontend="hlo", world_size=2, replay=True)
     _flagged_at_the_first_op_on_k(r, 2)
@@ -308,7 +386,7 @@ def test_a_rank_after_rank_fused_qkv_relation_is_refuted(tmp_path):
 
 def test_without_the_pack_the_error_names_the_target():
     from conftest import run_cli
-    p = run_cli("-p", "no:neuronx", "verify", "--frontend", "hlo", "--spec", EXAMPLE / "spec.hlo", "--impl",
+    p = run_cli("-p", "no:neuronx", "-p", "no:aten-neuronx", "verify", "--frontend", "hlo", "--spec", EXAMPLE / "spec.hlo", "--impl",
                 EXAMPLE / "impl.hlo.pb", "--world-size", "2", "--relation", EXAMPLE / "relation.yaml")
     assert p.returncode == 2 and len(p.stderr.splitlines()) == 1
     assert "custom-call target 'AwsNeuronTransferWithStaticRing' is unknown" in p.stderr

@@ -99,7 +99,7 @@ def test_a_plugin_can_be_disabled(third_party):
     assert p.returncode == 2 and "no loaded lemma has the reference 9902" in p.stderr
     spec, impl, rel = files(EXAMPLES / "paper-fig1")
     p = _gg(third_party, "-p", "no:core", "-p", "no:aten", "-p", "no:vllm", "-p", "no:hlo-ops", "-p", "no:aten-hlo",
-            "-p", "no:onnx-aten", "-p", "no:extra", "verify", "--spec", spec, "--impl", impl, "--relation", rel)
+            "-p", "no:onnx-aten", "-p", "no:aten-neuronx", "-p", "no:extra", "verify", "--spec", spec, "--impl", impl, "--relation", rel)
     assert p.returncode == 2
     assert "unknown operator 'core.matmul'" in p.stderr and "Traceback" not in p.stderr
 
@@ -149,9 +149,6 @@ def test_two_packs_may_number_a_lemma_alike(third_party, tmp_path):
     init = tmp_path / "ggextra" / "__init__.py"  # the third party's sound lemma takes core's number 104
     init.write_text(PLUGIN.replace("L(9901,", "L(104,").replace(
         'L(9902, "double-is-sum-BOGUS", "extra.double(?x) => ?x"),', ""))
-    p = _gg(third_party, "plugins")
-    assert p.returncode == 0, p.stderr
-    assert re.search(r"lemmas: .*core: \d+.*extra: 1\b", p.stdout), p.stdout
     p = _gg(third_party, "lemmas", "list")  # both, distinct: pack, pack:number, name, file:line
     assert p.returncode == 0, p.stderr
     assert re.search(r"^core +core:104 +slice-of-concat-left  .*core.lemmas\.py:\d+$", p.stdout, re.M)

@@ -20,6 +20,15 @@ DISPATCHER = os.environ.get("GG_DISPATCHER", "alltoall")
 BUG = os.environ.get("GG_BUG", "")
 TOKENS = os.environ.get("GG_TOKENS", "sharded")  # or "replicated": every rank the same tokens
 TP = int(os.environ.get("GG_TP", "1"))  # tensor parallel (with sequence parallel) x expert parallel: world = TP x EP
+AUX = os.environ.get("GG_AUX", "none")  # the router's load-balancing loss: none, aux_loss, global_aux_loss, seq_aux_loss
+
+
+def _aux_coeff(world: int) -> float:
+    """The aux loss coefficient (0.1); planted bug ``GG_BUG=aux-scale``: the ranks' multiplied by the
+    expert-parallel size (a coefficient meant for a loss averaged over the ranks, applied to each rank's)."""
+    if AUX == "none":
+        return 0.0
+    return 0.1 * (world // (TP if world > 1 else 1) if BUG == "aux-scale" and world > 1 else 1)
 
 
 def _layer(world: int) -> MoELayer:
@@ -27,7 +36,7 @@ def _layer(world: int) -> MoELayer:
     gm.initialize(tensor_parallel=tp, expert_parallel=world // tp)
     config = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=max(TP, 1), ffn_hidden_size=FFN,
                                moe_ffn_hidden_size=FFN, num_moe_experts=EXPERTS, moe_router_topk=TOPK,
-                               moe_token_dispatcher_type=DISPATCHER, moe_router_load_balancing_type="none", moe_router_pre_softmax=TOPK == 1,
+                               moe_token_dispatcher_type=DISPATCHER, moe_router_load_balancing_type=AUX, moe_aux_loss_coeff=_aux_coeff(world), moe_router_pre_softmax=TOPK == 1,
                                expert_model_parallel_size=world // tp, tensor_model_parallel_size=tp,
                                sequence_parallel=tp > 1, use_cpu_initialization=True,
                                hidden_dropout=0.0, attention_dropout=0.0, bias_dropout_fusion=False,
@@ -97,6 +106,8 @@ def relation(world, backward):
         for w, dim in (("linear_fc1.weight", 0), ("linear_fc2.weight", 1)):
             shards = [f"experts.local_experts.{e % local}.{w}@{e // local * tp + t}" for t in range(tp)]
             rel[f"experts.local_experts.{e}.{w}"] = shards[0] if tp == 1 else f"concat({', '.join(shards)}, dim={dim})"
+    if AUX == "global_aux_loss":  # the router's running counts (over gradient-accumulation steps): zeros at first
+        rel.update({b: _same(b, world) for b in ("router.global_tokens_per_expert", "router.ga_steps")})
     if backward:
         rel["tangent.out0"] = _tokens("tangent.out0", world, tp) if cat else _same("tangent.out0", world)
     return {"inputs": rel}

@@ -15,17 +15,24 @@ tensor parallelism: the same module runs on every rank, its weights already shar
   ``cosine`` / ``sine``, rotate-half with ``negate`` + ``concatenate``;
 * KV cache parameters ``f16[T, B, kv, D]``: the new keys / values written at position P with
   ``dynamic-update-slice`` and returned; grouped-query attention repeats each KV head (``broadcast`` +
-  ``reshape``); causal mask from ``iota`` / ``compare`` / ``select``; softmax as ``reduce`` max, ``subtract``,
-  ``exponential``, ``reduce`` add, ``divide``;
+  ``reshape``); with tp > KV heads each KV head is replicated on tp / KV heads ranks (GQA.REPLICATED_HEADS);
+* the attention mask of ``hlo.decoder_attention_mask``: ``start_ids`` ``s32[B]`` (left padding: each row's
+  first valid position), key position ``<=`` query position (``cache_ids``) AND key position ``>=``
+  ``start_ids[b]`` from ``iota`` / ``broadcast`` / ``compare`` / ``and`` as ``pred[B, S, T]``, applied as
+  ``attention.mask`` does (``broadcast`` over the heads, ``select`` against -30000); softmax on the ``f32``
+  copy of the scores (``attention.context``: "Upcast to f32 before computation") as ``reduce`` max,
+  ``subtract``, ``exponential``, ``reduce`` add, ``divide``, the probabilities converted back to ``f16``;
 * o_proj and down_proj row-parallel, each followed by ``all-reduce`` (``replica_groups={{0,1}}``); SwiGLU
-  MLP with ``logistic``; a final RmsNorm and the LM head sharded on the vocabulary: each rank returns its
-  slice of the logits, vocab-major ``[V / tp, S, B]``.
+  MLP with ``logistic``; then only the last position (``ln_lm_head``'s logits slice: with left padding every
+  row's last token is at S - 1, a ``dynamic-slice`` at that constant), a final RmsNorm and the LM head
+  sharded on the vocabulary: each rank returns its slice of the logits, vocab-major ``f32[V / tp, B]``.
 
 ``--tp 1`` is the sequential specification (same generator, no collective). ``--variant k-slice`` is the
 bug: the K slice of the fused projection reads the Q columns.
 
     python3 make.py --tp 2 --out DIR            # DIR/spec.hlo, DIR/impl.hlo.pb, DIR/relation.yaml
     python3 make.py --tp 2 --print              # the implementation as HLO text
+    python3 make.py --tp 8 --size llama-3.2-1b --out DIR   # Llama-3.2-1B's dimensions, one KV head per rank
 """
 from __future__ import annotations
 
@@ -142,6 +149,9 @@ class Hlo:
         dims[dim] = sum(x.dims[dim] for x in xs)
         return self._add(name, "concatenate", xs[0].dtype, dims, xs, dimensions=[dim])
 
+    def dynamic_slice(self, name, x, starts, sizes):
+        return self._add(name, "dynamic-slice", x.dtype, sizes, [x, *starts], dynamic_slice_sizes=list(sizes))
+
     def dynamic_update_slice(self, name, x, u, starts):
         return self._add(name, "dynamic-update-slice", x.dtype, x.dims, [x, u, *starts])
 
@@ -207,6 +217,8 @@ class Hlo:
                 extra.append("slice={" + ", ".join(f"[{s}:{e}]" for s, e in a["slice"]) + "}")
             if "dimensions" in a:
                 extra.append(f"dimensions={_ints(a['dimensions'])}")
+            if "dynamic_slice_sizes" in a:
+                extra.append(f"dynamic_slice_sizes={_ints(a['dynamic_slice_sizes'])}")
             if "dot" in a:
                 d = a["dot"]
                 for k in ("lhs_batch", "lhs_contracting", "rhs_batch", "rhs_contracting"):
@@ -295,6 +307,8 @@ class Hlo:
                 i.dimensions.append(a["iota_dimension"])
             if "dimensions" in a:
                 i.dimensions.extend(a["dimensions"])
+            if "dynamic_slice_sizes" in a:
+                i.dynamic_slice_sizes.extend(a["dynamic_slice_sizes"])
             for s, e in a.get("slice", ()):
                 sd = i.slice_dimensions.add()
                 sd.start, sd.limit, sd.stride = s, e, 1
@@ -358,13 +372,22 @@ def repeat_kv(m: Hlo, name: str, x: Ref, groups: int) -> Ref:
     return m.reshape(name, wide, (t, b, kv * groups, d))
 
 
+def kv_layout(tp: int) -> tuple[int, int]:
+    """(KV heads per rank, ranks per KV head). With tp > KV heads transformers-neuronx replicates each KV head
+    on tp / KV heads ranks (GQA.REPLICATED_HEADS): rank r holds KV head r // (tp / KV heads)."""
+    if NH % tp or F % tp or V % tp or (NKV % tp and tp % NKV):
+        raise SystemExit(f"make.py: tp={tp} does not divide the heads / MLP / vocabulary, nor divides or is a "
+                         f"multiple of the {NKV} KV heads")
+    return (NKV // tp, 1) if NKV >= tp else (1, tp // NKV)
+
+
 def build(tp: int, variant: str = "ok") -> Hlo:
-    if NH % tp or NKV % tp or F % tp or V % tp:
-        raise SystemExit(f"make.py: tp={tp} does not divide the heads / KV heads / MLP / vocabulary")
-    nh, nkv, f, v = NH // tp, NKV // tp, F // tp, V // tp
+    nkv, _ = kv_layout(tp)
+    nh, f, v = NH // tp, F // tp, V // tp
     m = Hlo(f"neuronx_llama_tp{tp}" + ("" if variant == "ok" else "_" + variant.replace("-", "_")), "make.py")
     hidden = m.parameter("hidden", "f16", (H, S, B))
-    cache_ids = m.parameter("cache_ids", "s32", (S,))
+    cache_ids = m.parameter("cache_ids", "s32", (S,))  # the new tokens' positions
+    start_ids = m.parameter("start_ids", "s32", (B,))  # left padding: each row's first valid position
     cache_k = m.parameter("cache_k", "f16", (T, B, nkv, D))
     cache_v = m.parameter("cache_v", "f16", (T, B, nkv, D))
     ln1_w = weight(m, "ln1_weight", (H,))
@@ -390,6 +413,15 @@ def build(tp: int, variant: str = "ok") -> Hlo:
     cos = m.concatenate("rope.cos", [cos, cos], 1)
     sin = m.concatenate("rope.sin", [sin, sin], 1)
 
+    # -- attention mask (hlo.decoder_attention_mask): causal AND not left padding, [B, S, T] ----------
+    key_pos = m.iota("mask.key_pos", "s32", (T,), 0)
+    causal = m.compare("mask.causal", m.broadcast("mask.key_pos.st", key_pos, (S, T), [1]),
+                       m.broadcast("mask.q_pos", cache_ids, (S, T), [0]), "LE")
+    started = m.compare("mask.started", m.broadcast("mask.key_pos.bt", key_pos, (B, T), [1]),
+                        m.broadcast("mask.start", start_ids, (B, T), [0]), "GE")
+    mask = m.binary("and", "mask", m.broadcast("mask.causal.b", causal, (B, S, T), [1, 2]),
+                    m.broadcast("mask.started.b", started, (B, S, T), [0, 2]))
+
     # -- attention --------------------------------------------------------------------------------
     ln1 = rms_norm(m, "ln1", hidden, ln1_w)
     x = m.reshape("ln1.2d", ln1, (H, S * B))
@@ -406,19 +438,19 @@ def build(tp: int, variant: str = "ok") -> Hlo:
     at = [m.constant("cache.at", "s32", P)] + [m.constant(f"cache.at{d}", "s32", 0) for d in (1, 2, 3)]
     k_cache = m.dynamic_update_slice("k_cache", cache_k, k, at)  # [T, B, nkv, D]
     v_cache = m.dynamic_update_slice("v_cache", cache_v, v_, at)
-    keys = repeat_kv(m, "keys", k_cache, NH // NKV)  # [T, B, nh, D]
-    values = repeat_kv(m, "values", v_cache, NH // NKV)
+    keys = repeat_kv(m, "keys", k_cache, nh // nkv)  # [T, B, nh, D]
+    values = repeat_kv(m, "values", v_cache, nh // nkv)
     scores = m.dot("scores", q, keys, [3], [3], [1, 2], [1, 2])  # [B, nh, S, T]
-    key_pos = m.iota("mask.key_pos", "s32", (S, T), 1)
-    q_pos = m.broadcast("mask.q_pos", cache_ids, (S, T), [0])
-    mask = m.broadcast("mask", m.compare("mask.causal", key_pos, q_pos, "LE"), scores.dims, [2, 3])
-    low = m.broadcast("mask.low", m.constant("mask.low.c", "f16", -30000.0), scores.dims, [])
-    scores = m.select("scores.masked", mask, scores, low)
-    top = m.reduce("probs.max", scores, m.constant("probs.max.init", "f16", -math.inf), [3], "max")
-    shifted = m.binary("subtract", "probs.shifted", scores, m.broadcast("probs.max.b", top, scores.dims, [0, 1, 2]))
+    low = m.broadcast("scores.low", m.constant("scores.low.c", "f16", -30000.0), scores.dims, [])
+    scores = m.select("scores.masked", m.broadcast("mask.b", mask, scores.dims, [0, 2, 3]), scores, low)
+    # softmax on the f32 copy of the scores, the probabilities cast back to f16 for the dot with the values
+    s32 = m.convert("scores.f32", scores, "f32")
+    top = m.reduce("probs.max", s32, m.constant("probs.max.init", "f32", -math.inf), [3], "max")
+    shifted = m.binary("subtract", "probs.shifted", s32, m.broadcast("probs.max.b", top, s32.dims, [0, 1, 2]))
     e = m.unary("exponential", "probs.exp", shifted)
-    total = m.reduce("probs.sum", e, m.constant("probs.sum.init", "f16", 0.0), [3], "add")
-    probs = m.binary("divide", "probs", e, m.broadcast("probs.sum.b", total, scores.dims, [0, 1, 2]))
+    total = m.reduce("probs.sum", e, m.constant("probs.sum.init", "f32", 0.0), [3], "add")
+    probs = m.binary("divide", "probs.f32", e, m.broadcast("probs.sum.b", total, s32.dims, [0, 1, 2]))
+    probs = m.convert("probs", probs, "f16")
     ctx = m.dot("context", probs, values, [3], [0], [0, 1], [1, 2])  # [B, nh, S, D]
     ctx = m.reshape("context.2d", m.transpose("context.t", ctx, [2, 0, 1, 3]), (S * B, nh * D))
     attn = m.dot("o_proj", o_w, ctx, [0], [1])  # [H, S*B]: this rank's partial sum
@@ -437,30 +469,49 @@ def build(tp: int, variant: str = "ok") -> Hlo:
         mlp = m.all_reduce("down_proj.all_reduce", mlp, groups, 2)
     h2 = m.binary("add", "residual2", h1, m.reshape("down_proj.3d", mlp, (H, S, B)))
 
-    # -- final norm and LM head: logits sharded on the vocabulary -------------------------------------
-    x = m.reshape("norm.2d", rms_norm(m, "norm", h2, norm_w), (H, S * B))
-    logits = m.convert("logits.f32", m.reshape("logits.3d", m.dot("lm_head", lm_w, x, [0], [0]), (v, S, B)), "f32")
+    # -- the last position only (left padding: every row's last token is at S - 1), final norm, LM head
+    #    sharded on the vocabulary: logits [V / tp, B] ---------------------------------------------------
+    zero = m.constant("last.zero", "s32", 0)
+    last = m.dynamic_slice("last", h2, [zero, m.constant("last.at", "s32", S - 1), zero], (H, 1, B))
+    x = m.reshape("norm.2d", rms_norm(m, "norm", last, norm_w), (H, B))
+    logits = m.convert("logits.f32", m.dot("lm_head", lm_w, x, [0], [0]), "f32")  # [v, B]
     m.tuple("outputs", [logits, k_cache, v_cache])
     return m
 
 
 def relation(tp: int) -> str:
-    """How the sequential (tp=1) parameters are assembled from the ranks' shards (workloads.md)."""
-    nh, nkv = NH // tp, NKV // tp
+    """How the sequential (tp=1) parameters are assembled from the ranks' shards (workloads.md). With KV heads
+    replicated (tp > KV heads) the KV caches and the fused QKV weight have one assembly per choice of replica:
+    listing them all states that the replicas are equal."""
+    nkv, per_kv = kv_layout(tp)
+    nh = NH // tp
     rep = lambda n: "[" + ", ".join(f"{n}@{r}" for r in range(tp)) + "]"  # noqa: E731
-    cat = lambda n, d: (f"concat({', '.join(f'{n}@{r}' for r in range(tp))}, dim={d})"  # noqa: E731
-                        if tp > 1 else f"{n}@0")
 
-    def cols(lo, hi):
-        return [f"slice(qkv_weight@{r}, dim=1, start={lo}, end={hi})" for r in range(tp)]
+    def cat(n, d, ranks=range(tp)):
+        ranks = list(ranks)
+        return f"concat({', '.join(f'{n}@{r}' for r in ranks)}, dim={d})" if len(ranks) > 1 else f"{n}@{ranks[0]}"
+
+    def kv(n, d):  # one assembly per replica choice j: ranks j, j + per_kv, ...
+        forms = [cat(n, d, range(j, tp, per_kv)) for j in range(per_kv)]
+        return forms[0] if per_kv == 1 else "[" + ", ".join(f'"{f}"' for f in forms) + "]"
+
+    def cols(lo, hi, ranks):
+        return [f"slice(qkv_weight@{r}, dim=1, start={lo}, end={hi})" for r in ranks]
     q_end, k_end = nh * D, (nh + nkv) * D
-    qkv = f"concat({', '.join(cols(0, q_end) + cols(q_end, k_end) + cols(k_end, k_end + nkv * D))}, dim=1)"
+    qkv = []
+    for j in range(per_kv):  # the k and v columns of the replicas j, j + per_kv, ...
+        kv_ranks = range(j, tp, per_kv)
+        parts = cols(0, q_end, range(tp)) + cols(q_end, k_end, kv_ranks) + cols(k_end, k_end + nkv * D, kv_ranks)
+        qkv.append(f"concat({', '.join(parts)}, dim=1)")
+    qkv = qkv[0] if per_kv == 1 else "[" + ", ".join(f'"{f}"' for f in qkv) + "]"
     lines = ["# NeuronX Llama-3 layer: sequential = the tp=1 module; G_d = the same module on every rank",
              "inputs:",
              f"  hidden: {rep('hidden')}",
              f"  cache_ids: {rep('cache_ids')}",
-             f"  cache_k: {cat('cache_k', 2)}          # KV heads sharded",
-             f"  cache_v: {cat('cache_v', 2)}",
+             f"  start_ids: {rep('start_ids')}",
+             f"  cache_k: {kv('cache_k', 2)}          # KV heads sharded" + (
+                 f" (each on {per_kv} ranks: one assembly per replica)" if per_kv > 1 else ""),
+             f"  cache_v: {kv('cache_v', 2)}",
              f"  ln1_weight: {rep('ln1_weight')}",
              "  # fused QKV: all ranks' q columns, then all k columns, then all v columns",
              f"  qkv_weight: {qkv}",
@@ -472,9 +523,11 @@ def relation(tp: int) -> str:
              f"  norm_weight: {rep('norm_weight')}",
              f"  lm_head_weight: {cat('lm_head_weight', 1)}",
              "expect:",
-             f"  out0: {cat('out0', 0)}   # logits, vocab-major, sharded on the vocabulary",
-             f"  out1: {cat('out1', 2)}",
-             f"  out2: {cat('out2', 2)}"]
+             f"  out0: {cat('out0', 0)}   # logits of the last position, vocab-major, sharded on the vocabulary",
+             # (replicated KV heads: R_o holds the updated caches as one assembly, that of the first replicas;
+             # the other replicas' caches feed their ranks' attention, which the logits check)
+             f"  out1: {cat('out1', 2, range(0, tp, per_kv))}",
+             f"  out2: {cat('out2', 2, range(0, tp, per_kv))}"]
     return "\n".join(lines) + "\n"
 
 

@@ -266,6 +266,23 @@ def elementwise_of_reshapes(op, reg):  # f(reshape(a0, s), reshape(a1, s), c) ->
     order of the entries. Only where the op of the unreshaped inputs exists (a rank's own op, beside a
     specification that flattened or unsqueezed its inputs first). Late: run in every search, it cost the
     suite's Megatron and torchtitan runs about 30 % more time."""
+    yield from _through_movement(op, "reshape", "shape=?s", "s",
+                                 (([2, 3], [6]), ([4], [2, 1, 2]), ([3, 1], [1, 3]), ([0, 2], [2, 0])))
+
+
+@family(1217, "elementwise-of-permutes")
+def elementwise_of_permutes(op, reg):  # f(permute(a0, p), permute(a1, p), c) -> permute(f(a0, a1, c), p), where f(a0, a1, c) exists
+    """The same permutation of every elementwise input of one shape (the others 0-dim) is the permutation of the
+    op's result: an elementwise op is applied entry by entry, a permutation only moves entries. Only where the op
+    of the unpermuted inputs exists (a rank's own op, beside a specification that keeps another layout: HF's
+    [batch, seq, hidden] cast to float32 against NeuronX's convert of [hidden, seq, batch])."""
+    yield from _through_movement(op, "permute", "dims=?q", "q",
+                                 (([2, 3], [1, 0]), ([2, 3, 4], [2, 1, 0]), ([2, 3, 4, 5], [1, 2, 0, 3])))
+
+
+def _through_movement(op, move: str, attr: str, var: str, examples):
+    """Families 1213 / 1217: ``f(move(a0), move(a1), c) => move(f(a0, a1, c))`` for the same data movement of
+    every elementwise input of one shape (the others 0-dim), where ``f(a0, a1, c)`` exists."""
     ew = tuple(op.elementwise or ())
     n = _n_inputs(op)
     if not ew or not n:
@@ -274,12 +291,29 @@ def elementwise_of_reshapes(op, reg):  # f(reshape(a0, s), reshape(a1, s), c) ->
     for cut in cuts:
         conds = [f"shape(?a{i}) == shape(?a{cut[0]})" for i in cut[1:]]
         conds += [f"shape(?x{i}) == []" for i in ew if i not in cut]
-        lhs = call(op, [f"reshape(?a{i}, shape=?s)" if i in cut else f"?x{i}" for i in range(n)])
+        lhs = call(op, [f"{move}(?a{i}, {attr})" if i in cut else f"?x{i}" for i in range(n)])
         whole = call(op, [f"?a{i}" if i in cut else f"?x{i}" for i in range(n)])
         zeros = {f"x{i}": [] for i in range(n) if i not in cut}
-        ex = [{**{f"a{i}": a_ for i in cut}, **zeros, "s": s_}
-              for a_, s_ in (([2, 3], [6]), ([4], [2, 1, 2]), ([3, 1], [1, 3]), ([0, 2], [2, 0]))]
-        yield f"{lhs} => reshape({whole}, shape=?s)", " and ".join(conds), whole, ex
+        ex = [{**{f"a{i}": a_ for i in cut}, **zeros, var: m_} for a_, m_ in examples]
+        yield f"{lhs} => {move}({whole}, {attr})", " and ".join(conds), whole, ex
+
+
+@family(1218, "fused-expression")
+def fused_expression(op, reg):  # the expression an op fuses (OpDef.fuses) -> op(x0, x1, ...)
+    """The expression an op declares it computes (``fuses``: HF's RMSNorm spelt out in ATen ops) is that op.
+    normalise.fuse_expressions collapses the expression in the graphs with this lemma's two sides before
+    proving; as a lemma it is what ``lemmas check`` fuzzes (the declaration's soundness)."""
+    if not op.fuses:
+        return
+    expr, cond = op.fuses
+    n = _n_inputs(op)
+    yield f"{expr} => {call(op, [f'?x{i}' for i in range(n)])}", cond, "", op_examples(op)
+
+
+def op_examples(op) -> list:
+    """Fuzzer seeds an op may attach to its declarations (``OpDef.doc`` cannot: ``fuses_examples`` on the op's
+    ``ref`` function, where a pack puts them)."""
+    return list(getattr(op.ref, "fuses_examples", ()))
 
 
 @family(1214, "reduction-over-the-last-dim-of-a-layout", late=True)

@@ -22,9 +22,14 @@ as fx captures it -- becomes the product, the reshape, then the add (:func:`bias
 ONNX export or a hand-written ``x @ w.T + b`` has, where the frontier can relate the product before the bias.
 Done where the two programs differ in the fused ops they call (where both call ``addmm`` the fused form is
 kept: fewer operators, the same lemmas).
+A constant computed by ops (HF's ``exp(arange(D / 2) * c)`` inverse frequencies) is folded into the ``hlo.literal``
+the HLO frontend would write for it, beside a program holding such literals (:func:`fold_constants`): each op by
+its NumPy reference in float64, rounded to its dtype; every float literal holds values of its dtype and every
+literal of more than one dim is a vector reshaped, so that two programs' constants of one value are one term.
 """
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from ..ir import scalar as S
@@ -223,3 +228,206 @@ def round_fills(g: Graph, reg: Registry, cx: S.Constraints) -> int:
     if changed:
         g.reinfer(changed, reg, cx)
     return len(changed)
+
+
+def fuse_expressions(g: Graph, reg: Registry, cx: S.Constraints, ops: set[str] | None = None,
+                     other: Graph | None = None) -> int:
+    """Collapse every expression an op declares it computes (:attr:`OpDef.fuses`; family 1218 states the
+    identity, fuzzed) into one node of that op, where the graph spells it out op by op and its intermediate
+    tensors are read only inside it (no graph output): HF's RMSNorm -- ``pow``, ``mean``, ``add``, ``rsqrt``,
+    ``mul``, ``_to_copy``, ``mul`` -- is one ``aten.hf_rms_norm`` beside the kernel another program calls. Only
+    the ops named in ``ops`` (default: every declaring op); with ``other`` (the program it is compared with), only
+    expressions whose ops ``other`` does not all call (two HF programs keep theirs: their operators meet one by
+    one, and a failure names the one). The number of expressions collapsed."""
+    from .lemma import EvalContext, build_rules, check_condition, match
+    from .families import fused_expression
+    from .lemma import Lemma
+    from ..ir.expr import AConst, App, Leaf, PVar
+    fusers = [op for op in reg if op.fuses and (ops is None or op.name in ops)]
+    if not fusers:
+        return 0
+    rules = []
+    for op in fusers:
+        for rule_text, cond, when, _ in fused_expression(op, reg):
+            rules += build_rules(Lemma(1218, f"fused-expression[{op.name}]", rule_text, cond, "root", op.source,
+                                       pack=op.source), reg)
+    if other is not None:
+        from .lemma import term_ops
+        there = {n.op for n in other.nodes}
+        rules = [r for r in rules if not term_ops(r.lhs, set()) <= there]
+    outputs = set(g.outputs)
+    changed = 0
+
+    def gmatch(p, t: str, env: dict, inside: set) -> bool:
+        """Pattern ``p`` against the computation of tensor ``t`` (variables bind tensors and attribute values)."""
+        if isinstance(p, PVar):
+            if p.name in env:
+                return env[p.name] == Leaf(t)
+            env[p.name] = Leaf(t)
+            return True
+        node = g.producer.get(t)
+        if node is None or node.op != p.op or len(node.outputs) != 1:
+            return False
+        term = g.node_terms(node)[0]
+        if not isinstance(term, App) or term.op != p.op or len(term.args) != len(p.args) or \
+                not all(isinstance(x, Leaf) for x in term.args):
+            return False
+        got = term.attrd
+        for name, v in p.attrs:
+            if isinstance(v, PVar):
+                if v.name in env and env[v.name] != got.get(name):
+                    return False
+                env[v.name] = got.get(name)
+            elif isinstance(v, AConst) and v.value != got.get(name):
+                return False
+        inside.add(t)
+        return all(gmatch(a, x.name, env, inside) for a, x in zip(p.args, term.args))
+
+    for rule in rules:
+        root_op = rule.lhs.op
+        for n in list(g.nodes):
+            if n.op != root_op or len(n.outputs) != 1:
+                continue
+            env: dict = {}
+            inside: set = set()
+            if not gmatch(rule.lhs, n.outputs[0], env, inside):
+                continue
+            inside.discard(n.outputs[0])
+            tensors = {v: e.name for v, e in env.items() if isinstance(e, Leaf)}
+            ctx = EvalContext(lambda leaf: g.shape(leaf.name), cx, reg.functions,
+                              lambda leaf: g.tensors[leaf.name].dtype)
+            if not check_condition(rule, env, ctx):
+                continue
+            # the tensors the pattern's own operators compute (below its root) must be read only inside it
+            nodes_inside = [g.producer[t] for t in inside]
+            if any(t in outputs for t in inside) or any(
+                    c not in nodes_inside and c is not n for t in inside for c in g.consumers.get(t, [])):
+                continue
+            rhs = rule.rhs
+            n.op = rhs.op
+            n.inputs = [tensors[a.name] for a in rhs.args]
+            n.attrs = {k: (env[v.name] if hasattr(v, "name") and v.name in env else getattr(v, "value", v))
+                       for k, v in rhs.attrs}
+            dead = {id(x) for x in nodes_inside}
+            g.nodes = [x for x in g.nodes if id(x) not in dead]
+            for t in inside:
+                g.tensors.pop(t, None)
+            changed += 1
+            g.validate(reg, cx)
+    return changed
+
+
+def _apps(p):
+    from ..ir.expr import App
+    if isinstance(p, App):
+        yield p
+        for a in p.args:
+            yield from _apps(a)
+
+
+FOLD_MAX = 64  # the HLO frontend's LITERAL_MAX: folded values up to this size are written as hlo.literal
+
+
+def fold_constants(g: Graph, reg: Registry, cx: S.Constraints, other: Graph | None = None) -> int:
+    """Fold every subgraph computed from constants alone (no graph input) into the value it computes, written as
+    the HLO frontend writes the constants it folds (``hlo.literal``; NumPy references of the ops, as there), so
+    that the two programs hold one constant in one form: HF's ``exp(arange(D / 2) * c)`` inverse frequencies and
+    the ``hlo.literal`` NeuronX's ``exponential(iota * c)`` was folded into are one term. Done only beside a
+    program that holds such literals (``other``, the program it is compared with) and only for a folded value of
+    a float or integer dtype, of at most :data:`FOLD_MAX` entries, not all one value (a splat stays the fill
+    the other lemmas read), that a node outside the folded subgraph reads; not in a program that holds literals
+    itself (its frontend folded what it folds: an HLO broadcast of a literal stays a broadcast). Float literals
+    hold their values rounded to their dtype, and a literal of more than one dim is a vector reshaped
+    (:func:`_flat_literals`), in every program. The number of nodes folded into literals."""
+    import numpy as np
+    from ..ir.ops import number_text
+    lit = reg.get("hlo.literal")
+    if lit is None:
+        return 0
+    rounded = []
+    for n in g.nodes:  # a float literal holds its values rounded to its dtype (as round_fills does for fills)
+        dtype = n.attrs.get("dtype") if n.op == "hlo.literal" else None
+        if dtype not in _ROUND:
+            continue
+        vals = n.attrs["values"]
+        text = ",".join(number_text(x) for x in np.asarray(
+            [float(v) for v in vals.split(",") if v.strip()], dtype=np.float64).astype(dtype))
+        if text != vals:
+            n.attrs = dict(n.attrs, values=text)
+            rounded.append(n)
+    if rounded:
+        g.reinfer(rounded, reg, cx)
+    if other is None or not any(n.op == "hlo.literal" for n in other.nodes) or any(n.op == "hlo.literal" for n in g.nodes):
+        return _flat_literals(g, reg, cx) and 0  # (a program holding literals: its frontend folded what it folds)
+    known: dict[str, np.ndarray] = {}
+    made: dict[str, Node] = {}  # tensor -> the node computing it from constants
+    for n in g.nodes:
+        op = reg.get(n.op)
+        if op is None or op.ref is None or len(n.outputs) != 1 or any(t not in known for t in n.inputs) \
+                or op.meaning is not None:
+            continue
+        t = g.tensors[n.outputs[0]]
+        if t.dtype is None or not str(t.dtype).startswith(("float", "int")) or t.dtype == "float64":
+            continue
+        try:
+            # each op evaluated in float64 and its result rounded to its dtype: the value a correctly rounded
+            # implementation stores (NumPy's float32 exp is not; HF's torch.exp and XLA's folding are)
+            xs = [known[x].astype(np.float64) if known[x].dtype.kind == "f" else known[x] for x in n.inputs]
+            with np.errstate(all="ignore"):
+                v = np.asarray(op.ref(xs, dict(n.attrs)))
+        except Exception:  # noqa: BLE001 -- an op whose reference cannot run here is left as it is
+            continue
+        if tuple(v.shape) != tuple(g.shape(n.outputs[0])) or v.size > 4096:
+            continue
+        known[n.outputs[0]] = v.astype(np.dtype(str(t.dtype)), copy=False)
+        made[n.outputs[0]] = n
+    outside = [t for t in known if any(c.outputs[0] not in known for c in g.consumers.get(t, []))
+               or t in g.outputs]
+    changed = []
+    for t in outside:
+        v, n = known[t], made[t]
+        if not 0 < v.size <= FOLD_MAX or (v == v.reshape(-1)[0]).all() or not n.inputs:
+            continue
+        n.op, n.inputs = "hlo.literal", []
+        n.attrs = dict(normalize_attrs(lit, {"shape": list(v.shape), "dtype": str(g.tensors[t].dtype),
+                                             "values": ",".join(number_text(x) for x in v.reshape(-1))}, n.op))
+        changed.append(n)
+    if changed:  # the nodes only the folded ones read are left: dead, dropped with the graph's other dead nodes
+        live = set(g.outputs)
+        for n in reversed(g.nodes):
+            if any(o in live for o in n.outputs) or not set(n.outputs) <= set(known):
+                live.update(n.inputs)
+        g.nodes = [n for n in g.nodes if not set(n.outputs) <= set(known) or any(o in live for o in n.outputs)]
+        for t in list(g.tensors):
+            if t in known and t not in live:
+                g.tensors.pop(t, None)
+        g.validate(reg, cx)
+    _flat_literals(g, reg, cx)
+    return len(changed)
+
+
+def _flat_literals(g: Graph, reg: Registry, cx: S.Constraints) -> int:
+    """A literal of more than one dim is its values (row-major: the same text) as a vector, reshaped: ``[1, 1, T]``
+    key positions folded from ``arange(T)[None, None]`` and the ``[T]`` iota another program broadcasts are one
+    vector, ``[1, D / 2]`` inverse frequencies folded through HF's ``[None, :]`` and through HLO's reshape one
+    term. The number of literals rewritten."""
+    extra = {}
+    for n in g.nodes:
+        if n.op != "hlo.literal" or len(n.attrs["shape"]) < 2:
+            continue
+        out = n.outputs[0]
+        flat = _suffixed(out, ".flat")
+        while flat in g.tensors:
+            flat = _suffixed(flat, "_")
+        g.tensors[flat] = g.tensors[out]  # (re-inferred by validate)
+        shape = list(n.attrs["shape"])
+        n.attrs = dict(n.attrs, shape=[math.prod(shape)])
+        n.outputs = [flat]
+        node = Node("core.reshape", [flat], [out], {"shape": tuple(shape)}, _suffixed(n.name, ".shape"), n.loc,
+                    n.func, n.module)
+        node._declared = {}  # type: ignore[attr-defined]
+        extra[id(n)] = node
+    if extra:
+        g.nodes = [y for x in g.nodes for y in ((x, extra[id(x)]) if id(x) in extra else (x,))]
+        g.validate(reg, cx)
+    return len(extra)

@@ -29,7 +29,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..ir.expr import App, Leaf, Term, app, base_name, leaves, rank_of
+from ..ir.expr import App, Leaf, Term, app, base_name, flat_args, leaves, rank_of
 from ..ir.graph import Node
 from ..ir.semantics import term_eval
 
@@ -468,6 +468,20 @@ def moved_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_o
 MAX_COUNTERPARTS = 64  # G_d operators one elementwise search may read
 
 
+def _by_base(g_d) -> dict[str, list[str]]:
+    """G_d's tensors by base name (``ln1`` -> ``ln1@0``, ``ln1@1``...), kept on the graph while its tensors
+    are unchanged."""
+    key = len(g_d.tensors)
+    got = getattr(g_d, "_relayout_by_base", None)
+    if got is None or got[0] != key:
+        index: dict[str, list[str]] = {}
+        for t in g_d.tensors:
+            index.setdefault(base_name(t), []).append(t)
+        got = (key, index)
+        g_d._relayout_by_base = got
+    return got[1]
+
+
 def _labelled_inputs(ctx, v: Node, R: dict, max_out: int, max_labels: int | None = None):
     """The common start of the label searches for v's output: its concrete shape (1 to ``max_out`` entries),
     each input's first relation of data movement over G_d tensors, those tensors labelled (at most
@@ -490,6 +504,13 @@ def _labelled_inputs(ctx, v: Node, R: dict, max_out: int, max_labels: int | None
         for e in R.get(x, ()):
             if isinstance(e, Leaf) and e.name not in lab and _concrete(ctx.g_d.shape(e.name)) == a.shape:
                 lab[e.name] = a
+    # the other ranks' replicas of a labelled tensor, where the relations show them equal, hold the same labels
+    # (a rank's copy of the RoPE tables, read by that rank's heads)
+    by_base = _by_base(ctx.g_d)
+    for n in [n for n in lab if rank_of(n) is not None]:
+        for m in sorted(t for t in by_base.get(base_name(n), ()) if t != n and t not in lab):
+            if ctx.g_d.shape(m) == ctx.g_d.shape(n) and _same_computation(ctx.g_d, R, n, m, ctx.egraph.reg, {}):
+                lab[m] = lab[n]
     return out_shape, rels, lab, ev
 
 
@@ -520,6 +541,7 @@ def elementwise_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, c
     attrs = dict(v.attrs)
     nodes = [n for ns in _named_first(_counterparts(g_d, v), v) for n in ns
              if dict(n.attrs) == attrs and [g_d.tensors[t].dtype for t in n.inputs + n.outputs] == dtypes]
+    nodes += _renamed_counterparts(ctx, v, dtypes)
     prop = Propagated(ctx, lab, const_of)
     where: dict[tuple, tuple[int, int]] = {}  # input labels -> (counterpart, flat output index)
     used, ys, base = [], [], 0
@@ -553,6 +575,42 @@ def elementwise_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, c
     lhs = app(v.op, *rels, **attrs)
     terms = solve(got.reshape(out_shape), ys, [Leaf(n.outputs[0]) for n in used], [tuple(y.shape) for y in ys])
     return [(lhs, t) for t in terms]
+
+
+def _renamed_counterparts(ctx, v: Node, dtypes: list) -> list[Node]:
+    """G_d counterparts of another dialect's op that a lemma says computes the same function: a rule
+    ``f(?a, ?b, attrs) => g(?a, ?b, attrs')`` -- the same variables in the same order, constant attributes
+    (``aten.mul.Tensor(?a, ?b) => hlo.multiply(?a, ?b)``, aten-hlo 836) -- whose condition holds on the G_d node's
+    own inputs: there ``f`` and ``g`` agree (the lemma, fuzzed), and both are elementwise, so each output entry
+    of the G_d node is f of its input entries, as :func:`elementwise_outputs` needs."""
+    from .lemma import EvalContext, check_condition
+    from ..ir.expr import AConst, PVar
+    g_d, out = ctx.g_d, []
+    attrs = dict(v.attrs)
+    for r in getattr(ctx.egraph, "rules", ()):
+        lhs, rhs = r.lhs, r.rhs
+        if not isinstance(lhs, App) or not isinstance(rhs, App) or lhs.op != v.op or rhs.op == v.op:
+            continue
+        if len(lhs.args) != len(v.inputs) or not all(isinstance(a, PVar) for a in lhs.args) or \
+                len({a.name for a in lhs.args}) != len(lhs.args) or \
+                [getattr(a, "name", None) for a in rhs.args] != [a.name for a in lhs.args]:
+            continue
+        if not all(isinstance(x, AConst) for _, x in lhs.attrs + rhs.attrs) or \
+                {k: x.value for k, x in lhs.attrs} != attrs:
+            continue
+        op = ctx.egraph.reg.get(rhs.op)
+        if op is None or sorted(op.elementwise) != list(range(len(v.inputs))):
+            continue
+        want = {k: x.value for k, x in rhs.attrs}
+        ec = EvalContext(lambda leaf: g_d.shape(leaf.name), ctx.egraph.cx, ctx.egraph.reg.functions,
+                         lambda leaf: g_d.tensors[leaf.name].dtype)
+        for n in g_d.nodes:
+            if n.op != rhs.op or len(n.inputs) != len(v.inputs) or len(n.outputs) != 1 or dict(n.attrs) != want \
+                    or [g_d.tensors[t].dtype for t in n.inputs + n.outputs] != dtypes:
+                continue
+            if check_condition(r, {a.name: Leaf(t) for a, t in zip(lhs.args, n.inputs)}, ec):
+                out.append(n)
+    return out[:MAX_COUNTERPARTS]
 
 
 def _row_dims(op, attrs: dict, ndim: int) -> tuple[int, tuple[int, ...]] | None:
@@ -605,24 +663,126 @@ def rows_through(ctx, v: Node, R: dict) -> list[tuple[Term, Term]]:
             any(x_shape[d] != out_shape[d] for d in range(len(out_shape)) if d not in dims):
         return []
     for e in [e for e in R.get(v.inputs[p], ()) if is_movement(e) and next(leaves(e), None) is not None][:4]:
-        got = _rows_of(v, reg, g_d, rels[:p] + [e] + rels[p + 1:], p, dims, x_shape, out_shape)
+        got = _rows_of(v, reg, g_d, rels[:p] + [e] + rels[p + 1:], p, dims, x_shape, out_shape, R)
         if got:
             return got
     return []
 
 
-def _rows_of(v: Node, reg, g_d, rels: list[Term], p: int, dims, x_shape, out_shape) -> list[tuple[Term, Term]]:
+def _subst(t: Term, names: dict[str, str]) -> Term:
+    if isinstance(t, Leaf):
+        return Leaf(names.get(t.name, t.name))
+    return App(t.op, tuple(_subst(a, names) for a in t.args), t.attrs) if isinstance(t, App) else t
+
+
+def _covers(t: Term, n: str, shape_of, reg) -> bool:
+    """Is ``t`` data movement of the tensor ``n`` alone that reads every entry of it (permutes, reshapes, a
+    concatenation of copies -- not a slice)? Then ``t(n) == t(m)`` entry by entry means ``n == m``."""
+    if not is_movement(t) or set(leaves(t)) != {n}:
+        return False
+    lab = labelled([n], shape_of)
+    if lab is None:
+        return False
+    return bool(np.isin(lab[n], term_eval(t, lab.__getitem__, reg)).all())
+
+
+def _same_computation(g_d, R: dict, n: str, m: str, reg, memo: dict, depth: int = 24) -> bool:
+    """Do the G_d tensors ``n`` and ``m`` hold the same values: replicas shown by the relations (_replica), or
+    computed by the same operator (not a collective), with the same attributes, from such tensors pairwise?"""
+    if n == m:
+        return True
+    key = (n, m)
+    if key in memo:
+        return memo[key]
+    memo[key] = False  # (no cycles in a graph; a repeated question while open is answered no)
+    a, b = g_d.producer.get(n), g_d.producer.get(m)
+    ok = False
+    if g_d.shape(n) == g_d.shape(m) and _replica(R, n, m, g_d.shape, reg):
+        ok = True
+    elif a is not None and b is not None and depth > 0 and a.op == b.op and dict(a.attrs) == dict(b.attrs) \
+            and len(a.inputs) == len(b.inputs) and len(a.outputs) == 1 == len(b.outputs):
+        op = reg.get(a.op)
+        if op is not None and not op.collective and op.meaning is None:
+            ok = all(_same_computation(g_d, R, x, y, reg, memo, depth - 1) for x, y in zip(a.inputs, b.inputs))
+    memo[key] = ok
+    return ok
+
+
+def _replica(R: dict, n: str, m: str, shape_of, reg) -> bool:
+    """Are the G_d tensors ``n`` and ``m`` equal (replicas), as some G_s tensor's relations show: a term over
+    ``n`` that reads all of it, and the same term over ``m``?"""
+    for ts in R.values():
+        if len(ts) > 1:
+            for t in ts:
+                if n in set(leaves(t)) and _subst(t, {n: m}) in ts and _covers(t, n, shape_of, reg):
+                    return True
+    return False
+
+
+def _column_shards(v: Node, X: Term, rels: list[Term], p: int, R: dict, shape_of, reg) -> Term | None:
+    """A matmul of rows X (over one rank's tensors) by a weight that is the ranks' column shards,
+    ``concat(w_0, w_1, ..., dim=1)`` each over one rank's tensors: the concatenation of each shard's product with
+    the rows over *that* rank's replicas (``ln1@1`` for ``ln1@0``), where a G_s tensor's relations already hold
+    both the term over rank 0's replica and the same term over the other rank's (so the replicas are equal).
+    None where that is not the case (then the product is taken with X as it is)."""
+    if v.op not in ("aten.mm", "core.matmul") or p != 0 or len(rels) != 2:
+        return None
+    w = rels[1]
+    if not isinstance(w, App) or w.op != "core.concat" or w.attrd.get("dim") != 1:
+        return None
+    parts = flat_args(w)
+    mine = {rank_of(n) for n in leaves(X)}
+    if len(mine) != 1 or None in mine:
+        return None
+    (r0,) = mine
+    out = []
+    for part in parts:
+        rs = {rank_of(n) for n in leaves(part)}
+        if len(rs) != 1 or None in rs:
+            return None
+        (r,) = rs
+        if r == r0:
+            out.append(app(v.op, X, part))
+            continue
+        names = {n: f"{base_name(n)}@{r}" for n in set(leaves(X))}
+        Xr = _subst(X, names)
+        # the replicas are equal where some G_s tensor's relations show it (_replica)
+        proved = all(_replica(R, n, m, shape_of, reg) for n, m in names.items())
+        if not proved:
+            return None
+        out.append(app(v.op, Xr, part))
+    return app("core.concat", *out, dim=1) if len(out) > 1 else None
+
+
+def _rows_of(v: Node, reg, g_d, rels: list[Term], p: int, dims, x_shape, out_shape,
+             R: dict | None = None) -> list[tuple[Term, Term]]:
     """:func:`rows_through` for one relation ``rels[p]`` of the row input."""
     e, attrs = rels[p], dict(v.attrs)
     names = list(dict.fromkeys(leaves(e)))
     lab = labelled(sorted(names), g_d.shape)
-    if lab is None or not all(lab[n].ndim == len(x_shape) for n in names):
+    if lab is None:
         return []
     xr = _as_rows(term_eval(e, lab.__getitem__, reg), dims)
     if not xr.size:
         return []
-    cands = [(Leaf(n), lab[n]) for n in names]
-    if len(names) > 1:
+    cands = [(Leaf(n), lab[n]) for n in names if lab[n].ndim == len(x_shape)]
+    if len(x_shape) == 2 and len(dims) == 1 and dims[0] == 1:
+        # matrix rows stored as one dim of a G_d tensor of another rank (hidden-major [H, S, B]: a row is a column
+        # of H entries): that dim moved last, the others flattened in order -- as a dot contracting it reads them
+        for n in names:
+            L = lab[n]
+            for k in range(L.ndim):
+                if L.shape[k] != x_shape[1] or (L.ndim == 2 and k == 1):
+                    continue
+                rest = int(L.size // L.shape[k])
+                if k == 0:
+                    X = app("core.permute", app("core.reshape", Leaf(n), shape=(L.shape[0], rest)), dims=(1, 0))
+                elif k == L.ndim - 1:
+                    X = app("core.reshape", Leaf(n), shape=(rest, L.shape[k]))
+                else:
+                    continue
+                cands.append((X, np.moveaxis(L, k, -1).reshape(rest, L.shape[k])))
+    if len(names) > 1 and all(lab[n].ndim == len(x_shape) for n in names):
         for d in range(len(x_shape)):
             try:
                 cands.append((app("core.concat", *(Leaf(n) for n in names), dim=d),
@@ -638,7 +798,8 @@ def _rows_of(v: Node, reg, g_d, rels: list[Term], p: int, dims, x_shape, out_sha
         if any(i is None for i in pi):
             continue
         fx_shape = tuple(out_shape[d] if d in dims else xl.shape[d] for d in range(len(out_shape)))
-        fx = app(v.op, *[X if i == p else r for i, r in enumerate(rels)], **attrs)
+        fx = (R is not None and _column_shards(v, X, rels, p, R, g_d.shape, reg)) or \
+            app(v.op, *[X if i == p else r for i, r in enumerate(rels)], **attrs)
         whole = np.arange(int(np.prod(fx_shape, dtype=np.int64)), dtype=np.int64).reshape(fx_shape)
         picked = _as_rows(whole, dims)[np.asarray(pi, dtype=np.int64)]
         other = [d for d in range(len(out_shape)) if d not in dims]

@@ -199,6 +199,11 @@ class OpDef:
     fill: str = ""
     scalar_form: tuple = ()
     biased: tuple = ()
+    # the expression this op computes, spelt out over ``?x0``, ``?x1``... (its tensor inputs) and ``?p_<attr>``
+    # (its attributes), with a condition: where a graph computes that expression op by op, its intermediate
+    # tensors read only inside it, normalise.fuse_expressions collapses it into this one op (HF's RMSNorm's seven
+    # ATen ops beside a kernel that fuses them); family 1218 states the identity, so ``lemmas check`` fuzzes it
+    fuses: tuple[str, str] | tuple = ()
 
     def linear_groups(self) -> tuple[tuple[int, ...], ...]:
         """``linear`` with every entry a tuple of inputs."""

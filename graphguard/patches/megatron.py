@@ -51,6 +51,9 @@ What :func:`patch` changes, and why none of it changes what the model computes:
   fold a tensor's values); as ints the split has the fixed sizes it has.
 * ``get_default_causal_mask`` (the causal mask built when ``attention_mask`` is None) is built on the CPU:
   the same upper-triangular boolean matrix.
+* ``MoEAuxLossAutoScaler`` (the MoE auxiliary losses' gradient injector) reads its backward scale as a number,
+  1.0 as Megatron's schedule sets it for one micro-batch without loss scaling (``set_loss_scale`` still sets
+  it), instead of the class attribute TorchDynamo cannot read inside an autograd.Function: the same gradients.
 
 :func:`initialize` uses Megatron's *inference* RNG tracker (its ``fork()`` leaves the generator alone), the
 training tracker reads and writes CUDA generator states. Random numbers are drawn only by dropout, so models
@@ -191,7 +194,32 @@ def patch() -> None:
             p.sequence_parallel = sp  # as Apex's FusedLayerNorm: finalize_model_grads all-reduces these
         return norm
     torch_norm.WrappedTorchNorm.__new__ = wrapped_torch_norm
+    _aux_loss_scale(moe_utils.MoEAuxLossAutoScaler)
     _PATCHED = True
+
+
+_AUX_SCALE = 1.0  # MoEAuxLossAutoScaler's backward scale (_aux_loss_scale)
+
+
+def _aux_loss_scale(scaler) -> None:
+    """``MoEAuxLossAutoScaler``'s backward reads (and, first time, sets) a class attribute, the aux losses'
+    backward scale, which TorchDynamo cannot trace inside an autograd.Function. Its backward now reads the
+    scale as a number (``_AUX_SCALE``: 1.0, as Megatron's training schedule sets it for one micro-batch without
+    loss scaling; ``set_loss_scale`` still sets it, read when the backward is traced): the same gradients,
+    ``grad_output`` and ``ones_like(aux_loss) * scale``."""
+    import torch
+    set_scale = scaler.set_loss_scale
+
+    def set_loss_scale(scale):
+        global _AUX_SCALE
+        _AUX_SCALE = float(scale)
+        set_scale(scale)
+
+    def backward(ctx, grad_output):
+        (aux_loss,) = ctx.saved_tensors
+        return grad_output, torch.ones_like(aux_loss) * _AUX_SCALE
+    scaler.backward = staticmethod(backward)
+    scaler.set_loss_scale = staticmethod(set_loss_scale)
 
 
 def initialize(tensor_parallel: int = 1, expert_parallel: int = 1, expert_tensor_parallel: int | None = None,

@@ -87,6 +87,19 @@ LEMMAS = [
                 {"i": [2, 1], "j": [2, 3], "a": [2, 1], "b": [2, 3], "s": [4, 4], "v": 0, "t": "float32", "c": 1, "d": 0},
                 {"i": [1, 3, 2], "j": [2, 3, 2], "a": [1, 3, 2], "b": [2, 3, 2], "s": [3, 3, 4], "v": 0,
                  "t": "float32", "c": 0, "d": 2}]),
+    # the aux loss's routing map: ones written at each token's top-k experts into a zero [tokens, experts] matrix;
+    # tokens (the dim of the concat, not the written one) are independent rows
+    L(1359, "scatter-value-into-full-of-concat",
+      f"aten.scatter.value({_FULL}, concat(?i, ?j, dim=?c), dim=?d, value=?w)"
+      f" => concat(aten.scatter.value(aten.full(size=set_at(?s, ?c, size(?i, ?c)), fill_value=?v, dtype=?t), ?i, dim=?d,"
+      f" value=?w), aten.scatter.value(aten.full(size=set_at(?s, ?c, size(?j, ?c)), fill_value=?v, dtype=?t), ?j, dim=?d,"
+      f" value=?w), dim=?c)",
+      "?c != ?d and at(?s, ?c) == size(?i, ?c) + size(?j, ?c)",
+      index={"i": "at(?s, ?d)", "j": "at(?s, ?d)"},
+      examples=[{"i": [3, 2], "j": [2, 2], "s": [5, 4], "v": 0, "t": "int32", "w": 1, "c": 0, "d": 1},
+                {"i": [2, 2], "j": [1, 2], "s": [3, 5], "v": 1, "t": "float32", "w": 0, "c": 0, "d": 1},
+                {"i": [2, 1], "j": [2, 3], "s": [4, 4], "v": 0, "t": "float32", "w": 2, "c": 1, "d": 0},
+                {"i": [1, 2, 2], "j": [2, 2, 2], "s": [3, 3, 4], "v": 0, "t": "int64", "w": 1, "c": 0, "d": 2}]),
     # the capacity mask: top-k along a whole dim (k = its size) picks every index once, so writing a value at
     # the picked indices writes it everywhere
     L(1351, "scatter-at-every-topk-index",

@@ -6,6 +6,11 @@ then the concatenation of such narrower copies -- but the lemmas that split an o
 concatenation to start from. Constrained (paper §4.3) like aten 421: a broadcast splits, along the one dim
 where a narrower broadcast of the same tensor exists, into that copy and the rest (880).
 
+With one head per rank the rank's broadcast only inserts a size-1 dim, which the frontend reads as a reshape
+(a NeuronX mask ``[B, S, T]`` broadcast to the scores ``[B, 1, S, T]`` at 8 ranks): the sequential broadcast
+splits where such a reshape of the same tensor exists (884), and a broadcast inserting a single size-1 dim is
+that reshape (885).
+
 A fused projection (NeuronX's QKV weight: each rank's q, k and v columns side by side) is sliced after the
 dot. The sequential weight is a concatenation of column slices of the ranks' weights, so the sequential dot
 splits (850-857) into dots of those slices; each is the same slice of the rank's whole dot (881, 882: a slice
@@ -39,6 +44,19 @@ LEMMAS = [
       f"hlo.broadcast(?x, shape=?s, dimensions=?m) => concat({_NARROWER},"
       f" hlo.broadcast(?x, shape=set_at(?s, {_K}, at(?s, {_K}) - at(?t, {_K})), dimensions=?m), dim={_K})",
       f"not contains(?m, {_K})", when=_NARROWER, examples=_copy_seeds(3)),
+    # a unit-width copy that the frontend holds as a reshape (the broadcast inserts dim k only): split there too
+    L(884, "broadcast-splits-at-unit-reshape",
+      "hlo.broadcast(?x, shape=?s, dimensions=?m) => concat(reshape(?x, shape=?t),"
+      " hlo.broadcast(?x, shape=set_at(?s, narrower_dim(?s, ?t), at(?s, narrower_dim(?s, ?t)) - 1), dimensions=?m),"
+      " dim=narrower_dim(?s, ?t))",
+      "at(?t, narrower_dim(?s, ?t)) == 1 and inserted_dim(?m) == narrower_dim(?s, ?t)", when="reshape(?x, shape=?t)",
+      examples=({"x": [2, 3], "s": [2, 4, 3], "t": [2, 1, 3], "m": [0, 2]},
+                {"x": [2, 3, 2], "s": [3, 2, 3, 2], "t": [1, 2, 3, 2], "m": [1, 2, 3]},
+                {"x": [3], "s": [3, 2], "t": [3, 1], "m": [0]})),
+    L(885, "broadcast-inserting-a-unit-dim-is-reshape",
+      "hlo.broadcast(?x, shape=?s, dimensions=?m) => reshape(?x, shape=?s)",
+      "len(?m) + 1 == len(?s) and at(?s, inserted_dim(?m)) == 1",
+      examples=({"x": [2, 3], "s": [2, 1, 3], "m": [0, 2]}, {"x": [3], "s": [1, 3], "m": [1]})),
     # the output dims of a dot: batch, lhs free, rhs free (each in order), as in 854 / 855
     L(881, "dot-of-slice-along-rhs-free-dim",
       f"hlo.dot(?x, slice(?w, dim=?d, {_SL}), {_DOT}) => slice(hlo.dot(?x, ?w, {_DOT}),"

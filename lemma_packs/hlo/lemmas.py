@@ -58,7 +58,17 @@ def _moves_only_unit_dims(ctx, x, p) -> bool:
 FUNCTIONS = {
     "moves_only_unit_dims": _moves_only_unit_dims,
     "permuted_shape": lambda ctx, x, p: tuple(ctx.shape_of(x)[int(i)] for i in p),
+    # the one dim a broadcast inserts whose dimensions map its operand's dims in order onto all others
+    "inserted_dim": lambda ctx, m: _inserted_dim(m),
 }
+
+
+def _inserted_dim(m) -> int:
+    m = tuple(int(i) for i in m)
+    rest = [k for k in range(len(m) + 1) if k not in m]
+    if len(rest) != 1 or m != tuple(k for k in range(len(m) + 1) if k != rest[0]):
+        raise ValueError("not the in-order insertion of one dim")
+    return rest[0]
 
 
 MOVEMENT = [

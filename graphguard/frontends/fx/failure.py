@@ -145,7 +145,30 @@ def capture_failure(where: str, e: BaseException, loc: str | None, module=None, 
             parts.append(f" ({entry})")
     if loc:
         parts.append(f" at {loc}")
+    if path and module is not None and "mixed torch.Tensor and DTensor" in cause:
+        hint = _dtensor_params(module, path) + hint
     return "".join(parts) + f": {cause}{_sharding(chain)}{hint}"
+
+
+def _dtensor_params(root, path: str) -> str:
+    """`` (its parameter 'sinks' is a DTensor -- plan entry ...: the module's own code reads it with plain
+    tensors)``: the DTensor parameters of the module at ``path`` (a plan that shards a parameter of a module whose
+    forward it does not wrap hands that forward a DTensor beside plain tensors)."""
+    try:
+        from torch.distributed.tensor import DTensor
+        m = root
+        for name in path.split("."):
+            m = m._modules[name]
+        names = [n for n, p in m.named_parameters(recurse=False) if isinstance(p, DTensor)]
+        if not names:
+            return ""
+        entries = [e for n in names if (e := plan_entry(root, f"{path}.{n}"))]
+        said = f" -- {'; '.join(entries)}" if entries else ""
+        return (f" (its parameter{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)} "
+                f"{'are DTensors' if len(names) > 1 else 'is a DTensor'}{said}, which this module's own code mixes "
+                f"with plain tensors: the plan shards a parameter whose module's forward it does not wrap)")
+    except Exception:  # noqa: BLE001 -- a hint only
+        return ""
 
 
 def _raised_by_model(root: BaseException) -> bool:

@@ -54,6 +54,13 @@ def test_cast_bridges_and_moves_through_permute():
              "permute(hlo.convert(H, dtype=float32), dims=[2, 1, 0])", {"H": [8, 3, 2]})
 
 
+def test_cast_under_another_permutation_is_not_moved():  # 1217, wrong axis: the permutation must be the same
+    assert not p("aten._to_copy(permute(H, dims=[2, 1, 0]), dtype=float32)",
+                 "permute(hlo.convert(H, dtype=float32), dims=[0, 2, 1])", {"H": [4, 4, 4]})
+    assert not p("aten.add.Tensor(permute(A, dims=[1, 0]), B, alpha=1)",
+                 "permute(aten.add.Tensor(A, B, alpha=1), dims=[1, 0])", {"A": [3, 3], "B": [3, 3]})
+
+
 def test_cast_to_another_dtype_is_not_the_convert():  # wrong dtype
     assert not p("aten._to_copy(permute(H, dims=[2, 1, 0]), dtype=float32)",
                  "permute(hlo.convert(H, dtype=bfloat16), dims=[2, 1, 0])", {"H": [8, 3, 2]})

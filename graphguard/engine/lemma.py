@@ -731,8 +731,13 @@ def match(p: Term, t: Term, env: dict) -> bool:
             return env[p.name] == t
         env[p.name] = t
         return True
-    if not isinstance(t, App) or t.op != p.op or len(t.args) != len(p.args):
+    if not isinstance(t, App) or t.op != p.op or len(t.args) != len(p.args) or not match_attrs(p, t, env):
         return False
+    return all(match(a, b, env) for a, b in zip(p.args, t.args))
+
+
+def match_attrs(p: App, t: App, env: dict) -> bool:
+    """Bind the attributes of pattern ``p`` to those of term ``t`` (same op), extending ``env``."""
     got = t.attrd
     for name, v in p.attrs:
         if isinstance(v, PVar):
@@ -741,4 +746,4 @@ def match(p: Term, t: Term, env: dict) -> bool:
             env[v.name] = got.get(name)
         elif isinstance(v, AConst) and v.value != got.get(name):
             return False
-    return all(match(a, b, env) for a, b in zip(p.args, t.args))
+    return True

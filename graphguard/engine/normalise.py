@@ -172,9 +172,7 @@ def bias_after_rows(g: Graph, reg: Registry, cx: S.Constraints) -> int:
                 bias.dtype != out.dtype:
             continue
         final = view.outputs[0]
-        rows = _suffixed(final, ".rows")
-        while rows in g.tensors:
-            rows = _suffixed(rows, "_")
+        rows = _fresh(g, final, ".rows")
         g.tensors[rows] = g.tensors[final]  # (re-inferred by validate)
         n.op, n.inputs, n.attrs = prod, n.inputs[1:], {}
         view.outputs = [rows]
@@ -191,6 +189,14 @@ def bias_after_rows(g: Graph, reg: Registry, cx: S.Constraints) -> int:
         g.nodes = nodes
         g.validate(reg, cx)
     return changed
+
+
+def _fresh(g: Graph, name: str, suffix: str) -> str:
+    """``name`` + ``suffix``, made unused in ``g``."""
+    new = _suffixed(name, suffix)
+    while new in g.tensors:
+        new = _suffixed(new, "_")
+    return new
 
 
 def _suffixed(name: str, suffix: str) -> str:
@@ -239,10 +245,9 @@ def fuse_expressions(g: Graph, reg: Registry, cx: S.Constraints, ops: set[str] |
     the ops named in ``ops`` (default: every declaring op); with ``other`` (the program it is compared with), only
     expressions whose ops ``other`` does not all call (two HF programs keep theirs: their operators meet one by
     one, and a failure names the one). The number of expressions collapsed."""
-    from .lemma import EvalContext, build_rules, check_condition, match
     from .families import fused_expression
-    from .lemma import Lemma
-    from ..ir.expr import AConst, App, Leaf, PVar
+    from .lemma import EvalContext, Lemma, build_rules, check_condition, match_attrs, term_ops
+    from ..ir.expr import App, Leaf, PVar
     fusers = [op for op in reg if op.fuses and (ops is None or op.name in ops)]
     if not fusers:
         return 0
@@ -252,7 +257,6 @@ def fuse_expressions(g: Graph, reg: Registry, cx: S.Constraints, ops: set[str] |
             rules += build_rules(Lemma(1218, f"fused-expression[{op.name}]", rule_text, cond, "root", op.source,
                                        pack=op.source), reg)
     if other is not None:
-        from .lemma import term_ops
         there = {n.op for n in other.nodes}
         rules = [r for r in rules if not term_ops(r.lhs, set()) <= there]
     outputs = set(g.outputs)
@@ -270,16 +274,8 @@ def fuse_expressions(g: Graph, reg: Registry, cx: S.Constraints, ops: set[str] |
             return False
         term = g.node_terms(node)[0]
         if not isinstance(term, App) or term.op != p.op or len(term.args) != len(p.args) or \
-                not all(isinstance(x, Leaf) for x in term.args):
+                not all(isinstance(x, Leaf) for x in term.args) or not match_attrs(p, term, env):
             return False
-        got = term.attrd
-        for name, v in p.attrs:
-            if isinstance(v, PVar):
-                if v.name in env and env[v.name] != got.get(name):
-                    return False
-                env[v.name] = got.get(name)
-            elif isinstance(v, AConst) and v.value != got.get(name):
-                return False
         inside.add(t)
         return all(gmatch(a, x.name, env, inside) for a, x in zip(p.args, term.args))
 
@@ -358,7 +354,8 @@ def fold_constants(g: Graph, reg: Registry, cx: S.Constraints, other: Graph | No
     if rounded:
         g.reinfer(rounded, reg, cx)
     if other is None or not any(n.op == "hlo.literal" for n in other.nodes) or any(n.op == "hlo.literal" for n in g.nodes):
-        return _flat_literals(g, reg, cx) and 0  # (a program holding literals: its frontend folded what it folds)
+        _flat_literals(g, reg, cx)  # (a program holding literals: its frontend folded what it folds)
+        return 0
     known: dict[str, np.ndarray] = {}
     made: dict[str, Node] = {}  # tensor -> the node computing it from constants
     for n in g.nodes:
@@ -416,9 +413,7 @@ def _flat_literals(g: Graph, reg: Registry, cx: S.Constraints) -> int:
         if n.op != "hlo.literal" or len(n.attrs["shape"]) < 2:
             continue
         out = n.outputs[0]
-        flat = _suffixed(out, ".flat")
-        while flat in g.tensors:
-            flat = _suffixed(flat, "_")
+        flat = _fresh(g, out, ".flat")
         g.tensors[flat] = g.tensors[out]  # (re-inferred by validate)
         shape = list(n.attrs["shape"])
         n.attrs = dict(n.attrs, shape=[math.prod(shape)])

@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import printable
 from ..ir.expr import Term, to_text
+from ..ir.graph import source_text
 
 EXIT_CODES = {"refines": 0, "does-not-refine": 1, "inconclusive": 3}
 
@@ -29,10 +30,7 @@ class Failure:
 
     def where(self) -> str:
         """``modeling_llama.py:65 in forward, module model.layers.0.post_attention_layernorm`` (what is known)."""
-        parts = [self.loc + (f" in {self.func}" if self.func else "")] if self.loc else []
-        if self.module:
-            parts.append(f"module {self.module}")
-        return ", ".join(parts)
+        return source_text(self)
 
 
 @dataclass

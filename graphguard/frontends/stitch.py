@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from graphguard.errors import InputError
+from graphguard.ir.graph import source_keys
 
 KIND_OP = {"all_reduce": "core.all_reduce", "all_gather": "core.all_gather",
            "reduce_scatter": "core.reduce_scatter", "all_to_all": "core.all_to_all",
@@ -87,7 +88,7 @@ def stitch(ranks: list[RankGraph], name: str, source: str) -> dict:
                                      f"{first.kind}{first.attrs} on rank {group[0]} but {c.kind}{c.attrs} on "
                                      f"rank {r} ({c.loc or c.where})")
             base = f"{first.kind}.g{'_'.join(map(str, group))}.{i}"
-            loc = {k: v for k, v in (("loc", first.loc), ("func", first.func), ("module", first.module)) if v}
+            loc = source_keys(first)
             if first.kind == "permute":
                 doc["nodes"].extend(_permute_nodes(base, group, parts, loc))
             elif first.kind == "all_to_all_tuple":

@@ -37,6 +37,20 @@ class TensorInfo:
         return rank_of(self.name)
 
 
+def source_text(x) -> str:
+    """Where the user wrote ``x`` (anything with ``loc``, ``func``, ``module``: a node, a failure):
+    ``modeling_llama.py:65 in forward, module model.layers.0.mlp`` (what is known)."""
+    parts = [x.loc + (f" in {x.func}" if x.func else "")] if x.loc else []
+    if x.module:
+        parts.append(f"module {x.module}")
+    return ", ".join(parts)
+
+
+def source_keys(x) -> dict:
+    """``x``'s source as the keys of a node record in a graph file: ``loc``, ``func``, ``module`` where known."""
+    return {k: v for k in ("loc", "func", "module") if (v := getattr(x, k))}
+
+
 @dataclass
 class Node:
     op: str
@@ -53,11 +67,7 @@ class Node:
         return f"{self.op} (node '{self.name}' -> {', '.join(self.outputs)}){loc}"
 
     def source_text(self) -> str:
-        """Where the user wrote it: ``modeling_llama.py:65 in forward, module model.layers.0.mlp`` (what is known)."""
-        parts = [self.loc + (f" in {self.func}" if self.func else "")] if self.loc else []
-        if self.module:
-            parts.append(f"module {self.module}")
-        return ", ".join(parts)
+        return source_text(self)
 
 
 class Graph:

@@ -32,7 +32,7 @@ from ..errors import InputError
 from ..inputfile import load_json, read_text
 from . import scalar as S
 from .expr import attr_text
-from .graph import Graph
+from .graph import Graph, source_keys
 from .ops import Registry
 from .scalar import Constraints
 
@@ -146,7 +146,7 @@ def graph_to_dict(g: Graph) -> dict:
         d: dict[str, Any] = {"name": n.name, "op": n.op, "inputs": n.inputs, "outputs": n.outputs}
         if n.attrs:
             d["attrs"] = {k: _jsonable(v) for k, v in n.attrs.items()}
-        d.update((k, v) for k, v in (("loc", n.loc), ("func", n.func), ("module", n.module)) if v)
+        d.update(source_keys(n))
         doc["nodes"].append(d)
     doc["outputs"] = g.outputs
     if g.repeat is not None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from graphguard.errors import InputError
 from graphguard.ir import scalar as S
+from graphguard.ir.graph import source_keys
 from graphguard.ir.ops import Registry
 
 from ..source import frame_from_stack
@@ -122,11 +123,6 @@ def module_path(meta: dict) -> str | None:
     return path.strip(".") or None
 
 
-def source_of(n: TNode) -> dict:
-    """The source keys of a node record (gg.json): ``loc``, ``func``, ``module`` where known."""
-    return {k: v for k, v in (("loc", n.loc), ("func", n.func), ("module", n.module)) if v}
-
-
 def ir_op_name(target: str) -> str:
     """``aten.add.Tensor`` stays; ``aten.mm.default`` -> ``aten.mm``."""
     return target[: -len(".default")] if target.endswith(".default") else target
@@ -188,7 +184,7 @@ class _Converter:
         outs = [output] if isinstance(output, str) else output
         self.out.nodes.append({"name": self.full(node or n.name), "op": op,
                                "inputs": [self.full(i) for i in inputs], "outputs": [self.full(o) for o in outs],
-                               "attrs": attrs, **source_of(n)})
+                               "attrs": attrs, **source_keys(n)})
         if isinstance(output, str) and n.shape is not None:
             self.shape[output], self.dtype[output] = tuple(n.shape), n.dtype
 

@@ -10,7 +10,7 @@ from .engine.explain import explain
 from .engine.infer import Context, compute_out_rel, is_held
 from .engine.layers import layer_table
 from .engine.normalise import (bias_after_rows, drop_identities, fold_constants, fuse_expressions, round_fills,
-                               scalar_forms)
+                               scalar_forms, slices_of_concats)
 from .engine.result import VerifyResult
 from .errors import InputError, ShapeError
 from .gcpause import collector_paused
@@ -61,6 +61,7 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
         if fused[0] != fused[1]:  # one program writes a fused product + bias the other does not: its pieces
             bias_after_rows(g, reg, cx)  # reshape(addmm(b, x, w)) -> reshape(mm(x, w)) + b (engine/normalise.py)
         round_fills(g, reg, cx)  # a float32 fill of 1e-6 holds float32(1e-6) (engine/normalise.py)
+        slices_of_concats(g, reg, cx)  # cat(a, b)[i:j] within a -> a[i:j] (engine/normalise.py)
         fold_constants(g, reg, cx, other=g_d if g is g_s else g_s)  # constants computed by ops -> hlo.literal, as
         # the HLO frontend folds them, beside a program that holds such literals (engine/normalise.py)
         fuse_expressions(g, reg, cx, other=g_d if g is g_s else g_s)  # HF's RMSNorm spelt out in ATen ops, where

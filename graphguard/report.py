@@ -530,7 +530,7 @@ def _certificate(doc: dict) -> str:
     rows = [(str(t), "<br>".join(_code(e) for e in (v if isinstance(v, list) else [v]))) for t, v in r_o.items()]
     out.append(_kv(rows, "kv mono") if rows else '<p class="muted">(no outputs)</p>')
     if doc.get("sizes"):
-        out.append("<p>with sizes that equal data decides (nonzero counts):</p>"
+        out.append("<p>with sizes that equal data decides (nonzero counts, slice lengths at bounds read from tensors):</p>"
                    + "<br>".join(_code(s) for s in doc["sizes"]))
     return "".join(out)
 

@@ -84,7 +84,8 @@ LONG = ("test_examples.py::test_run_script_exit_code_and_replay[megatron", "test
         "test_hf_zoo.py::test_per_head", "test_torchtitan.py::test_tp2", "test_lemmas.py::test_every_builtin_lemma",
         "test_mutants.py::", "test_bad_input.py::test_every_bad_input", "test_llama.py::test_llama_forward",
         "test_new_pack.py::", "test_plugins.py::test_two_packs", "test_cross_hf_neuronx.py::test_hf_rms_norm",
-        "test_cross_hf_neuronx.py::test_kv_caches", "test_repeat.py::test_llama_layers")
+        "test_cross_hf_neuronx.py::test_kv_caches", "test_repeat.py::test_llama_layers",
+        "test_data_bounds.py::test_hf_aria", "test_data_bounds.py::test_a_rank")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -371,6 +371,13 @@ CASES = [
     ("index_put", [f(5, 3), i(5, 4), f(3)], {"accumulate": True}),
     ("index_put", [f(4, 5), np.array([0, 3]), f(4, 2)], {"absent": [1]}),
     ("index_select", [f(5, 3), i(5, 4)], {"dim": 0}),
+    ("index_copy", [f(5, 3), np.array([4, 0, 2]), f(3, 3)], {"dim": 0}),
+    ("index_copy", [f(2, 5), np.array([1, 3]), f(2, 2)], {"dim": -1}),
+    ("histc", [f(20)], {"bins": 5, "min": -1, "max": 1}),
+    ("histc", [f(3, 4)], {"bins": 4}),  # min = max = 0: the data's own range
+    ("histc", [np.array([0.0, 1.0, 1.0, 3.0, 3.0, 3.0])], {"bins": 4, "min": 0, "max": 3}),  # max: the last bin
+    ("sort", [f(3, 5)], {"dim": 1}),
+    ("sort", [f(4, 2)], {"dim": 0, "descending": True}),
     ("index_select", [f(2, 5), i(5, 3)], {"dim": -1}),
     ("gather", [f(4, 5), i(5, 4, 2)], {"dim": 1}),
     ("gather", [f(4, 5), i(4, 2, 3)], {"dim": 0}),

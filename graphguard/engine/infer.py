@@ -776,7 +776,8 @@ def size_equalities(ctx: Context, snap: Snapshot) -> dict[str, str]:
                 continue
             sized = {a for a, _ in op.data_sizes}
             attrs = dict(nd.attrs)
-            key = (nd.op, nd.children, tuple((k, x) for k, x in nd.attrs if k not in sized))
+            kids = nd.children if op.data_size_args is None else tuple(nd.children[i] for i in op.data_size_args)
+            key = (nd.op, kids, tuple((k, x) for k, x in nd.attrs if k not in sized))
             groups.setdefault(key, []).append(tuple(attrs[a] for a, _ in op.data_sizes))
     names: dict[str, str] = {}
     s_syms = ctx.g_s.symbols() if any(len(set(x)) > 1 for x in groups.values()) else set()

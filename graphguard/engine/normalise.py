@@ -92,6 +92,33 @@ def drop_identities(g: Graph, reg: Registry, cx: S.Constraints) -> int:
     return len(changed)
 
 
+def slices_of_concats(g: Graph, reg: Registry, cx: S.Constraints) -> int:
+    """A slice of a concatenation along the same dim that lies within one part reads that part (its bounds
+    shifted): ``cat(zeros(1), cumsum(n))[0:1]`` is ``zeros(1)[0:1]``, a constant on every rank, which the
+    search would otherwise have to find through the concatenation's other, data-made part. Exact (data
+    movement). The number of slices changed."""
+    changed, dropped = [], []
+    for n in g.nodes:
+        p = g.producer.get(n.inputs[0]) if n.op == "core.slice" else None
+        if p is None or p.op != "core.concat" or int(p.attrs["dim"]) != int(n.attrs["dim"]):
+            continue
+        d, lo, hi, off = int(n.attrs["dim"]), n.attrs["start"], n.attrs["end"], 0
+        for part in p.inputs:
+            size = g.shape(part)[d]
+            if cx.prove(">=", lo, off) and cx.prove("<=", hi, S.norm(S.sym(off) + S.sym(size))):
+                dropped.append(n.inputs[0])
+                n.inputs = [part]
+                n.attrs = dict(n.attrs, start=S.norm(S.sym(lo) - S.sym(off)), end=S.norm(S.sym(hi) - S.sym(off)))
+                changed.append(n)
+                break
+            off = S.norm(S.sym(off) + S.sym(size))
+    if changed:
+        g.reinfer(changed, reg, cx, dropped)
+        for n in changed:
+            g.consumers.setdefault(n.inputs[0], []).append(n)
+    return len(changed)
+
+
 # the integer dtypes a constant may hold a factor in (their exclusive bound)
 EXACT_INTS = {"int64": 1 << 63, "int32": 1 << 31}
 MANTISSA = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}

@@ -221,7 +221,7 @@ def run_node(g: Graph, n: Node, env: dict, reg: Registry, sv: dict, mode: str | 
     dtype choice (module docstring); None: the references' results as they are. ``release``: inputs read
     here for the last time, dropped from ``env`` once read."""
     op = reg.get(n.op)
-    sized = dict(op.data_sizes) if op is not None else {}
+    sized = dict(op.data_dims(n.attrs)) if op is not None else {}
     free = {a for a in sized if S.free_symbols(n.attrs[a]) - set(sv)}
     held: dict = {}
     widen = mode is not None and not (op is not None and op.clean)  # moving data is exact in any dtype
@@ -351,7 +351,54 @@ class Step:
     writes: tuple[tuple[str, str], ...]
 
 
-def schedule(g_s: Graph, g_d: Graph, inputs: dict[str, Term], checks: list[Check], whole: bool = True) -> list[Step]:
+def _attr_symbols(n) -> set[str]:
+    out: set[str] = set()
+    for v in n.attrs.values():
+        for x in (v if isinstance(v, (tuple, list)) else (v,)):
+            if not isinstance(x, (str, float, int)) and hasattr(x, "free_symbols"):
+                out |= S.free_symbols(x)
+    return out
+
+
+def binders(g: Graph, reg: Registry) -> dict[str, list]:
+    """For each node, the nodes that bind the data-decided sizes its attributes read (a fill shaped like
+    a slice at bounds read from tensors reads nothing that orders it after that slice)."""
+    first: dict[str, object] = {}
+    for n in g.topo_order():
+        op = reg.get(n.op)
+        for a, _ in (op.data_sizes if op is not None else ()):
+            for x in S.free_symbols(n.attrs[a]):
+                first.setdefault(x, n)
+    if not first:
+        return {}
+    return {n.name: [first[x] for x in sorted(_attr_symbols(n)) if x in first and first[x] is not n]
+            for n in g.topo_order()}
+
+
+def replay_order(g: Graph, reg: Registry) -> list:
+    """``g``'s topological order with every node after the binders of the data-decided sizes it reads (where
+    that makes no cycle)."""
+    order = g.topo_order()
+    need = binders(g, reg)
+    if not need:
+        return order
+    done: set[str] = set(g.inputs)
+    placed: set[str] = set()
+    out, left = [], list(order)
+    while left:
+        pick = next((n for n in left if all(i in done for i in n.inputs)
+                     and all(b.name in placed for b in need.get(n.name, ()))), None)
+        if pick is None:  # (a binder that reads what needs it: the plain order)
+            pick = next(n for n in left if all(i in done for i in n.inputs))
+        left.remove(pick)
+        out.append(pick)
+        placed.add(pick.name)
+        done.update(pick.outputs)
+    return out
+
+
+def schedule(g_s: Graph, g_d: Graph, inputs: dict[str, Term], checks: list[Check], whole: bool = True,
+             reg: Registry | None = None) -> list[Step]:
     """G_s in topological order; after each operator the checks it completes (those of a G_s input before its
     first reader), each preceded by what it needs of G_d (in G_d's order) and of the G_s inputs (``inputs``:
     each one's expression over G_d inputs); then the rest of G_d. A G_s input is built before its first
@@ -359,7 +406,8 @@ def schedule(g_s: Graph, g_d: Graph, inputs: dict[str, Term], checks: list[Check
     steps: list[Step] = []
     have_s: set[str] = set()
     have_d: set[str] = set(g_d.inputs)
-    d_order = {n.name: i for i, n in enumerate(g_d.topo_order())}
+    d_order = {n.name: i for i, n in enumerate(replay_order(g_d, reg) if reg is not None else g_d.topo_order())}
+    d_need = binders(g_d, reg) if reg is not None else {}
 
     def need_s(names):
         for t in names:
@@ -374,11 +422,12 @@ def schedule(g_s: Graph, g_d: Graph, inputs: dict[str, Term], checks: list[Check
             if n.name not in nodes:
                 nodes[n.name] = n
                 todo.extend(i for i in n.inputs if i not in have_d)
+                todo.extend(o for b in d_need.get(n.name, ()) for o in b.outputs[:1] if o not in have_d)
         for n in sorted(nodes.values(), key=lambda n: d_order[n.name]):
             have_d.update(n.outputs)
             steps.append(Step("d", n, tuple(("d", i) for i in n.inputs), tuple(("d", o) for o in n.outputs)))
 
-    order = g_s.topo_order()
+    order = replay_order(g_s, reg) if reg is not None else g_s.topo_order()
     if not whole:
         cone = _upstream(g_s, {t for c in checks for t in c.s})
         order = [n for n in order if cone & set(n.outputs)]
@@ -482,7 +531,7 @@ def _execute(g_s: Graph, g_d: Graph, reg: Registry, sv: dict, dtype: str, d_env:
              checks: list[Check], whole: bool = True) -> dict:
     """Run the schedule in ``dtype`` (the G_d inputs it reads converted to it), freeing each tensor after
     its last reader; returns what it held at most."""
-    steps = schedule(g_s, g_d, first, checks, whole)
+    steps = schedule(g_s, g_d, first, checks, whole, reg)
     last = last_reads(steps)
     env = {"s": {}, "d": d_env}
     for t in list(d_env):

@@ -116,7 +116,8 @@ class VerifyResult:
             lines.append("output relation R_o:")
             lines += ["  " + x for x in self.r_o_lines()]
             if self.sizes:  # part of the certificate: the sizes R_o's shapes take as equal
-                lines.append("with sizes that equal data decides (nonzero counts):")
+                lines.append("with sizes that equal data decides (nonzero counts, slice lengths at bounds read from "
+                             "tensors):")
                 lines += [f"  {a} = {b}" for a, b in self.sizes]
         if self.layers:
             lines.append(self.layers_line())

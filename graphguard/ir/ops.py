@@ -134,8 +134,11 @@ class OpDef:
     ``broadcast``: the output repeats its input along new or size-1 dims (the engine tells the e-graph how
     a G_d tensor named in a relation was broadcast, so lemmas can cut it to a narrower copy).
     ``data_sizes``: ``((attr, dim), ...)`` -- scalar attributes naming an output dim whose size the data
-    decides (``nonzero``'s row count). The frontend fills each with the captured size symbol; the engine
-    equates the symbols of two e-nodes with equal operands and other attributes (equal data, equal size).
+    decides (``nonzero``'s row count; ``dim`` an int, or the name of the int attribute holding it). The
+    frontend fills each with the captured size symbol; the engine equates the symbols of two e-nodes with equal
+    operands and other attributes (equal data, equal size). ``data_size_args``: the operands those sizes
+    depend on, where not all (a slice at bounds the data decides: the bounds and the sliced dim's length, an
+    attribute, not the sliced data).
 
     Algebraic properties (declarations only: :mod:`graphguard.engine.families` derives the standard lemma
     families from them, each fuzzed like a hand-written lemma):
@@ -183,7 +186,8 @@ class OpDef:
     # ops and collectives: the one dtype all their inputs share). None: the call site's declared dtype decides
     scaling: bool = False
     broadcast: bool = False
-    data_sizes: tuple[tuple[str, int], ...] = ()
+    data_sizes: tuple[tuple[str, int | str], ...] = ()
+    data_size_args: tuple[int, ...] | None = None
     elementwise: tuple[int, ...] = ()
     broadcasting: bool = False
     commutative: bool | dict = False
@@ -208,6 +212,11 @@ class OpDef:
     def linear_groups(self) -> tuple[tuple[int, ...], ...]:
         """``linear`` with every entry a tuple of inputs."""
         return tuple((g,) if isinstance(g, int) else tuple(g) for g in self.linear)
+
+    def data_dims(self, attrs) -> list[tuple[str, int]]:
+        """``data_sizes`` with each dim an int (an attribute's value where it names one)."""
+        a = dict(attrs)
+        return [(k, int(a[d]) if isinstance(d, str) else d) for k, d in self.data_sizes]
 
     def attr_spec(self, name: str) -> AttrSpec | None:
         for a in self.attrs:

@@ -1,6 +1,7 @@
 """The ATen lemma pack: PyTorch ATen operators (shapes, NumPy references) and their lemmas (a plugin)."""
 from graphguard.hookspecs import hookimpl
 
+from .data_ops import OPS as DATA_OPS
 from .lemmas import LEMMAS
 from .more_ops import OPS as MORE_OPS
 from .megatron import FUNCTIONS as MEGATRON_FUNCTIONS
@@ -11,7 +12,7 @@ from .titan import FUNCTIONS as TITAN_FUNCTIONS, OPS as TITAN_OPS
 
 @hookimpl
 def graphguard_ops():
-    return OPS + MORE_OPS + MEGATRON_MOE_OPS + TITAN_OPS
+    return OPS + MORE_OPS + MEGATRON_MOE_OPS + TITAN_OPS + DATA_OPS
 
 
 @hookimpl

@@ -78,20 +78,31 @@ def _fx_to_tnodes(gm, sym: Symbols, prefix: str = "") -> list[TNode]:
     import torch
     symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
-    def conv(a):
+    def conv(a, lenient=False):
         if isinstance(a, torch.fx.Node):
             val = a.meta.get("val", a.meta.get("example_value"))
-            return sym.scalar(val) if isinstance(val, symbolic) else Ref(prefix + a.name)  # sizes: values
+            src = sym.item_source(val)
+            if src is not None and bounds_of is not None:  # a slice bound read with .item(): its 0-d tensor
+                return Ref(src)
+            try:
+                return sym.scalar(val) if isinstance(val, symbolic) else Ref(prefix + a.name)  # sizes: values
+            except InputError as e:
+                if lenient and getattr(e, "data_size", False):  # (a saved size the backward reads as a value)
+                    return None
+                raise
         if isinstance(a, symbolic):
             return sym.scalar(a)
         if isinstance(a, (list, tuple)):
-            return type(a)(conv(x) for x in a)
+            return type(a)(conv(x, lenient) for x in a)
         if isinstance(a, dict):
-            return {k: conv(v) for k, v in a.items()}
+            return {k: conv(v, lenient) for k, v in a.items()}
         return a
 
     out = []
     for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is torch.ops.aten._local_scalar_dense.default:
+            sym.read_item(n.meta.get("val"), prefix + n.args[0].name)
+        bounds_of = _item_bounds(n, sym)
         if n.op == "get_attr":
             out.append(_constant(gm, n, prefix))
             continue
@@ -104,6 +115,12 @@ def _fx_to_tnodes(gm, sym: Symbols, prefix: str = "") -> list[TNode]:
             bound = x.numel() if isinstance(x, torch.Tensor) else None
             for _, d in sizes:
                 sym.data_size(val.shape[d], prefix + n.name, bound)
+        if bounds_of is not None and n.target is torch.ops.aten.slice.Tensor and isinstance(val, torch.Tensor):
+            x, dim = n.args[0].meta["val"], bounds_of[0]
+            key = (bounds_of[1:], str(x.shape[dim]), dim)
+            sym.lengths[key] = sym.data_size(val.shape[dim], prefix + n.name,
+                                             None if isinstance(x.shape[dim], torch.SymInt) else int(x.shape[dim]),
+                                             prefix="len_", same=sym.lengths.get(key))
         shape = dtype = None
         if isinstance(val, torch.Tensor):
             try:
@@ -114,7 +131,8 @@ def _fx_to_tnodes(gm, sym: Symbols, prefix: str = "") -> list[TNode]:
                 loc = loc_from_stack(n.meta.get("stack_trace"))
                 raise InputError(f"{sym.where}: {ir_op_name(str(n.target))}{f' at {loc}' if loc else ''} has a "
                                  f"data-dependent output shape, which graphguard relates only for nonzero "
-                                 f"(torch.where(mask), mask.nonzero()); select tokens with those, or dispatch with "
+                                 f"(torch.where(mask), mask.nonzero()) and slices at bounds read from tensors "
+                                 f"(x[t[0]:t[1]]); select tokens with those, or dispatch with "
                                  f"a fixed capacity (see examples/moe-ep)") from None
         if n.target is operator.getitem:
             target = "getitem"
@@ -123,9 +141,39 @@ def _fx_to_tnodes(gm, sym: Symbols, prefix: str = "") -> list[TNode]:
         else:
             target = n.op
         loc, func = frame_from_stack(n.meta.get("stack_trace"))
-        out.append(TNode(prefix + n.name, n.op, target, conv(tuple(n.args)), conv(dict(n.kwargs)), shape, dtype,
-                         loc, func, module_path(n.meta)))
+        try:
+            args, kwargs = conv(tuple(n.args), n.op == "output"), conv(dict(n.kwargs))
+        except InputError as e:
+            if not getattr(e, "data_size", False):
+                raise
+            if n.op == "call_function" and not isinstance(val, torch.Tensor):  # TorchDynamo's checks of sizes
+                # the data decides, not the program
+                continue
+            raise InputError(f"{sym.where}: {ir_op_name(str(n.target))}{f' at {loc}' if loc else ''} reads a value "
+                             f"the data decides (.item(), a data-dependent size) other than as the bound of a slice, "
+                             f"which graphguard does not relate") from None
+        out.append(TNode(prefix + n.name, n.op, target, args, kwargs, shape, dtype, loc, func, module_path(n.meta)))
     return out
+
+
+def _item_bounds(n, sym) -> tuple | None:
+    """For ``x[a:b]`` / ``slice_scatter(base, src, d, a, b)`` with a bound read from a tensor (``.item()``):
+    (dim, start, end), each bound the name of the 0-d tensor it was read from or the int it is; else None."""
+    import torch
+    sl, sc = torch.ops.aten.slice.Tensor, torch.ops.aten.slice_scatter.default
+    if n.op != "call_function" or n.target not in (sl, sc):
+        return None
+    first = 1 if n.target is sl else 2
+    a = list(n.args) + [None] * 4
+    dim = a[first] if a[first] is not None else n.kwargs.get("dim", 0)
+    start = a[first + 1] if a[first + 1] is not None else n.kwargs.get("start")
+    end = a[first + 2] if a[first + 2] is not None else n.kwargs.get("end")
+    read = [sym.item_source(b.meta.get("val")) if isinstance(b, torch.fx.Node) else None for b in (start, end)]
+    if read == [None, None]:
+        return None
+    rank = len(n.args[0].meta["val"].shape)
+    return (int(dim) % max(rank, 1),) + tuple(("t", r) if r is not None else ("i", str(b))
+                                             for r, b in zip(read, (start, end)))
 
 
 def _constant(gm, n, prefix: str):

@@ -517,7 +517,7 @@ class _Converter:
             if spec is None:
                 continue  # device, layout, memory_format, ...: not semantic
             attrs[arg.name] = _attr_value(v, spec.kind, arg.name, first_rank)
-        for a, d in op.data_sizes:  # sizes the data decides: the captured symbol of that output dim
+        for a, d in op.data_dims(attrs):  # sizes the data decides: the captured symbol of that output dim
             attrs[a] = S.text(S.norm(n.shape[d]))
         if absent:
             if op.attr_spec("absent") is None:
@@ -714,7 +714,45 @@ def _slice_range(conv: _Converter, n: TNode, shape: tuple, first: int, steps: bo
     return (dim, start, end, step) if steps else (dim, start, end)
 
 
+def _read_bounds(conv: _Converter, n: TNode, first: int) -> tuple | None:
+    """(dim, start, end) of a slice-like op with a bound read from a tensor (capture gives its 0-d tensor as a
+    :class:`Ref`), each bound a 0-d int64 tensor (an int bound becomes a constant one); None for other slices."""
+    a = list(n.args) + [None] * (first + 4)
+    start = a[first + 1] if a[first + 1] is not None else n.kwargs.get("start")
+    end = a[first + 2] if a[first + 2] is not None else n.kwargs.get("end")
+    if not isinstance(start, Ref) and not isinstance(end, Ref):
+        return None
+    step = a[first + 3] if a[first + 3] is not None else n.kwargs.get("step", 1)
+    if step != 1:
+        raise InputError(f"{conv.where(n)}: a slice with step {step} at bounds the data decides is not supported")
+    x = conv.ref(n.args[0], n)
+    dim = _norm_dim(int(a[first] if a[first] is not None else n.kwargs.get("dim", 0)), len(conv.shape[x]))
+
+    def bound(b, default):
+        if isinstance(b, Ref):
+            t = conv.ref(b, n)
+            if conv.shape.get(t) != () or not str(conv.dtype.get(t, "")).startswith(("int", "uint")):
+                raise InputError(f"{conv.where(n)}: a slice bound read from {t}, which is not a 0-d integer tensor")
+            return t
+        v = _scalar(default if b is None else b, "bound")
+        if not isinstance(v, int):
+            raise InputError(f"{conv.where(n)}: a slice with a symbolic bound beside one the data decides")
+        name = conv.fresh(f"{n.name}.bound")
+        conv.emit(TNode(name, "call_function", "scalar_tensor", (), {}, loc=n.loc, func=n.func, module=n.module),
+                  "aten.scalar_tensor", [], name, s=str(min(v, 2**62)), dtype="int64")
+        conv.shape[name], conv.dtype[name] = (), "int64"
+        return name
+    return dim, bound(start, 0), bound(end, 2**62)
+
+
 def _slice(conv: _Converter, n: TNode) -> None:
+    read = _read_bounds(conv, n, 1)
+    if read is not None:  # x[a:b] at bounds the data decides; its length: the captured symbol
+        dim, lo, hi = read
+        x = conv.ref(n.args[0], n)
+        conv.emit(n, "aten.slice_at", [x, lo, hi], n.name, dim=dim, length=S.text(conv.shape[x][dim]),
+                  count=S.text(S.norm(n.shape[dim])))
+        return
     x = conv.ref(n.args[0], n)
     dim, start, end, step = _slice_range(conv, n, conv.shape[x], 1, steps=True)
     if step != 1:
@@ -838,6 +876,10 @@ def _slice_scatter(conv: _Converter, n: TNode) -> None:
     """``slice_scatter(base, src, dim, start, end)`` (backward of a slice) is data movement:
     ``concat(base[:start], src, base[end:], dim)``."""
     base, src = conv.ref(n.args[0], n), conv.ref(n.args[1], n)
+    read = _read_bounds(conv, n, 2)
+    if read is not None:  # base[a:b] = src at bounds the data decides
+        conv.emit(n, "aten.slice_scatter_at", [base, src, read[1], read[2]], n.name, dim=read[0])
+        return
     shape = conv.shape[base]
     dim, start, end, step = _slice_range(conv, n, shape, 2, steps=True)
     if step != 1:

@@ -311,8 +311,8 @@ def _tgraph(doc, where: str) -> TGraph:
             raise data_dependent(target, where, loc)
         if target in ARCHIVE_REFUSED:  # one archive serves every rank: its sizes cannot be told apart
             raise InputError(f"{where}: {target.removesuffix('.default')}{f' at {loc}' if loc else ''} has an "
-                             f"output size the data decides, which a .pt2 archive does not name per rank; capture "
-                             f"the model with 'graphguard capture' or graphguard.torch.capture instead")
+                             f"output size or value the data decides, which a .pt2 archive does not name per rank; "
+                             f"capture the model with 'graphguard capture' or graphguard.torch.capture instead")
         args, kwargs = [], {}
         for inp in _is(n["inputs"], list, "node inputs", where):
             val = _arg(inp["arg"], where)
@@ -363,7 +363,7 @@ def _tgraph(doc, where: str) -> TGraph:
     return TGraph(nodes, where, names, out_names)
 
 
-ARCHIVE_REFUSED = {"aten.nonzero.default"}
+ARCHIVE_REFUSED = {"aten.nonzero.default", "aten._local_scalar_dense.default"}
 
 
 def load(req: LoadRequest) -> Graph:

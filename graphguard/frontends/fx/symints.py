@@ -32,6 +32,8 @@ class Symbols:
         self.rank = rank
         self.data_ops = data_ops or {}  # IR op -> its data_sizes ((attr, output dim), ...)
         self.data: set[str] = set()  # symbols of sizes the data decides (see data_size)
+        self.items: dict = {}  # an unbacked symbol read with .item() -> the 0-d tensor it came from
+        self.lengths: dict = {}  # (dim, bounds, sliced length) -> the symbol of a slice's length there
         self.data_env = None
         self.bound: list[tuple[str, int, sp.Expr, sp.Expr]] = []  # (input, dim, ShapeEnv expr, user expr)
         self.subs: dict[sp.Symbol, sp.Expr] = {}
@@ -156,10 +158,11 @@ class Symbols:
         solver.add(*facts, z3.Not(goal))
         return solver.check() == z3.unsat
 
-    def data_size(self, size, node: str, bound: int | None) -> str:
+    def data_size(self, size, node: str, bound: int | None, prefix: str = "nnz_", same: str | None = None) -> str:
         """A size the data decides (``nonzero``'s row count, an unbacked ``u0``) becomes a symbol named
         after its node (``nnz_nonzero_1``; ``_r<k>`` on rank k, so ranks' sizes stay apart) with the range
-        0..``bound``. Returns the symbol's name."""
+        0..``bound`` -- or the symbol ``same`` named before (a slice's length at bounds already read). Returns
+        the symbol's name."""
         import torch
         e = size.node.expr if isinstance(size, torch.SymInt) else None
         env = size.node.shape_env if e is not None else None
@@ -168,11 +171,31 @@ class Symbols:
             e = env.replace(e)
         if not isinstance(e, sp.Symbol):
             raise InputError(f"{self.where}: node '{node}': its data-dependent size is {size}, not a fresh symbol")
-        name = "nnz_" + re.sub(r"\W", "_", node) + (f"_r{self.rank}" if self.rank is not None else "")
+        if not same and e in self.subs:  # (the ShapeEnv had already equated it with a size named before)
+            return str(self.subs[e])
+        name = same or prefix + re.sub(r"\W", "_", node) + (f"_r{self.rank}" if self.rank is not None else "")
         self.subs[e] = S.symbol(name)
+        if same:
+            return name
         self.constraints[name] = {"min": 0, **({"max": int(bound)} if bound is not None else {})}
         self.data.add(name)
         return name
+
+    def read_item(self, v, source: str) -> None:
+        """``t.item()`` traced as the unbacked ``v``: a value the data decides, read from the 0-d tensor
+        ``source`` (a slice at that bound keeps the tensor as its operand, see aten.slice_at)."""
+        import torch
+        if isinstance(v, torch.SymInt) and isinstance(v.node.expr, sp.Symbol):
+            self.data_env = v.node.shape_env
+            self.items[self.data_env.replace(v.node.expr)] = source
+
+    def item_source(self, v) -> str | None:
+        """The 0-d tensor a value read with ``.item()`` came from (None for any other value)."""
+        import torch
+        if not self.items or not isinstance(v, torch.SymInt):
+            return None
+        e = v.node.expr
+        return self.items.get(v.node.shape_env.replace(e) if isinstance(e, sp.Symbol) else e)
 
     def scalar(self, v):
         """A traced size (int or SymInt) as an IR scalar over the user's symbols."""

@@ -1,0 +1,158 @@
+"""Slices at bounds the data decides: a grouped GEMM written as a loop over experts (HF's Aria,
+``sequential_experts_gemm``) slices the permuted tokens at ``cumsum[e]:cumsum[e + 1]``, read with ``.item()``.
+Capture keeps the 0-d tensors the bounds come from as operands (``aten.slice_at`` / ``aten.slice_scatter_at``)
+and names each slice's length once per pair of bounds and sliced length; the engine equates two lengths only
+where the bounds are equal tensors (lemma-free: congruence). HF's own AriaTextMoELayer, replicated on two ranks,
+refines forward and backward; a rank that slices at other bounds is flagged, and its lengths stay apart."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+import torch  # noqa: E402
+
+import graphguard  # noqa: E402
+import graphguard.torch as ggt  # noqa: E402
+from graphguard.engine.normalise import slices_of_concats  # noqa: E402
+from graphguard.errors import InputError  # noqa: E402
+from graphguard.ir.builder import GraphBuilder  # noqa: E402
+from graphguard.ir.scalar import Constraints  # noqa: E402
+from graphguard.plugins import load_plugins  # noqa: E402
+
+W = 2
+REG = load_plugins().registry
+
+
+# -- the operators ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("lo,hi", [(0, 3), (2, 5), (3, 3), (4, 1), (-2, 5), (-9, 2), (1, 99), (6, 7)])
+def test_slice_at_reads_its_bounds_as_torch_slices(lo, hi):
+    x = np.arange(30.0).reshape(6, 5)
+    t = torch.from_numpy(x)
+    want = t[lo:hi].numpy()
+    op = REG.get("aten.slice_at")
+    bounds = [np.array(lo), np.array(hi)]
+    got = op.ref([x] + bounds, {"dim": 0, "length": 6, "count": len(want)})
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(Exception, match="between the bounds"):  # the graph's count is checked against the data
+        op.ref([x] + bounds, {"dim": 0, "length": 6, "count": len(want) + 1})
+    src = np.full((len(want), 5), -1.0)
+    base = t.clone()
+    base[lo:hi] = torch.from_numpy(src)
+    scat = REG.get("aten.slice_scatter_at").ref([x, src] + bounds, {"dim": 0})
+    np.testing.assert_array_equal(scat, base.numpy())
+    if len(want):  # a source that does not fill the place is refused, not broadcast
+        with pytest.raises(Exception, match="places between the bounds"):
+            REG.get("aten.slice_scatter_at").ref([x, src[:-1]] + bounds, {"dim": 0})
+
+
+def test_slice_at_along_a_later_dim_and_float_bounds_refused():
+    x = np.arange(24.0).reshape(2, 3, 4)
+    op = REG.get("aten.slice_at")
+    got = op.ref([x, np.array(1), np.array(3)], {"dim": 2, "length": 4, "count": 2})
+    np.testing.assert_array_equal(got, x[:, :, 1:3])
+    with pytest.raises(Exception, match="not integers"):
+        op.ref([x, np.array(1.0), np.array(3)], {"dim": 2, "length": 4, "count": 2})
+
+
+def test_a_slice_of_a_concatenation_within_one_part_reads_that_part():
+    cx = Constraints()
+    b = GraphBuilder("g")
+    b.input("a", [1], "int64")
+    b.input("c", [4], "int64")
+    b.op("core.concat", ["a", "c"], "cat", dim=0)
+    b.op("core.slice", ["cat"], "first", dim=0, start=0, end=1)
+    b.op("core.slice", ["cat"], "inside", dim=0, start=2, end=4)
+    b.op("core.slice", ["cat"], "across", dim=0, start=0, end=2)  # must stay: it straddles both parts
+    b.output("first", "inside", "across")
+    g = b.build(REG, cx)
+    first, inside, across, cat = "first", "inside", "across", "cat"
+    assert slices_of_concats(g, REG, cx) == 2
+    by_out = {n.outputs[0]: n for n in g.nodes}
+    assert by_out[first].inputs == ["a"] and by_out[first].attrs["start"] == 0
+    assert by_out[inside].inputs == ["c"] and (by_out[inside].attrs["start"], by_out[inside].attrs["end"]) == (1, 3)
+    assert by_out[across].inputs == [cat]
+    assert all(n in g.consumers["c"] for n in [by_out[inside]])
+
+
+# -- HF's Aria MoE layer -------------------------------------------------------------------------------------
+def _config():
+    from transformers import AriaTextConfig
+    return AriaTextConfig(hidden_size=16, intermediate_size=8, moe_num_experts=4, moe_topk=2,
+                          moe_num_shared_experts=1, num_attention_heads=2, num_key_value_heads=2)
+
+
+def _layer(rank, wrong_bounds_on=None):
+    from transformers.models.aria.modeling_aria import AriaTextMoELayer, sequential_experts_gemm
+    torch.manual_seed(0)
+    layer = AriaTextMoELayer(_config())
+    if rank == wrong_bounds_on:  # this rank reads each expert's tokens one expert late
+        fc1 = layer.experts.fc1
+        fc1.forward = types.MethodType(
+            lambda self, x, tpe: sequential_experts_gemm(x, self.weight, torch.roll(tpe.cpu(), 1)), fc1)
+    return layer
+
+
+X = torch.randn(2, 3, 16, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(scope="module")
+def aria_spec():
+    return ggt.capture(_layer, (X,), backward=True)
+
+
+def _verify(s, wrong_bounds_on=None):
+    d = ggt.capture(lambda r: _layer(r, wrong_bounds_on), lambda r: (X,), world_size=W, backward=True)
+    names = [i["name"] for i in s.doc["inputs"]]
+    rel = {"inputs": {n: [f"{n}@{r}" for r in range(W)] for n in names},
+           "symbols": {**s.relation.get("symbols", {}), **d.relation.get("symbols", {})},
+           "expect": {"out0": [f"out0@{r}" for r in range(W)]}}  # every rank holds the layer's output
+    return d, graphguard.verify(s.graph(), d.graph(), rel, replay=True)
+
+
+def test_capture_names_each_slice_length_once_per_bounds(aria_spec):
+    g = aria_spec.graph()
+    sl = [n for n in g.nodes if n.op == "aten.slice_at"]
+    assert sl and all(len(n.inputs) == 3 and g.shape(n.inputs[1]) == () for n in sl)
+    counts = {str(n.attrs["count"]) for n in sl}
+    assert all(c.startswith("len_") for c in counts)
+    # a length is at least 0 and at most the sliced dim (tokens x top-k = 12)
+    assert all(aria_spec.relation["symbols"][c] == {"min": 0, "max": 12} for c in counts)
+    # forward and backward slice the same bounds: fewer lengths than slices
+    assert len(counts) < len(sl)
+    assert any(n.op == "aten.slice_scatter_at" for n in g.nodes)
+
+
+def test_hf_aria_moe_layer_refines_forward_and_backward(aria_spec):
+    _, r = _verify(aria_spec)
+    assert r.verdict == "refines", r.render()
+    assert "out0 = out0@1" in r.r_o_lines() and "grad.experts.fc1.weight = grad.experts.fc1.weight@1" in r.r_o_lines()
+    assert r.replay["ok"]
+    # every rank's slice lengths are the specification's, and the certificate says so
+    assert r.sizes and all(a.startswith("len_") and b.startswith("len_") for a, b in r.sizes)
+    assert {a for a, _ in r.sizes if a.endswith("_r1")} and "slice lengths" in r.render()
+
+
+def test_a_rank_slicing_at_other_bounds_is_flagged(aria_spec):
+    d, r = _verify(aria_spec, wrong_bounds_on=1)
+    assert r.verdict == "does-not-refine", r.render()
+    # flagged where the expectation fails (rank 1's output is not the layer's, by replay: differs), and rank 1's
+    # first expert slices are not the specification's: their lengths stay apart
+    assert "not the expected out0@1" in r.render() and "differs from out0" in r.render()
+    rank1 = {str(n.attrs["count"]) for n in d.graph().nodes if n.op == "aten.slice_at"
+             and n.outputs[0].endswith("@1") and n.module and "fc1" in n.module}
+    equated = {a for a, _ in r.sizes} | {b for _, b in r.sizes}
+    assert rank1 and not rank1 <= equated
+
+
+def test_a_value_read_with_item_other_than_as_a_slice_bound_is_one_line():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            n = int((x > 0).sum().item())
+            return x.new_zeros(n) + 1
+
+    with pytest.raises(InputError, match=r"(decided by the data|data-dependent|reads a value the data decides)"):
+        ggt.capture(lambda r: M(), (torch.randn(5),))

@@ -156,3 +156,65 @@ def test_a_value_read_with_item_other_than_as_a_slice_bound_is_one_line():
 
     with pytest.raises(InputError, match=r"(decided by the data|data-dependent|reads a value the data decides)"):
         ggt.capture(lambda r: M(), (torch.randn(5),))
+
+
+# -- the experts sharded across ranks (HF's sequential_experts_gemm with Megatron's f/g) -------------------------
+class _ReduceForward(torch.autograd.Function):  # Megatron's g
+    @staticmethod
+    def forward(ctx, x):
+        import torch.distributed as dist
+        import torch.distributed._functional_collectives as funcol
+        return funcol.all_reduce(x, "sum", dist.group.WORLD)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class _ShardedExperts(torch.nn.Module):
+    """Aria's experts (router, histogram of expert ids, sort, HF's grouped GEMM loop) with fc1's columns and fc2's
+    rows split over the ranks; ``skip``: no all-reduce of the rank's partial output."""
+
+    def __init__(self, world=1, rank=0, skip=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.router = torch.nn.Linear(8, 3, bias=False)
+        self.w1 = torch.nn.Parameter(torch.randn(3, 8, 6).chunk(world, dim=2)[rank].clone())
+        self.w2 = torch.nn.Parameter(torch.randn(3, 6, 8).chunk(world, dim=1)[rank].clone())
+        self.world, self.skip = world, skip
+
+    def forward(self, x):
+        from transformers.models.aria.modeling_aria import sequential_experts_gemm
+        top = torch.topk(self.router(x), k=1, dim=1).indices
+        tpe = torch.histc(top.flatten().float(), bins=3, min=0, max=2).long()
+        order = torch.argsort(top.view(-1))
+        h = torch.relu(sequential_experts_gemm(x.index_select(0, order), self.w1, tpe))
+        y = sequential_experts_gemm(h, self.w2, tpe)
+        if self.world > 1 and not self.skip:
+            y = _ReduceForward.apply(y)
+        out = torch.zeros_like(y)
+        return out.index_copy(0, order, y)
+
+
+def _sharded(skip=False):
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(2))
+    s = ggt.capture(lambda r: _ShardedExperts(), (x,))
+    d = ggt.capture(lambda r: _ShardedExperts(W, r, skip), lambda r: (x,), world_size=W)
+    rel = {"inputs": {"x": [f"x@{r}" for r in range(W)], "router.weight": [f"router.weight@{r}" for r in range(W)],
+                      "w1": "concat(w1@0, w1@1, dim=2)", "w2": "concat(w2@0, w2@1, dim=1)"},
+           "symbols": {**s.relation.get("symbols", {}), **d.relation.get("symbols", {})}}
+    return graphguard.verify(s.graph(), d.graph(), rel, replay=True)
+
+
+def test_experts_sharded_at_data_bounds_refine():
+    """Each rank slices its column / row shard at the same bounds: lemmas 1360-1366 carry the concatenations
+    and the ranks' partial sums through the slices and the writes back."""
+    r = _sharded()
+    assert r.verdict == "refines", r.render()
+    assert "out0 = out0@0" in r.r_o_lines() and r.replay["ok"]
+
+
+def test_experts_sharded_at_data_bounds_without_the_all_reduce_are_flagged():
+    r = _sharded(skip=True)
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.op in ("aten.slice_scatter_at", "aten.slice_at", "aten.index_copy"), r.render()

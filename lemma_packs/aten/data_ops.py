@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphguard.engine.lemma import L
 from graphguard.ir import scalar as S
 from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, multi_output
 
@@ -148,3 +149,95 @@ OPS = [
                  doc="Entries sorted along dim and their indices; equal entries come in the order of one "
                      "implementation (graphguard's reference: stable) -- a function of the data, the same on "
                      "every rank.")
+
+
+# -- lemmas: the ranks' pieces of a tensor sliced at bounds the data decides ------------------------------------
+# A grouped GEMM over experts sharded across ranks (columns of fc1, rows of fc2) slices each rank's piece at the
+# same bounds: slicing and writing back along the token dim commute with a concatenation along another dim, and
+# writing back is linear in (base, source) jointly -- into zeros, a sum of sources is the sum of the writes. The
+# fuzzer draws the bounds as indices into the sliced dim; a slice length or source that does not match the drawn
+# bounds leaves the left side undefined (no instance), so the seeds slice short dims.
+_SS = "aten.slice_scatter_at({b}, {s}, ?lo, ?hi, dim=?k)"
+_ZEROS = "aten.zeros(size={z}, dtype=?t)"
+_FULL = "aten.full(size={z}, fill_value=?v, dtype=?t)"  # (new_zeros, zeros_like: the backward's buffers)
+_FULL0 = "aten.full(size={z}, fill_value=0, dtype=?t)"
+_BOUNDS = {"lo": "size(?a, ?k)", "hi": "size(?a, ?k) + 1"}
+
+
+def _seeds(pairs, extra=()):
+    return [{**{"lo": [], "hi": [], "lo:dtype": "int64", "hi:dtype": "int64"}, **p} for p in pairs] + list(extra)
+
+
+LEMMAS = [
+    L(1360, "slice-at-of-concat",
+      "aten.slice_at(concat(?a, ?b, dim=?d), ?lo, ?hi, dim=?k, length=?n, count=?c)"
+      " => concat(aten.slice_at(?a, ?lo, ?hi, dim=?k, length=?n, count=?c),"
+      " aten.slice_at(?b, ?lo, ?hi, dim=?k, length=?n, count=?c), dim=?d)",
+      "?d != ?k", index=_BOUNDS,
+      examples=_seeds([{"a": [3, 2], "b": [3, 1], "d": 1, "k": 0, "n": 3, "c": 1},
+                       {"a": [2, 2], "b": [2, 3], "d": 1, "k": 0, "n": 2, "c": 1},
+                       {"a": [2, 3], "b": [1, 3], "d": 0, "k": 1, "n": 3, "c": 2},
+                       {"a": [2, 2, 2], "b": [2, 2, 1], "d": 2, "k": 1, "n": 2, "c": 0}])),
+    L(1361, "slice-scatter-at-of-concats",
+      _SS.format(b="concat(?p, ?q, dim=?d)", s="concat(?a, ?b, dim=?d)")
+      + " => concat(" + _SS.format(b="?p", s="?a") + ", " + _SS.format(b="?q", s="?b") + ", dim=?d)",
+      "?d != ?k and size(?p, ?d) == size(?a, ?d)", index={"lo": "size(?p, ?k)", "hi": "size(?p, ?k) + 1"},
+      examples=_seeds([{"p": [3, 2], "q": [3, 1], "a": [1, 2], "b": [1, 1], "d": 1, "k": 0},
+                       {"p": [2, 2], "q": [2, 3], "a": [1, 2], "b": [1, 3], "d": 1, "k": 0},
+                       {"p": [2, 3], "q": [1, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1}])),
+    L(1362, "slice-scatter-at-into-zeros-of-concat",
+      _SS.format(b=_ZEROS.format(z="?z"), s="concat(?a, ?b, dim=?d)")
+      + " => concat(" + _SS.format(b=_ZEROS.format(z="set_at(?z, ?d, size(?a, ?d))"), s="?a") + ", "
+      + _SS.format(b=_ZEROS.format(z="set_at(?z, ?d, size(?b, ?d))"), s="?b") + ", dim=?d)",
+      "?d != ?k", index={"lo": "at(?z, ?k)", "hi": "at(?z, ?k) + 1"},
+      examples=_seeds([{"z": [3, 3], "a": [1, 2], "b": [1, 1], "d": 1, "k": 0, "t": "float32"},
+                       {"z": [2, 5], "a": [1, 2], "b": [1, 3], "d": 1, "k": 0, "t": "float16"},
+                       {"z": [3, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1, "t": "float64"}])),
+    L(1365, "slice-scatter-at-into-full-of-concat",
+      _SS.format(b=_FULL.format(z="?z"), s="concat(?a, ?b, dim=?d)")
+      + " => concat(" + _SS.format(b=_FULL.format(z="set_at(?z, ?d, size(?a, ?d))"), s="?a") + ", "
+      + _SS.format(b=_FULL.format(z="set_at(?z, ?d, size(?b, ?d))"), s="?b") + ", dim=?d)",
+      "?d != ?k", index={"lo": "at(?z, ?k)", "hi": "at(?z, ?k) + 1"},
+      examples=_seeds([{"z": [3, 3], "a": [1, 2], "b": [1, 1], "d": 1, "k": 0, "t": "float32", "v": 0},
+                       {"z": [2, 5], "a": [1, 2], "b": [1, 3], "d": 1, "k": 0, "t": "float16", "v": 1},
+                       {"z": [3, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1, "t": "float64", "v": -2},
+                       {"z": [3, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1, "t": "int64", "v": 0}])),
+    L(1363, "slice-scatter-at-of-sums",
+      _SS.format(b="sum(?p, ?q)", s="sum(?a, ?b)")
+      + " => sum(" + _SS.format(b="?p", s="?a") + ", " + _SS.format(b="?q", s="?b") + ")",
+      "dtype(?a) == dtype(?p) and dtype(?b) == dtype(?q)", index={"lo": "size(?p, ?k)", "hi": "size(?p, ?k) + 1"},
+      examples=_seeds([{"p": [3, 2], "q": [3, 2], "a": [1, 2], "b": [1, 2], "k": 0},
+                       {"p": [2, 3], "q": [2, 3], "a": [2, 2], "b": [2, 2], "k": 1}])),
+    L(1364, "slice-scatter-at-into-zeros-of-sum",
+      _SS.format(b=_ZEROS.format(z="?z"), s="sum(?a, ?b)")
+      + " => sum(" + _SS.format(b=_ZEROS.format(z="?z"), s="?a") + ", " + _SS.format(b=_ZEROS.format(z="?z"), s="?b")
+      + ")",
+      "dtype(?a) == ?t and dtype(?b) == ?t", index={"lo": "at(?z, ?k)", "hi": "at(?z, ?k) + 1"},
+      examples=_seeds([{"z": [3, 2], "a": [1, 2], "b": [1, 2], "k": 0, "t": t, "a:dtype": t, "b:dtype": t}
+                       for t in ("float32", "float64", "float16", "int64")]
+                      + [{"z": [2, 3], "a": [2, 2], "b": [2, 2], "k": 1, "t": t, "a:dtype": t, "b:dtype": t}
+                         for t in ("float32", "float64", "float16", "int64")]
+                      + [{"z": [2], "a": [1], "b": [1], "k": 0, "t": t, "a:dtype": t, "b:dtype": t}
+                         for t in ("float32", "int64")])),
+    L(1366, "slice-scatter-at-into-full-zeros-of-sum",
+      _SS.format(b=_FULL0.format(z="?z"), s="sum(?a, ?b)")
+      + " => sum(" + _SS.format(b=_FULL0.format(z="?z"), s="?a") + ", " + _SS.format(b=_FULL0.format(z="?z"), s="?b")
+      + ")",
+      "dtype(?a) == ?t and dtype(?b) == ?t", index={"lo": "at(?z, ?k)", "hi": "at(?z, ?k) + 1"},
+      examples=_seeds([{"z": [3, 2], "a": [1, 2], "b": [1, 2], "k": 0, "t": t, "a:dtype": t, "b:dtype": t}
+                       for t in ("float32", "float64", "float16", "int64")]
+                      + [{"z": [2, 3], "a": [2, 2], "b": [2, 2], "k": 1, "t": t, "a:dtype": t, "b:dtype": t}
+                         for t in ("float32", "float64", "float16", "int64")]
+                      + [{"z": [2], "a": [1], "b": [1], "k": 0, "t": t, "a:dtype": t, "b:dtype": t}
+                         for t in ("float32", "int64")])),
+    # the backward of ``out[lo:hi] = y`` into a buffer: the buffer's gradient with those rows zeroed
+    L(1367, "slice-scatter-at-of-full-into-concat",
+      _SS.format(b="concat(?p, ?q, dim=?d)", s=_FULL.format(z="?z"))
+      + " => concat(" + _SS.format(b="?p", s=_FULL.format(z="set_at(?z, ?d, size(?p, ?d))")) + ", "
+      + _SS.format(b="?q", s=_FULL.format(z="set_at(?z, ?d, size(?q, ?d))")) + ", dim=?d)",
+      "?d != ?k and len(?z) == rank(?p)", index={"lo": "size(?p, ?k)", "hi": "size(?p, ?k) + 1"},
+      examples=_seeds([{"p": [3, 2], "q": [3, 1], "z": [1, 3], "d": 1, "k": 0, "t": "float32", "v": 0},
+                       {"p": [2, 2], "q": [2, 3], "z": [1, 5], "d": 1, "k": 0, "t": "float16", "v": 0},
+                       {"p": [2, 3], "q": [1, 3], "z": [3, 2], "d": 0, "k": 1, "t": "float64", "v": 1},
+                       {"p": [2, 3], "q": [2, 3], "z": [4, 1], "d": 0, "k": 1, "t": "int64", "v": 0}])),
+]

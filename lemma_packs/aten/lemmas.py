@@ -8,6 +8,7 @@ and scalar factors through linear ops are the engine's lemma families (engine/fa
 """
 from graphguard.engine.lemma import L
 
+from .data_ops import LEMMAS as DATA_BOUNDS
 from .lemmas_more import LEMMAS as MORE
 from .megatron import LEMMAS as MEGATRON
 from .megatron_ce import LEMMAS as MEGATRON_CE
@@ -188,4 +189,4 @@ CONSTANTS = [
 # property (graphguard/engine/families.py), for aten.expand and every other broadcast op
 VIEWS = []
 
-LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_CE + MEGATRON_MOE + TITAN + NORMAL + NORMAL2 + RANGES + HF + MORE + ZOO
+LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_CE + MEGATRON_MOE + TITAN + NORMAL + NORMAL2 + RANGES + HF + MORE + ZOO + DATA_BOUNDS

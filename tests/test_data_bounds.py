@@ -6,6 +6,7 @@ where the bounds are equal tensors (lemma-free: congruence). HF's own AriaTextMo
 refines forward and backward; a rank that slices at other bounds is flagged, and its lengths stay apart."""
 from __future__ import annotations
 
+import functools
 import types
 
 import numpy as np
@@ -19,6 +20,7 @@ import graphguard  # noqa: E402
 import graphguard.torch as ggt  # noqa: E402
 from graphguard.engine.normalise import slices_of_concats  # noqa: E402
 from graphguard.errors import InputError  # noqa: E402
+from graphguard.frontends.fx.relations import _forward_only  # noqa: E402
 from graphguard.ir.builder import GraphBuilder  # noqa: E402
 from graphguard.ir.scalar import Constraints  # noqa: E402
 from graphguard.plugins import load_plugins  # noqa: E402
@@ -104,13 +106,15 @@ def aria_spec():
     return ggt.capture(_layer, (X,), backward=True)
 
 
-def _verify(s, wrong_bounds_on=None):
-    d = ggt.capture(lambda r: _layer(r, wrong_bounds_on), lambda r: (X,), world_size=W, backward=True)
+def _verify(s, wrong_bounds_on=None, backward=True):
+    if not backward:  # (the specification's forward part: no second capture)
+        s = ggt.Captured(_forward_only(s.doc), s.relation)
+    d = ggt.capture(lambda r: _layer(r, wrong_bounds_on), lambda r: (X,), world_size=W, backward=backward)
     names = [i["name"] for i in s.doc["inputs"]]
     rel = {"inputs": {n: [f"{n}@{r}" for r in range(W)] for n in names},
            "symbols": {**s.relation.get("symbols", {}), **d.relation.get("symbols", {})},
            "expect": {"out0": [f"out0@{r}" for r in range(W)]}}  # every rank holds the layer's output
-    return d, graphguard.verify(s.graph(), d.graph(), rel, replay=True)
+    return d, graphguard.verify(s.graph(), d.graph(), rel, replay=wrong_bounds_on is None)
 
 
 def test_capture_names_each_slice_length_once_per_bounds(aria_spec):
@@ -137,11 +141,13 @@ def test_hf_aria_moe_layer_refines_forward_and_backward(aria_spec):
 
 
 def test_a_rank_slicing_at_other_bounds_is_flagged(aria_spec):
-    d, r = _verify(aria_spec, wrong_bounds_on=1)
+    d, r = _verify(aria_spec, wrong_bounds_on=1, backward=False)
     assert r.verdict == "does-not-refine", r.render()
-    # flagged where the expectation fails (rank 1's output is not the layer's, by replay: differs), and rank 1's
-    # first expert slices are not the specification's: their lengths stay apart
-    assert "not the expected out0@1" in r.render() and "differs from out0" in r.render()
+    # flagged where the expectation fails (rank 1's output is not the layer's), and rank 1's first expert slices
+    # are not the specification's: their lengths stay apart
+    assert "not the expected out0@1" in r.render()
+    # ... and the hint names where the two ranks' computations part: rank 1's roll of the token counts
+    assert "until aten.roll (roll@1 at test_data_bounds.py" in r.failure.hint and "the ranks part there" in r.failure.hint
     rank1 = {str(n.attrs["count"]) for n in d.graph().nodes if n.op == "aten.slice_at"
              and n.outputs[0].endswith("@1") and n.module and "fc1" in n.module}
     equated = {a for a, _ in r.sizes} | {b for _, b in r.sizes}
@@ -196,22 +202,36 @@ class _ShardedExperts(torch.nn.Module):
         return out.index_copy(0, order, y)
 
 
-def _sharded(skip=False):
-    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(2))
-    s = ggt.capture(lambda r: _ShardedExperts(), (x,))
-    d = ggt.capture(lambda r: _ShardedExperts(W, r, skip), lambda r: (x,), world_size=W)
-    rel = {"inputs": {"x": [f"x@{r}" for r in range(W)], "router.weight": [f"router.weight@{r}" for r in range(W)],
+XS = torch.randn(6, 8, generator=torch.Generator().manual_seed(2))
+
+
+@functools.lru_cache(maxsize=1)
+def _sharded_spec():
+    return ggt.capture(lambda r: _ShardedExperts(), (XS,), backward=True)
+
+
+def _sharded(skip=False, backward=False):
+    s = _sharded_spec()
+    if not backward:
+        s = ggt.Captured(_forward_only(s.doc), s.relation)
+    d = ggt.capture(lambda r: _ShardedExperts(W, r, skip), lambda r: (XS,), world_size=W, backward=backward)
+    rep = ["x", "router.weight"] + (["tangent.out0"] if backward else [])
+    rel = {"inputs": {**{n: [f"{n}@{r}" for r in range(W)] for n in rep},
                       "w1": "concat(w1@0, w1@1, dim=2)", "w2": "concat(w2@0, w2@1, dim=1)"},
            "symbols": {**s.relation.get("symbols", {}), **d.relation.get("symbols", {})}}
-    return graphguard.verify(s.graph(), d.graph(), rel, replay=True)
+    return graphguard.verify(s.graph(), d.graph(), rel, replay=not skip)
 
 
-def test_experts_sharded_at_data_bounds_refine():
-    """Each rank slices its column / row shard at the same bounds: lemmas 1360-1366 carry the concatenations
-    and the ranks' partial sums through the slices and the writes back."""
-    r = _sharded()
+def test_experts_sharded_at_data_bounds_refine_forward_and_backward():
+    """Each rank slices its column / row shard at the same bounds: lemmas 1360-1367 carry the concatenations
+    and the ranks' partial sums through the slices and the writes back; the per-expert weight read ``w[e]``
+    differentiates to ``where(arange == e, grad, zeros)``, cut with its zeros by family 1219."""
+    r = _sharded(backward=True)
     assert r.verdict == "refines", r.render()
-    assert "out0 = out0@0" in r.r_o_lines() and r.replay["ok"]
+    lines = r.r_o_lines()
+    assert "out0 = out0@0" in lines and r.replay["ok"]
+    assert "grad.w1 = concat(grad.w1@0, grad.w1@1, dim=2)" in lines
+    assert "grad.w2 = concat(grad.w2@0, grad.w2@1, dim=1)" in lines
 
 
 def test_experts_sharded_at_data_bounds_without_the_all_reduce_are_flagged():

@@ -115,6 +115,25 @@ def test_broadcast_operand_that_varies_along_the_cut_must_not_be_used_whole(plug
                       {"P": [4, 2], "Q": [4, 2], "B": [1, 4], "C": [1, 2]})
 
 
+def test_elementwise_of_concat_and_a_fill_as_long_as_it(plugins):
+    """Family 1219: the zeros a backward writes a sharded gradient beside (``where(arange == e, grad, zeros)``) are
+    cut where the concatenation is; a fill of another value, or one split where the parts are not, must not."""
+    shapes = {"P": [3, 2, 8], "Q": [3, 4, 8], "C": [3, 1, 1]}
+    z = lambda n, v=0: f"aten.full(size=[3, {n}, 8], fill_value={v}, dtype=float32)"  # noqa: E731
+    lhs = f"aten.where.self(C, concat(P, Q, dim=1), {z(6)})"
+    assert proves(lhs, f"concat(aten.where.self(C, P, {z(2)}), aten.where.self(C, Q, {z(4)}), dim=1)", shapes,
+                  dtypes={"C": "bool"})
+    assert not proves(lhs, f"concat(aten.where.self(C, P, {z(2)}), aten.where.self(C, Q, {z(4, 1)}), dim=1)", shapes,
+                      dtypes={"C": "bool"})
+    assert proves(f"aten.add.Tensor({z(6, 2)}, concat(P, Q, dim=1), alpha=1)",
+                  f"concat(aten.add.Tensor({z(2, 2)}, P, alpha=1), aten.add.Tensor({z(4, 2)}, Q, alpha=1), dim=1)",
+                  shapes)
+    # the parts stay in their places
+    assert not proves(f"aten.add.Tensor({z(4, 2)}, concat(P, T, dim=1), alpha=1)",
+                      f"concat(aten.add.Tensor({z(2, 2)}, T, alpha=1), aten.add.Tensor({z(2, 2)}, P, alpha=1), dim=1)",
+                      {"P": [3, 2, 8], "T": [3, 2, 8]})
+
+
 @pytest.mark.parametrize("op,dtype", [("aten.abs", "bfloat16"), ("aten.abs", "int32"), ("aten.sigmoid", "float16"),
                                       ("aten.logical_not", "bool"), ("aten.bitwise_not", "int64")])
 def test_unary_elementwise_of_concat_in_any_dtype(plugins, op, dtype):
@@ -582,7 +601,7 @@ def test_matmul_of_interleaved_row_slices():
 
 def test_every_derived_rule_is_listed_and_fuzzed(plugins):
     derived = [r for r in plugins.lemmas if r.lemma.variant]
-    assert {r.lemma.ref for r in derived} == set(range(1201, 1219))
+    assert {r.lemma.ref for r in derived} == set(range(1201, 1220))
     assert len({r.id for r in plugins.lemmas}) == len(plugins.lemmas)  # one id per rule
     # every one is in the fuzzed packs (test_lemmas.BUILTIN fuzzes each pack's rules) ...
     from test_lemmas import BUILTIN

@@ -356,3 +356,37 @@ def test_pytorch_row_parallel_output_projection(reduce):
         assert r.failure.op == "aten.mm" and r.failure.partial_output == "out0"
         assert r.failure.replay["max_abs_diff"] > 1e-3
     assert r.replay["ok"]
+
+
+@pytest.mark.parametrize("extra", [None, "core.neg", "other-op"])
+def test_a_replicated_output_one_rank_computes_otherwise_names_where_the_ranks_part(plugins, extra):
+    """An output every rank should hold alike (expected ``[out@0, out@1]``): where rank 1 runs another operator,
+    or one more, the hint names it; where both run the same operators, the failure keeps the general hint."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("X", [4, 8])
+    s.op("core.relu", ["X"], "A", name="act", loc="m.py:1")
+    s.op("core.identity", ["A"], "out", name="output")
+    s.output("out")
+    for r in range(2):
+        d.input(f"X@{r}", [4, 8])
+        op = "core.exp" if (r == 1 and extra == "other-op") else "core.relu"
+        d.op(op, [f"X@{r}"], f"A@{r}", loc="m.py:1")
+        last = f"A@{r}"
+        if r == 1 and extra == "core.neg":
+            d.op("core.neg", [last], "N@1", loc="m.py:9")
+            last = "N@1"
+        d.op("core.identity", [last], f"out@{r}")
+    d.output("out@0", "out@1")
+    text = "inputs:\n  X: [X@0, X@1]\nexpect:\n  out: [out@0, out@1]\n"
+    rel = parse_relation_text(text, "relation.yaml", plugins.registry)
+    cx = rel.constraints()
+    r = graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, plugins=plugins)
+    if extra is None:
+        assert r.verdict == "refines", r.render()
+        return
+    assert r.verdict == "does-not-refine" and "not the expected out@1" in r.failure.reason, r.render()
+    if extra == "core.neg":
+        assert "until core.neg (" in r.failure.hint and "m.py:9" in r.failure.hint, r.failure.hint
+    else:
+        assert "until core.exp (" in r.failure.hint and "where the other rank runs core.relu" in r.failure.hint, \
+            r.failure.hint

@@ -210,3 +210,35 @@ def _neighbourhood(v: Node | None, g_s: Graph, g_d: Graph, named: list[str], col
     return {"focus": v.name if v is not None else None,
             "spec": [_node_record(n, collective) for n in spec],
             "impl": [_node_record(n, collective) for n in nodes]}
+
+
+def rank_divergence(g_d: Graph, held: str, expected: str) -> str | None:
+    """Where G_d tensor ``expected`` (an output one rank should hold like another) stops being computed the
+    way ``held`` is: the two producer cones in G_d's order, operator by operator (the ranks were traced from
+    one program, so their operators line up until one rank runs something else). A hint naming the first
+    operator that differs, or None where the two run the same operators."""
+    order = {n.name: i for i, n in enumerate(g_d.topo_order())}
+
+    def cone(t):
+        seen, todo = {}, [t]
+        while todo:
+            n = g_d.producer.get(todo.pop())
+            if n is not None and n.name not in seen:
+                seen[n.name] = n
+                todo.extend(n.inputs)
+        return sorted(seen.values(), key=lambda n: order[n.name])
+
+    def key(n):
+        return n.op, len(n.inputs), tuple(sorted((k, str(v)) for k, v in n.attrs.items()))
+
+    a, b = cone(held), cone(expected)
+    for x, y in zip(a, b):
+        if key(x) != key(y):
+            return (f"{expected} is computed like {held} until {y.op} ({y.name}{_at(y)}), where the other rank runs "
+                    f"{x.op} ({x.name}{_at(x)}): the ranks part there")
+    if len(a) != len(b):
+        y, x = (b[len(a)], None) if len(b) > len(a) else (None, a[len(b)])
+        extra = y or x
+        return (f"{expected} is computed like {held} but for {extra.op} ({extra.name}{_at(extra)}), which one rank "
+                f"runs and the other does not: the ranks part there")
+    return None

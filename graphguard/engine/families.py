@@ -111,6 +111,42 @@ def elementwise_of_concats(op, reg):  # f(concat(a0, b0), concat(a1, b1)) -> con
         yield from _elementwise(op, True)
 
 
+# the fill an op of a dialect meets in its own graphs (its shape, value and dtype attributes)
+_FILL_OF_DIALECT = {"aten": "aten.full(size={s}, fill_value=?v, dtype=?t)"}
+
+
+@family(1219, "elementwise-of-concat-and-fill")
+def elementwise_of_concat_and_fill(op, reg):  # f(concat(a, b, d), full(s)) -> concat(f(a, full(s_a)), f(b, full(s_b)))
+    """A broadcasting op of a concatenation and a constant fill as long as it along the cut (the zeros a
+    backward writes a sharded gradient beside: ``where(arange == e, grad, zeros)``): the fill cut in the same
+    places. Only where that operand is a fill in the pattern itself, so no other tensor is cut."""
+    ew = tuple(op.elementwise)
+    n = _n_inputs(op)
+    full = _FILL_OF_DIALECT.get(op.name.split(".")[0])
+    if not op.broadcasting or len(ew) < 2 or not n or full is None or full.split("(")[0] not in reg:
+        return
+    for p in ew:
+        for j in ew:
+            if j == p:
+                continue
+            rank = f"brank({', '.join(f'?a{p}' if i == p else f'?x{i}' for i in ew if i != j)})"  # (fill: no wider)
+            dim = f"?d + {rank} - rank(?a{p})"  # the cut dim in the output
+            dj = f"?d - rank(?a{p}) + len(?s)"  # ... in the fill's shape
+            conds = [f"len(?s) <= {rank}", f"{dj} >= 0", f"at(?s, {dj}) == size(?a{p}, ?d) + size(?b{p}, ?d)"]
+            conds += [f"const_along(?x{i}, {rank}, {dim})" for i in ew if i not in (p, j)]
+            lhs = call(op, [_cat(p, "?d") if i == p else full.format(s="?s") if i == j else f"?x{i}"
+                            for i in range(n)])
+            parts = [call(op, [f"?{h}{p}" if i == p else full.format(s=f"set_at(?s, {dj}, size(?{h}{p}, ?d))")
+                               if i == j else f"?x{i}" for i in range(n)]) for h in "ab"]
+            whole = {f"x{i}": [] for i in range(n) if i not in ew}
+            others = {f"x{i}": [1, 1] for i in ew if i not in (p, j)}
+            ex = [{f"a{p}": [2, 3], f"b{p}": [1, 3], "s": [3, 3], "d": 0, "v": 0, "t": "float32", **whole, **others},
+                  {f"a{p}": [2, 3], f"b{p}": [2, 1], "s": [2, 4], "d": 1, "v": 1, "t": "float32", **whole, **others},
+                  {f"a{p}": [2, 2, 3], f"b{p}": [2, 1, 3], "s": [3, 1], "d": 1, "v": 0, "t": "float64", **whole,
+                   **others}]
+            yield f"{lhs} => concat({parts[0]}, {parts[1]}, dim={dim})", " and ".join(conds), "", ex
+
+
 @family(1202, "elementwise-of-concat-and-broadcast")
 def elementwise_of_concat_and_broadcast(op, reg):  # f(concat(a0, b0), x1) -> concat(f(a0, x1), f(b0, x1)), x1 const along
     if op.elementwise:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .engine.lemma import relevant_rules, term_ops
 from .engine.egraph import Budget, EGraph
-from .engine.explain import explain
+from .engine.explain import diverging_ranks, explain
 from .engine.infer import Context, compute_out_rel, is_held
 from .engine.layers import layer_table
 from .engine.normalise import (bias_after_rows, drop_identities, fold_constants, fuse_expressions, round_fills,
@@ -211,7 +211,7 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
                                      input_relations={}, explored=[])
     explain(result, g_s, g_d, plugins.registry, ctx.budget, ctx.partial_from, ctx.scaled_from)
     if result.failure is not None and result.failure.reason.startswith("R_o maps ") and rel.expect:
-        _diverging_ranks(result, g_d, rel)
+        diverging_ranks(result.failure, result.r_o, g_d, rel.expect)
     if replay:
         from .engine.replay import replay as do_replay
         t_replay = time.monotonic()
@@ -254,25 +254,6 @@ def _named(allow_partial) -> list[str]:
     if allow_partial is True or not allow_partial:
         return []
     return [allow_partial] if isinstance(allow_partial, str) else [str(x) for x in allow_partial]
-
-
-def _diverging_ranks(result: VerifyResult, g_d: Graph, rel: RelationFile) -> None:
-    """An expected output that a rank holds as another rank's copy (replicated), missing because that rank
-    computes it differently: the hint names the operator where the two ranks' computations part."""
-    from .engine.explain import rank_divergence
-    from .ir.expr import Leaf
-    f = result.failure
-    t = f.outputs[0]
-    want = [e for e in rel.expect.get(t, []) if isinstance(e, Leaf) and e.name in g_d.producer]
-    have = [e for e in result.r_o.get(t, []) if isinstance(e, Leaf) and e.name in g_d.producer]
-    got = {e.name for e in have}
-    for e in want:
-        if e.name in got or not have:
-            continue
-        hint = rank_divergence(g_d, have[0].name, e.name)
-        if hint:
-            f.hint = hint
-        return
 
 
 def check_expect(result: VerifyResult, rel: RelationFile) -> dict:

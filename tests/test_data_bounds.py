@@ -18,8 +18,10 @@ import torch  # noqa: E402
 
 import graphguard  # noqa: E402
 import graphguard.torch as ggt  # noqa: E402
+from conftest import EXAMPLES  # noqa: E402
 from graphguard.engine.normalise import slices_of_concats  # noqa: E402
 from graphguard.errors import InputError  # noqa: E402
+from graphguard.frontends.fx.model_file import load_model_file  # noqa: E402
 from graphguard.frontends.fx.relations import _forward_only  # noqa: E402
 from graphguard.ir.builder import GraphBuilder  # noqa: E402
 from graphguard.ir.scalar import Constraints  # noqa: E402
@@ -147,7 +149,8 @@ def test_a_rank_slicing_at_other_bounds_is_flagged(aria_spec):
     # are not the specification's: their lengths stay apart
     assert "not the expected out0@1" in r.render()
     # ... and the hint names where the two ranks' computations part: rank 1's roll of the token counts
-    assert "until aten.roll (roll@1 at test_data_bounds.py" in r.failure.hint and "the ranks part there" in r.failure.hint
+    hint = r.failure.hint
+    assert "until aten.roll (roll@1 at test_data_bounds.py" in hint and "the ranks part there" in hint
     rank1 = {str(n.attrs["count"]) for n in d.graph().nodes if n.op == "aten.slice_at"
              and n.outputs[0].endswith("@1") and n.module and "fc1" in n.module}
     equated = {a for a, _ in r.sizes} | {b for _, b in r.sizes}
@@ -165,16 +168,7 @@ def test_a_value_read_with_item_other_than_as_a_slice_bound_is_one_line():
 
 
 # -- the experts sharded across ranks (HF's sequential_experts_gemm with Megatron's f/g) -------------------------
-class _ReduceForward(torch.autograd.Function):  # Megatron's g
-    @staticmethod
-    def forward(ctx, x):
-        import torch.distributed as dist
-        import torch.distributed._functional_collectives as funcol
-        return funcol.all_reduce(x, "sum", dist.group.WORLD)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g
+MLP = load_model_file(EXAMPLES / "mlp-tp" / "model.py")  # (its _ReduceFromParallel: Megatron's g)
 
 
 class _ShardedExperts(torch.nn.Module):
@@ -197,7 +191,7 @@ class _ShardedExperts(torch.nn.Module):
         h = torch.relu(sequential_experts_gemm(x.index_select(0, order), self.w1, tpe))
         y = sequential_experts_gemm(h, self.w2, tpe)
         if self.world > 1 and not self.skip:
-            y = _ReduceForward.apply(y)
+            y = MLP._ReduceFromParallel.apply(y)
         out = torch.zeros_like(y)
         return out.index_copy(0, order, y)
 
@@ -238,3 +232,57 @@ def test_experts_sharded_at_data_bounds_without_the_all_reduce_are_flagged():
     r = _sharded(skip=True)
     assert r.verdict == "does-not-refine", r.render()
     assert r.failure.op in ("aten.slice_scatter_at", "aten.slice_at", "aten.index_copy"), r.render()
+
+
+# -- the lemmas, one line each: proving and must-not-prove (count: the slice's length, a symbol) ---------------
+_B = {"LO": [], "HI": []}
+_BD = {"LO": "int64", "HI": "int64"}
+_C = {"C": {"min": 0, "max": 3}}
+
+
+def _sa(x):
+    return f"aten.slice_at({x}, LO, HI, dim=0, length=3, count=C)"
+
+
+def _ss(base, src):
+    return f"aten.slice_scatter_at({base}, {src}, LO, HI, dim=0)"
+
+
+def _fill(n, v=0, op="full"):
+    return (f"aten.zeros(size=[3, {n}], dtype=float32)" if op == "zeros"
+            else f"aten.full(size=[3, {n}], fill_value={v}, dtype=float32)")
+
+
+@pytest.mark.parametrize("lhs,rhs,wrong,shapes", [
+    # 1360: a slice of the ranks' columns is the ranks' slices (kept in their places)
+    (_sa("concat(A, B, dim=1)"), f"concat({_sa('A')}, {_sa('B')}, dim=1)", f"concat({_sa('B')}, {_sa('A')}, dim=1)",
+     {"A": [3, 2], "B": [3, 1]}),
+    # 1361: writes into the ranks' column pieces, each from its own piece of the source
+    (_ss("concat(P, Q, dim=1)", "concat(A, B, dim=1)"), f"concat({_ss('P', 'A')}, {_ss('Q', 'B')}, dim=1)",
+     f"concat({_ss('P', 'B')}, {_ss('Q', 'A')}, dim=1)", {"P": [3, 2], "Q": [3, 2], "A": ["C", 2], "B": ["C", 2]}),
+    # 1362 / 1365: into a fill, cut where the source is -- with the fill's own value
+    (_ss(_fill(3, op="zeros"), "concat(A, B, dim=1)"),
+     f"concat({_ss(_fill(2, op='zeros'), 'A')}, {_ss(_fill(1, op='zeros'), 'B')}, dim=1)",
+     f"concat({_ss(_fill(2, op='zeros'), 'A')}, {_ss(_fill(1, 1), 'B')}, dim=1)", {"A": ["C", 2], "B": ["C", 1]}),
+    (_ss(_fill(3, 1), "concat(A, B, dim=1)"), f"concat({_ss(_fill(2, 1), 'A')}, {_ss(_fill(1, 1), 'B')}, dim=1)",
+     f"concat({_ss(_fill(2, 1), 'A')}, {_ss(_fill(1), 'B')}, dim=1)", {"A": ["C", 2], "B": ["C", 1]}),
+    # 1363: a write of partial sums over partial sums is the sum of the writes; a source written twice is not
+    (_ss("sum(P, Q)", "sum(A, B)"), f"sum({_ss('P', 'A')}, {_ss('Q', 'B')})", f"sum({_ss('P', 'A')}, {_ss('Q', 'A')})",
+     {"P": [3, 2], "Q": [3, 2], "A": ["C", 2], "B": ["C", 2]}),
+    # 1364 / 1366: into zeros only (a fill of 1 would be counted twice)
+    (_ss(_fill(2, op="zeros"), "sum(A, B)"), f"sum({_ss(_fill(2, op='zeros'), 'A')}, {_ss(_fill(2, op='zeros'), 'B')})",
+     f"sum({_ss(_fill(2, op='zeros'), 'A')}, {_ss(_fill(2, 1), 'B')})", {"A": ["C", 2], "B": ["C", 2]}),
+    (_ss(_fill(2), "sum(A, B)"), f"sum({_ss(_fill(2), 'A')}, {_ss(_fill(2), 'B')})",
+     f"sum({_ss(_fill(2, 1), 'A')}, {_ss(_fill(2, 1), 'B')})", {"A": ["C", 2], "B": ["C", 2]}),
+    # 1367: a buffer's gradient with the written rows zeroed, per rank piece -- zeros, not another value
+    (_ss("concat(P, Q, dim=1)", "aten.full(size=[C, 3], fill_value=0, dtype=float32)"),
+     f"concat({_ss('P', 'aten.full(size=[C, 2], fill_value=0, dtype=float32)')}, "
+     f"{_ss('Q', 'aten.full(size=[C, 1], fill_value=0, dtype=float32)')}, dim=1)",
+     f"concat({_ss('P', 'aten.full(size=[C, 2], fill_value=0, dtype=float32)')}, "
+     f"{_ss('Q', 'aten.full(size=[C, 1], fill_value=1, dtype=float32)')}, dim=1)", {"P": [3, 2], "Q": [3, 1]}),
+])
+def test_data_bound_lemmas_prove_and_their_twins_do_not(lhs, rhs, wrong, shapes):
+    from graphguard.engine.prove import proves
+    shapes = {**shapes, **_B}
+    assert proves(lhs, rhs, shapes, symbols=_C, dtypes=_BD)
+    assert not proves(lhs, wrong, shapes, symbols=_C, dtypes=_BD)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..ir.expr import App, Term, leaves, rank_of, to_text
+from ..ir.expr import App, Leaf, Term, leaves, rank_of, to_text
 from ..ir.graph import Graph, Node
 from .result import VerifyResult
 
@@ -210,6 +210,22 @@ def _neighbourhood(v: Node | None, g_s: Graph, g_d: Graph, named: list[str], col
     return {"focus": v.name if v is not None else None,
             "spec": [_node_record(n, collective) for n in spec],
             "impl": [_node_record(n, collective) for n in nodes]}
+
+
+def diverging_ranks(f, r_o: dict, g_d: Graph, expect: dict) -> None:
+    """For a failure at an expected output that a rank should hold as another rank's copy (replicated) but
+    computes otherwise: the hint names the operator where the two ranks' computations part."""
+    t = f.outputs[0]
+    want = [e for e in expect.get(t, []) if isinstance(e, Leaf) and e.name in g_d.producer]
+    have = [e for e in r_o.get(t, []) if isinstance(e, Leaf) and e.name in g_d.producer]
+    got = {e.name for e in have}
+    for e in want:
+        if e.name in got or not have:
+            continue
+        hint = rank_divergence(g_d, have[0].name, e.name)
+        if hint:
+            f.hint = hint
+        return
 
 
 def rank_divergence(g_d: Graph, held: str, expected: str) -> str | None:

@@ -375,11 +375,11 @@ def binders(g: Graph, reg: Registry) -> dict[str, list]:
             for n in g.topo_order()}
 
 
-def replay_order(g: Graph, reg: Registry) -> list:
+def replay_order(g: Graph, reg: Registry, need: dict | None = None) -> list:
     """``g``'s topological order with every node after the binders of the data-decided sizes it reads (where
-    that makes no cycle)."""
+    that makes no cycle); ``need``: :func:`binders` of ``g`` where already known."""
     order = g.topo_order()
-    need = binders(g, reg)
+    need = binders(g, reg) if need is None else need
     if not need:
         return order
     done: set[str] = set(g.inputs)
@@ -406,8 +406,9 @@ def schedule(g_s: Graph, g_d: Graph, inputs: dict[str, Term], checks: list[Check
     steps: list[Step] = []
     have_s: set[str] = set()
     have_d: set[str] = set(g_d.inputs)
-    d_order = {n.name: i for i, n in enumerate(replay_order(g_d, reg) if reg is not None else g_d.topo_order())}
     d_need = binders(g_d, reg) if reg is not None else {}
+    d_nodes = replay_order(g_d, reg, d_need) if reg is not None else g_d.topo_order()
+    d_order = {n.name: i for i, n in enumerate(d_nodes)}
 
     def need_s(names):
         for t in names:

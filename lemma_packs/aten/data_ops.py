@@ -164,8 +164,33 @@ _FULL0 = "aten.full(size={z}, fill_value=0, dtype=?t)"
 _BOUNDS = {"lo": "size(?a, ?k)", "hi": "size(?a, ?k) + 1"}
 
 
-def _seeds(pairs, extra=()):
-    return [{**{"lo": [], "hi": [], "lo:dtype": "int64", "hi:dtype": "int64"}, **p} for p in pairs] + list(extra)
+def _seeds(pairs):
+    return [{"lo": [], "hi": [], "lo:dtype": "int64", "hi:dtype": "int64", **p} for p in pairs]
+
+
+_AT_Z = {"lo": "at(?z, ?k)", "hi": "at(?z, ?k) + 1"}  # (bounds into a fill of size ?z)
+
+
+def _into_fill_of_concat(ref: int, name: str, fill: str, seeds: list):
+    """``base[lo:hi] = concat(a, b)`` with the base a fill: the fill cut where the source is."""
+    part = lambda x: _SS.format(b=fill.format(z=f"set_at(?z, ?d, size({x}, ?d))"), s=x)  # noqa: E731
+    return L(ref, name, _SS.format(b=fill.format(z="?z"), s="concat(?a, ?b, dim=?d)")
+             + f" => concat({part('?a')}, {part('?b')}, dim=?d)", "?d != ?k", index=_AT_Z, examples=_seeds(seeds))
+
+
+# sources of the fill's dtype (a sum of two rounded to another dtype is not the sum of the two rounded)
+_SUM_SEEDS = _seeds([{"z": z, "a": a, "b": a, "k": k, "t": t, "a:dtype": t, "b:dtype": t}
+                     for z, a, k, dts in (([3, 2], [1, 2], 0, ("float32", "float64", "float16", "int64")),
+                                          ([2, 3], [2, 2], 1, ("float32", "float64", "float16", "int64")),
+                                          ([2], [1], 0, ("float32", "int64")))
+                     for t in dts])
+
+
+def _into_zeros_of_sum(ref: int, name: str, zeros: str):
+    """``zeros[lo:hi] = a + b`` (the ranks' partial sums) is the sum of the two writes into zeros."""
+    one = lambda x: _SS.format(b=zeros.format(z="?z"), s=x)  # noqa: E731
+    return L(ref, name, f"{one('sum(?a, ?b)')} => sum({one('?a')}, {one('?b')})",
+             "dtype(?a) == ?t and dtype(?b) == ?t", index=_AT_Z, examples=_SUM_SEEDS)
 
 
 LEMMAS = [
@@ -185,51 +210,23 @@ LEMMAS = [
       examples=_seeds([{"p": [3, 2], "q": [3, 1], "a": [1, 2], "b": [1, 1], "d": 1, "k": 0},
                        {"p": [2, 2], "q": [2, 3], "a": [1, 2], "b": [1, 3], "d": 1, "k": 0},
                        {"p": [2, 3], "q": [1, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1}])),
-    L(1362, "slice-scatter-at-into-zeros-of-concat",
-      _SS.format(b=_ZEROS.format(z="?z"), s="concat(?a, ?b, dim=?d)")
-      + " => concat(" + _SS.format(b=_ZEROS.format(z="set_at(?z, ?d, size(?a, ?d))"), s="?a") + ", "
-      + _SS.format(b=_ZEROS.format(z="set_at(?z, ?d, size(?b, ?d))"), s="?b") + ", dim=?d)",
-      "?d != ?k", index={"lo": "at(?z, ?k)", "hi": "at(?z, ?k) + 1"},
-      examples=_seeds([{"z": [3, 3], "a": [1, 2], "b": [1, 1], "d": 1, "k": 0, "t": "float32"},
-                       {"z": [2, 5], "a": [1, 2], "b": [1, 3], "d": 1, "k": 0, "t": "float16"},
-                       {"z": [3, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1, "t": "float64"}])),
-    L(1365, "slice-scatter-at-into-full-of-concat",
-      _SS.format(b=_FULL.format(z="?z"), s="concat(?a, ?b, dim=?d)")
-      + " => concat(" + _SS.format(b=_FULL.format(z="set_at(?z, ?d, size(?a, ?d))"), s="?a") + ", "
-      + _SS.format(b=_FULL.format(z="set_at(?z, ?d, size(?b, ?d))"), s="?b") + ", dim=?d)",
-      "?d != ?k", index={"lo": "at(?z, ?k)", "hi": "at(?z, ?k) + 1"},
-      examples=_seeds([{"z": [3, 3], "a": [1, 2], "b": [1, 1], "d": 1, "k": 0, "t": "float32", "v": 0},
-                       {"z": [2, 5], "a": [1, 2], "b": [1, 3], "d": 1, "k": 0, "t": "float16", "v": 1},
-                       {"z": [3, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1, "t": "float64", "v": -2},
-                       {"z": [3, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1, "t": "int64", "v": 0}])),
+    _into_fill_of_concat(1362, "slice-scatter-at-into-zeros-of-concat", _ZEROS,
+                         [{"z": [3, 3], "a": [1, 2], "b": [1, 1], "d": 1, "k": 0, "t": "float32"},
+                          {"z": [2, 5], "a": [1, 2], "b": [1, 3], "d": 1, "k": 0, "t": "float16"},
+                          {"z": [3, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1, "t": "float64"}]),
+    _into_fill_of_concat(1365, "slice-scatter-at-into-full-of-concat", _FULL,
+                         [{"z": [3, 3], "a": [1, 2], "b": [1, 1], "d": 1, "k": 0, "t": "float32", "v": 0},
+                          {"z": [2, 5], "a": [1, 2], "b": [1, 3], "d": 1, "k": 0, "t": "float16", "v": 1},
+                          {"z": [3, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1, "t": "float64", "v": -2},
+                          {"z": [3, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1, "t": "int64", "v": 0}]),
     L(1363, "slice-scatter-at-of-sums",
       _SS.format(b="sum(?p, ?q)", s="sum(?a, ?b)")
       + " => sum(" + _SS.format(b="?p", s="?a") + ", " + _SS.format(b="?q", s="?b") + ")",
       "dtype(?a) == dtype(?p) and dtype(?b) == dtype(?q)", index={"lo": "size(?p, ?k)", "hi": "size(?p, ?k) + 1"},
       examples=_seeds([{"p": [3, 2], "q": [3, 2], "a": [1, 2], "b": [1, 2], "k": 0},
                        {"p": [2, 3], "q": [2, 3], "a": [2, 2], "b": [2, 2], "k": 1}])),
-    L(1364, "slice-scatter-at-into-zeros-of-sum",
-      _SS.format(b=_ZEROS.format(z="?z"), s="sum(?a, ?b)")
-      + " => sum(" + _SS.format(b=_ZEROS.format(z="?z"), s="?a") + ", " + _SS.format(b=_ZEROS.format(z="?z"), s="?b")
-      + ")",
-      "dtype(?a) == ?t and dtype(?b) == ?t", index={"lo": "at(?z, ?k)", "hi": "at(?z, ?k) + 1"},
-      examples=_seeds([{"z": [3, 2], "a": [1, 2], "b": [1, 2], "k": 0, "t": t, "a:dtype": t, "b:dtype": t}
-                       for t in ("float32", "float64", "float16", "int64")]
-                      + [{"z": [2, 3], "a": [2, 2], "b": [2, 2], "k": 1, "t": t, "a:dtype": t, "b:dtype": t}
-                         for t in ("float32", "float64", "float16", "int64")]
-                      + [{"z": [2], "a": [1], "b": [1], "k": 0, "t": t, "a:dtype": t, "b:dtype": t}
-                         for t in ("float32", "int64")])),
-    L(1366, "slice-scatter-at-into-full-zeros-of-sum",
-      _SS.format(b=_FULL0.format(z="?z"), s="sum(?a, ?b)")
-      + " => sum(" + _SS.format(b=_FULL0.format(z="?z"), s="?a") + ", " + _SS.format(b=_FULL0.format(z="?z"), s="?b")
-      + ")",
-      "dtype(?a) == ?t and dtype(?b) == ?t", index={"lo": "at(?z, ?k)", "hi": "at(?z, ?k) + 1"},
-      examples=_seeds([{"z": [3, 2], "a": [1, 2], "b": [1, 2], "k": 0, "t": t, "a:dtype": t, "b:dtype": t}
-                       for t in ("float32", "float64", "float16", "int64")]
-                      + [{"z": [2, 3], "a": [2, 2], "b": [2, 2], "k": 1, "t": t, "a:dtype": t, "b:dtype": t}
-                         for t in ("float32", "float64", "float16", "int64")]
-                      + [{"z": [2], "a": [1], "b": [1], "k": 0, "t": t, "a:dtype": t, "b:dtype": t}
-                         for t in ("float32", "int64")])),
+    _into_zeros_of_sum(1364, "slice-scatter-at-into-zeros-of-sum", _ZEROS),
+    _into_zeros_of_sum(1366, "slice-scatter-at-into-full-zeros-of-sum", _FULL0),
     # the backward of ``out[lo:hi] = y`` into a buffer: the buffer's gradient with those rows zeroed
     L(1367, "slice-scatter-at-of-full-into-concat",
       _SS.format(b="concat(?p, ?q, dim=?d)", s=_FULL.format(z="?z"))

@@ -6,7 +6,7 @@ import pytest
 import graphguard
 from graphguard import Budget
 from graphguard.ir.builder import GraphBuilder
-from graphguard.ir.expr import to_text
+from graphguard.ir.expr import App, Leaf, to_text
 from graphguard.ir.relation import parse_relation_text
 
 from conftest import files, run_cli, write_example
@@ -550,3 +550,32 @@ def test_a_narrowed_search_does_not_prove_a_wrong_program(plugins):
         r = graphguard.verify(*_replicated_add_relu(plugins, 8, act="core.exp"), budget=Budget(enodes=enodes))
         assert (r.verdict, r.failure.node) == (verdict, "relu")
         assert (r.stats["narrowed"] + r.stats["partial"] > 0) == (enodes < 20000)
+
+
+def test_compiled_rules_are_reused_only_by_one_verification_at_a_time(tmp_path, plugins):
+    """A process that verifies again with the same rules reuses the compiled e-graph (its scopes popped back to the
+    compiled state, nested ones left open included); an e-graph something still holds is never handed to another."""
+    from graphguard.engine import egraph as E
+    from graphguard.engine.lemma import relevant_rules
+    d = write_example(tmp_path, 4)
+    first = graphguard.verify(*files(d), plugins=plugins)
+    assert first.verdict == "refines"
+    eg = E.EGraph(plugins.registry, relevant_rules(plugins.lemmas, {"core.concat", "core.slice"}), None,
+                  lambda n: (4,), {"core.concat", "core.slice"})
+    eg.push()
+    eg.push()  # (left open: a verification that stopped half-way)
+    eg.union(App("core.slice", (Leaf("a"),), (("dim", 0), ("start", 0), ("end", 2))), Leaf("b"))
+    held = E.EGraph(plugins.registry, relevant_rules(plugins.lemmas, {"core.concat", "core.slice"}), None,
+                    lambda n: (4,), {"core.concat", "core.slice"})
+    assert held._eg is not eg._eg  # (the first is alive: not shared)
+    reused = eg._eg
+    del eg, held
+    again = E.EGraph(plugins.registry, relevant_rules(plugins.lemmas, {"core.concat", "core.slice"}), None,
+                     lambda n: (4,), {"core.concat", "core.slice"})
+    assert again._eg is reused and again._record[1] == 1  # popped back to the compiled state, its own scope open
+    snap = again.snapshot()
+    assert snap.n_nodes == 0 and not snap.classes  # nothing of the earlier user's terms
+    del again, snap
+    second = graphguard.verify(*files(d), plugins=plugins)
+    assert (second.verdict, second.r_o_lines(), second.stats["lemma_hits"]) == \
+        (first.verdict, first.r_o_lines(), first.stats["lemma_hits"])

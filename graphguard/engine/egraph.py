@@ -14,6 +14,7 @@ to e-classes through representative terms.
 """
 from __future__ import annotations
 
+import weakref
 from collections import deque
 
 import re
@@ -499,6 +500,41 @@ class Snapshot:
         return self.hashcons.get((t.op, tuple(ch), t.attrs))
 
 
+# Compiling the declarations and rules costs about a second (egglog plans every rule's query); a process
+# that verifies again with the same rules (a sweep, a test session) reuses the compiled e-graph, each
+# verification in a scope of its own pushed above it. An e-graph is handed to one EGraph at a time: only
+# once the last one is gone (nothing holds it) are its scopes popped back to the compiled state.
+_COMPILED: dict[str, tuple[Any, list]] = {}  # program -> (egglog e-graph, [weak ref. to its user, scopes open])
+_COMPILED_MAX = 8
+
+
+def _free(record: list) -> bool:
+    return record[0] is None or record[0]() is None
+
+
+def _compiled(user: "EGraph", program: str):
+    """The compiled e-graph of ``program`` for ``user`` (at the compiled state) and its record."""
+    hit = _COMPILED.get(program)
+    if hit is not None and _free(hit[1]):
+        eg, record = hit
+        pop = eg.parse_program("(pop)")
+        for _ in range(record[1]):  # (the previous user's scopes, nested ones included)
+            eg.run_program(*pop)
+        record[:] = [weakref.ref(user), 0]
+        return eg, record
+    eg = eb.EGraph()
+    for c in eg.parse_program(program):  # (one command at a time: see EGraph._run)
+        eg.run_program(c)
+    record = [weakref.ref(user), 0]
+    if hit is None:
+        if len(_COMPILED) >= _COMPILED_MAX:
+            for k in [k for k, (_, r) in _COMPILED.items() if r[0] is None or r[0]() is None][:1]:
+                del _COMPILED[k]
+        if len(_COMPILED) < _COMPILED_MAX:
+            _COMPILED[program] = (eg, record)
+    return eg, record
+
+
 class EGraph:
     """One egglog e-graph with every op declared and every lemma compiled; ``push``/``pop`` per operator."""
 
@@ -515,7 +551,6 @@ class EGraph:
         self.leaf_shape = leaf_shape
         self.leaf_dtype = leaf_dtype
         self.leaf_range = leaf_range  # [lo, hi) of a tensor's integer values, where the relation states one
-        self._eg = eb.EGraph()
         self._ops_by_cname: dict[str, tuple[OpDef, int]] = {}
         self._match_rels: set[str] = set()  # relations collecting the matches of non-native rules
         self._decode_cache: dict[tuple, Any] = {}
@@ -549,7 +584,9 @@ class EGraph:
         self.has_held = any(r.exists == "tensor" for r in rules)
         for r in rules:
             prog.extend(self._compile(r))
-        self._run("\n".join(prog))
+        self._eg, self._record = _compiled(self, "\n".join(prog))
+        self._run("(push)")  # this verification's scope above the compiled rules (popped by the next user)
+        self._record[1] += 1
 
     @staticmethod
     def _constructors(op: OpDef) -> list[tuple[int, str]]:
@@ -569,7 +606,14 @@ class EGraph:
     # -- low level ------------------------------------------------------------------------------
     def _run(self, text: str):
         self.commands += 1
-        return self._eg.run_program(*self._eg.parse_program(text))
+        cmds = self._eg.parse_program(text)
+        if len(cmds) == 1:
+            return self._eg.run_program(*cmds)
+        # one command at a time: egglog's cost per command grows with the length of the program it runs in
+        out = []
+        for c in cmds:
+            out.extend(self._eg.run_program(c))
+        return out
 
     def decode(self, spec, op: OpDef, text: str):
         key = (spec.kind, text)
@@ -686,11 +730,13 @@ class EGraph:
     # -- per-operator use -----------------------------------------------------------------------
     def push(self) -> None:
         self._run("(push)")
+        self._record[1] += 1
         self._seen: set = set()
         self._fresh_scope()
 
     def pop(self) -> None:
         self._run("(pop)")
+        self._record[1] -= 1
         self._fresh_scope()
 
     def push_nested(self) -> None:

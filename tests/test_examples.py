@@ -1,6 +1,7 @@
 """Every shipped example is a test: its run script's verdict, R_o text, and an independent numeric replay."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -34,6 +35,9 @@ ARGS = {"megatron-gpt": ["--backward"],  # (megatron-moe's backward: tests/test_
         # HF's layer against NeuronX: what verifies today, the KV caches (the whole layer stops at HF's additive
         # mask, a real difference: examples/cross-hf-neuronx-llama/README.md, tests/test_cross_hf_neuronx.py)
         "cross-hf-neuronx-llama": ["--outputs", "cache"]}
+# examples of a framework that is not a test dependency: without it, their run script verifies the graphs a
+# capture of it kept (torchtitan: examples/torchtitan-llama/README.md)
+KEPT = {"torchtitan-llama": ["--kept", "tp2"]}
 # environment of a run: megatron-gpt with sequence parallelism (its other configurations: tests/test_megatron.py)
 ENV = {"megatron-gpt": {"GG_SP": "1"}}
 R_O = {"megatron-gpt": ["out0 = out0@0", "out0 = out0@1",  # the loss per token, on every rank
@@ -47,7 +51,8 @@ R_O = {"megatron-gpt": ["out0 = out0@0", "out0 = out0@1",  # the loss per token,
 
 
 # examples whose run script repeats what another default test verifies in-process (run with -m slow)
-SLOW = {"hf-zoo": "tests/test_hf_zoo.py verifies its default, Qwen3 with HF's plan, forward and backward",
+SLOW = {"torchtitan-llama": "tests/test_torchtitan.py verifies the graphs it kept (torchtitan is not a test dependency)",
+        "hf-zoo": "tests/test_hf_zoo.py verifies its default, Qwen3 with HF's plan, forward and backward",
         # the project's own imitations of bugs that are planted in real megatron-core and run by default
         "layernorm-grad-sp": "examples/bugs/megatron-sp-layernorm-grad: the same bug in megatron-core",
         "mlp-dtensor": "examples/gpt-tp-dtensor: DTensor capture of a whole block",
@@ -117,13 +122,11 @@ def test_slow_examples_name_tests_that_exist():
                                for d in EXAMPLE_DIRS + BUG_DIRS], ids=lambda d: d.name)
 def test_run_script_exit_code_and_replay(d, tmp_path):
     """run exits 0 for correct examples, 1 for bugs, from another working directory; replay agrees."""
-    if (d / "model.py").is_file():
-        # optional frameworks an example may skip on: torchtitan is not a test dependency (its kept graphs are
-        # verified by tests/test_torchtitan.py)
-        for lib in re.findall(r"^(?:from|import) (transformers|torchtitan)\b", (d / "model.py").read_text(), re.M):
-            pytest.importorskip(lib)
+    args = ARGS.get(d.name, [])
+    if d.name in KEPT and importlib.util.find_spec(d.name.split("-")[0]) is None:
+        args = KEPT[d.name]  # (the framework is not a test dependency: the run script verifies the graphs it kept)
     out = tmp_path / "result.json"
-    p = subprocess.run([str(d / "run"), *ARGS.get(d.name, []), "--replay", "--json", str(out)], capture_output=True,
+    p = subprocess.run([str(d / "run"), *args, "--replay", "--json", str(out)], capture_output=True,
                        text=True, cwd=tmp_path, env={**os.environ, **ENV.get(d.name, {})})
     expected = 1 if d.parent.name == "bugs" else 0
     assert p.returncode == expected, p.stdout + p.stderr

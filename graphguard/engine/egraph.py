@@ -500,12 +500,21 @@ class Snapshot:
         return self.hashcons.get((t.op, tuple(ch), t.attrs))
 
 
-# Compiling the declarations and rules costs about a second (egglog plans every rule's query); a process
-# that verifies again with the same rules (a sweep, a test session) reuses the compiled e-graph, each
-# verification in a scope of its own pushed above it. An e-graph is handed to one EGraph at a time: only
-# once the last one is gone (nothing holds it) are its scopes popped back to the compiled state.
+# Compiling the declarations and rules costs up to a second or two (egglog plans every rule's query); a
+# process that verifies again with the same rules (a sweep, a test session) reuses the compiled e-graph, each
+# verification in a scope of its own pushed above it. An e-graph is handed to one EGraph at a time; once that
+# one is gone (nothing holds it), its scopes are popped back to the compiled state -- the terms of a finished
+# verification are not kept -- and the next user takes it.
 _COMPILED: dict[str, tuple[Any, list]] = {}  # program -> (egglog e-graph, [weak ref. to its user, scopes open])
 _COMPILED_MAX = 8
+
+
+def _release(eg, record: list) -> None:
+    """Pop the scopes a gone user left open (its verification's terms)."""
+    pop = eg.parse_program("(pop)")
+    for _ in range(record[1]):
+        eg.run_program(*pop)
+    record[:] = [None, 0]
 
 
 def _free(record: list) -> bool:
@@ -517,21 +526,20 @@ def _compiled(user: "EGraph", program: str):
     hit = _COMPILED.get(program)
     if hit is not None and _free(hit[1]):
         eg, record = hit
-        pop = eg.parse_program("(pop)")
-        for _ in range(record[1]):  # (the previous user's scopes, nested ones included)
-            eg.run_program(*pop)
-        record[:] = [weakref.ref(user), 0]
-        return eg, record
-    eg = eb.EGraph()
-    for c in eg.parse_program(program):  # (one command at a time: see EGraph._run)
-        eg.run_program(c)
-    record = [weakref.ref(user), 0]
-    if hit is None:
-        if len(_COMPILED) >= _COMPILED_MAX:
-            for k in [k for k, (_, r) in _COMPILED.items() if r[0] is None or r[0]() is None][:1]:
-                del _COMPILED[k]
-        if len(_COMPILED) < _COMPILED_MAX:
-            _COMPILED[program] = (eg, record)
+        _release(eg, record)  # (normally done when the last user went)
+    else:
+        eg = eb.EGraph()
+        for c in eg.parse_program(program):  # (one command at a time: see EGraph._run)
+            eg.run_program(c)
+        record = [None, 0]
+        if hit is None:
+            if len(_COMPILED) >= _COMPILED_MAX:
+                for k in [k for k, (_, r) in _COMPILED.items() if _free(r)][:1]:
+                    del _COMPILED[k]
+            if len(_COMPILED) < _COMPILED_MAX:
+                _COMPILED[program] = (eg, record)
+    record[:] = [weakref.ref(user), 0]
+    weakref.finalize(user, _release, eg, record).atexit = False
     return eg, record
 
 

@@ -71,7 +71,7 @@ CLEAN = [
     # that split a sharded dim into groups need concat((a, b), (c, d)), left nesting gives (((a, b), c), d)
     L(127, "concat-regroup",
       "concat(concat(?a, ?b, dim=?d), ?c, dim=?d) => concat(?a, concat(?b, ?c, dim=?d), dim=?d)",
-      "size(?a, ?d) // (size(?b, ?d) + size(?c, ?d)) * (size(?b, ?d) + size(?c, ?d)) == size(?a, ?d)"),
+      "size(?a, ?d) // (size(?b, ?d) + size(?c, ?d)) * (size(?b, ?d) + size(?c, ?d)) == size(?a, ?d)", late=True),
     # constrained (§4.3) to concatenations a tensor holds: each part of a rank's concatenation is a slice of
     # that rank's tensor (a rank's share of a packed [gate | up] gradient, computed by one bmm, holds its gate
     # and up columns). Everywhere, it would slice every concatenation the lemmas build.

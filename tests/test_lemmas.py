@@ -136,3 +136,14 @@ def test_proves_rejects_ill_shaped_input():
     from graphguard.errors import InputError
     with pytest.raises(InputError, match="operand shapes differ"):
         proves("sub(P, Q)", "P", M)
+
+
+def test_concat_regroup_runs_late_and_keeps_the_parts_in_order():
+    """core:127 regroups ``((a, b), c)`` as ``(a, (b, c))`` into the tiles a view that splits the concatenated dim
+    reads -- in the late search only (everywhere, it would regroup every concatenation); parts swapped must not."""
+    s = {"A": [1, 3], "B": [1, 3], "C": [1, 3], "D": [1, 3]}
+    lhs = "reshape(concat(A, B, C, D, dim=0), shape=[2, 6])"
+    tiles = "concat(reshape(concat(A, B, dim=0), shape=[1, 6]), reshape(concat({}, dim=0), shape=[1, 6]), dim=0)"
+    assert not proves(lhs, tiles.format("C, D"), s)  # (not in the first search)
+    assert proves(lhs, tiles.format("C, D"), s, late=True)
+    assert not proves(lhs, tiles.format("D, C"), s, late=True)

@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", default="1,32", help="comma-separated layer counts (the first is the baseline)")
     ap.add_argument("--forward-only", action="store_true", help="no backward (default: forward+backward)")
     ap.add_argument("--repeat", action="store_true", help="layer 0 traced, the others taken from its trace "
-                    "(GG_REPEAT=1: the model file's repeat = 'layers'; forward only)")
+                    "(GG_REPEAT=1: the model file's repeat = 'layers'; with backward layers 0 and 1 traced)")
     ap.add_argument("--workers", type=int, default=1, help="capture the programs as Ray tasks on this many workers "
                     "(this process one of them)")
     ap.add_argument("--shape", default="", help="llama-tp at a production shape, built on the meta device "

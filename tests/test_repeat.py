@@ -2,7 +2,8 @@
 
 Proving: the expanded graphs verify with the same R_o as the fully traced ones, and the expanded specification
 computes what the PyTorch model computes. Must-not-prove: a later layer that differs (a bug planted in layer 3
-of 4, an attribute, its call) is refused at capture, never copied from layer 0; backward is refused."""
+of 4, an attribute, its call) is refused at capture, never copied from layer 0. With backward, layer 1 is the
+template (layer 0's input may need no gradient) and its backward is copied too."""
 from __future__ import annotations
 
 import json
@@ -116,10 +117,10 @@ def test_llama_layers_repeated_same_certificate(tmp_path, monkeypatch, plugins):
     assert a.verdict == b.verdict == "refines"
     assert a.r_o_lines() == b.r_o_lines()
     # the certificate states what was traced and what copied
-    assert not a.repeat and b.repeat == {"spec": ("layers", 3), "impl": ("layers", 3)}
-    assert ("G_d: layer 0 of 'layers' traced; layers 1-2 are copies of its graph over their own weights "
+    assert not a.repeat and b.repeat == {"spec": ("layers", 3, 0), "impl": ("layers", 3, 0)}
+    assert ("G_d: layer 0 of 'layers' traced; layers 1-2 are copies of layer 0's graph over their own weights "
             "(capture checked each a copy of layer 0 and called like it)") in b.render()
-    assert b.to_dict()["repeat"]["impl"] == {"path": "layers", "layers": 3}
+    assert b.to_dict()["repeat"]["impl"] == {"path": "layers", "layers": 3, "template": 0}
 
 
 def test_repeated_spec_computes_the_model(tmp_path, monkeypatch, plugins):
@@ -172,11 +173,65 @@ def test_a_later_layer_that_differs_is_refused(tmp_path, monkeypatch, plugins, b
         assert r.verdict == "does-not-refine"
 
 
-def test_repeat_refuses_backward_and_bad_paths(tmp_path, monkeypatch, plugins):
+def test_llama_layers_repeated_through_backward(tmp_path, monkeypatch, plugins):
+    """llama-tp, 3 layers, TP 2, forward+backward: layer 0 traced as it is, layer 1 the template (forward and
+    backward), layer 2 its copy over layer 2's weights, its gradients the copies of layer 1's -- the same
+    operators and the same R_o as the fully traced model; and the expanded specification computes the
+    gradients PyTorch computes."""
+    from graphguard.engine.replay import run_graph
+    from graphguard.ir.scalar import Constraints
+    monkeypatch.setenv("GG_LAYERS", "3")
+    full = capture_model_file(LLAMA, tmp_path / "full", 2, backward=True, plugins=plugins)
+    monkeypatch.setenv("GG_REPEAT", "1")
+    rep = capture_model_file(LLAMA, tmp_path / "rep", 2, backward=True, plugins=plugins)
+    specs = [json.loads(Path(f["spec"]).read_text()) for f in (full, rep)]
+    impls = [json.loads(Path(f["impl"]).read_text()) for f in (full, rep)]
+    assert specs[1]["repeat"] == {"path": "layers", "layers": 3, "template": 1}
+    assert not any("graphguard_repeat" in n["op"] for n in specs[1]["nodes"] + impls[1]["nodes"])
+    for a, b in ((specs[0], specs[1]), (impls[0], impls[1])):  # the same operators, one for one
+        ops = lambda d: sorted(n["op"] for n in d["nodes"])  # noqa: E731
+        assert ops(a) == ops(b) and a["outputs"] == b["outputs"]
+    # the copy's backward operators name layer 2's modules
+    assert {"layers.2.down_proj", "layers.2.input_norm"} <= {n.get("module") for n in specs[1]["nodes"]
+                                                            if n["name"].startswith("layers.2.bw.")}
+    a, b = _verify(full, plugins), _verify(rep, plugins)
+    assert a.verdict == b.verdict == "refines", b.render()
+    assert a.r_o_lines() == b.r_o_lines()
+    assert "grad.layers.2.q_proj.weight" in b.r_o
+    assert ("G_s: layers 0-1 of 'layers' traced; layers 2-2 are copies of layer 1's graph over their own weights"
+            in b.render())
+    g = load_graph(rep["spec"], plugins.registry, Constraints())
+    mod = load_module(LLAMA, GG_LAYERS="3")
+    model = mod.spec()
+    x, cos, sin = mod.inputs(None, 1)
+    y = model(x, cos, sin)
+    y.backward(torch.ones_like(y))
+    env = {"x": x.numpy(), "cos": cos.numpy(), "sin": sin.numpy(), "tangent.out0": np.ones(y.shape, np.float32)}
+    env.update({k: v.detach().numpy() for k, v in model.named_parameters()})
+    got = run_graph(g, {k: env[k] for k in g.inputs}, plugins.registry, {})
+    names = specs[1]["outputs"]
+    for name, t in zip(names, g.outputs):
+        want = y.detach() if name == "out0" else dict(model.named_parameters())[name[len("grad."):]].grad
+        np.testing.assert_allclose(got[t], want.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("bug, says", [
+    ("skip", "layer 3 is not a copy of layer 1: 'the layer'.reduce is False, not True"),
+    ("call", "layer 3 is called with other non-tensor arguments than the template"),
+    ("leak", "is read outside the layer"),
+    ("again", "a layer is called more than once"),
+])
+def test_a_later_layer_that_differs_is_refused_with_backward(tmp_path, monkeypatch, plugins, bug, says):
+    """Must not prove, forward+backward: layer 1 is the template; a later layer that differs is refused."""
+    monkeypatch.setenv("GG_T_BUG", bug)
+    with pytest.raises(InputError) as e:
+        capture_model_file(_stack(tmp_path), tmp_path / "out", 2, backward=True, plugins=plugins)
+    assert says.replace("'the layer'", "the layer") in str(e.value)
+
+
+def test_repeat_refuses_bad_paths(tmp_path, monkeypatch, plugins):
     monkeypatch.delenv("GG_T_BUG", raising=False)
     path = _stack(tmp_path)
-    with pytest.raises(InputError, match="forward only"):
-        capture_model_file(path, tmp_path / "out", 2, backward=True, plugins=plugins)
     path.write_text(STACK.replace('repeat = "layers"', 'repeat = "blocks"'))
     with pytest.raises(InputError, match="Stack has no 'blocks'"):
         capture_model_file(path, tmp_path / "out2", 2, plugins=plugins)

@@ -23,7 +23,8 @@ DEVICE = "meta" if SHAPE else "cpu"
 HD = HIDDEN // HEADS
 LAYERS = int(os.environ.get("GG_LAYERS", "1"))
 # GG_REPEAT=1: layer 0 is traced and each later layer is layer 0's graph over its own weights (the
-# layers are checked to be copies of each other: graphguard.frontends.fx.repeat); forward only
+# layers are checked to be copies of each other: graphguard.frontends.fx.repeat; with backward, layer 0 is
+# traced and layer 1's forward and backward are copied)
 repeat = "layers" if os.environ.get("GG_REPEAT") == "1" else None
 
 

@@ -80,10 +80,11 @@ class VerifyResult:
                 f"({', '.join(per)})")
 
     def repeat_line(self, which: str) -> str:
-        path, n = self.repeat[which]
+        path, n, tpl = self.repeat[which]
         what = {"spec": "G_s", "impl": "G_d"}.get(which, which)
-        return (f"{what}: layer 0 of '{path}' traced; layers 1-{n - 1} are copies of its graph over their own "
-                f"weights (capture checked each a copy of layer 0 and called like it)")
+        before = f"layers 0-{tpl} of '{path}' traced" if tpl else f"layer 0 of '{path}' traced"
+        return (f"{what}: {before}; layers {tpl + 1}-{n - 1} are copies of layer {tpl}'s graph over their own "
+                f"weights (capture checked each a copy of layer {tpl} and called like it)")
 
     def to_dict(self) -> dict:
         d = {
@@ -100,7 +101,7 @@ class VerifyResult:
         if self.layers:
             d["layers"] = self.layers
         if self.repeat:
-            d["repeat"] = {k: {"path": p, "layers": n} for k, (p, n) in self.repeat.items()}
+            d["repeat"] = {k: {"path": p, "layers": n, "template": t} for k, (p, n, t) in self.repeat.items()}
         if self.replay is not None:
             d["replay"] = self.replay
         if self.expect is not None:

@@ -82,7 +82,7 @@ class Graph:
         self.consumers: dict[str, list[Node]] = {}
         self.sources: list[Node] = []
         self.world_size: int | None = None
-        self.repeat: tuple[str, int] | None = None  # (layers' module path, count): traced once, copied (fx repeat)
+        self.repeat: tuple[str, int, int] | None = None  # (layers' module path, count, the layer traced): copied (fx repeat)
         self._terms: dict[str, Term] = {}
 
     # -- construction ---------------------------------------------------------------------------

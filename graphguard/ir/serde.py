@@ -72,11 +72,12 @@ def graph_from_dict(doc: Any, source: str, reg: Registry, cx: Constraints) -> Gr
         g.world_size = ws
     rep = doc.get("repeat")
     if rep is not None:
+        tpl = rep.get("template", 0) if isinstance(rep, dict) else None
         if not (isinstance(rep, dict) and isinstance(rep.get("path"), str) and type(rep.get("layers")) is int
-                and rep["layers"] >= 2):
+                and type(tpl) is int and 0 <= tpl and rep["layers"] >= tpl + 2):
             raise InputError(f"{source}: 'repeat' must be {{\"path\": the layers' module path, \"layers\": their "
-                             f"number (>= 2)}}")
-        g.repeat = (rep["path"], rep["layers"])
+                             f"number, \"template\": the layer traced (optional, 0; layers - 2 at most)}}")
+        g.repeat = (rep["path"], rep["layers"], tpl)
     for key in ("inputs", "nodes", "outputs"):
         if not isinstance(doc.get(key), list):
             raise InputError(f"{source}: missing or non-list field '{key}'")
@@ -151,6 +152,8 @@ def graph_to_dict(g: Graph) -> dict:
     doc["outputs"] = g.outputs
     if g.repeat is not None:
         doc["repeat"] = {"path": g.repeat[0], "layers": g.repeat[1]}
+        if g.repeat[2]:
+            doc["repeat"]["template"] = g.repeat[2]
     return doc
 
 

@@ -20,6 +20,7 @@ relation's ``symbols:`` (see :mod:`.symints`).
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 import re
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from .convert import (DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, dtype_
 from .dtensor import grad_layouts, graph_layouts
 from .failure import capture_failure, missing_group, quiet_torch_logs
 from .hooks import refuse_tensor_hooks, translate_backward_hooks
-from .repeat import expand as expand_repeat, install as install_repeat
+from .repeat import expand as expand_repeat, expand_joint as expand_repeat_joint, install as install_repeat
 from ..stitch import stitch
 from .symints import Symbols, merge_symbols
 
@@ -246,10 +247,7 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
     if repeat:
         if not isinstance(module, torch.nn.Module):
             raise InputError(f"{where}: repeat = '{repeat}' needs the program to be an nn.Module")
-        rep = install_repeat(module, repeat, where)
-        if rep is not None and backward:
-            raise InputError(f"{where}: repeat = '{repeat}' captures forward only (a layer stood in for has no "
-                             f"backward); leave repeat out for --backward")
+        rep = install_repeat(module, repeat, where, backward)
     dyn = (dynamic(rank) if callable(dynamic) else dynamic) or {}
     by_name = _named_args(module, args) if dyn else {}
     for name, dims in dyn.items():
@@ -285,9 +283,9 @@ def _capture_rank(build: Callable, inputs, rank: int | None, backward: bool, gro
         compiled = torch.compile(module, backend=backend, fullgraph=True, dynamic=None if dyn else False)
         try:
             with quiet_torch_logs():  # (torch logs a failing op's traceback before raising: the one line says it)
-                if rep is not None:  # (forward only: no joint graph, which a stand-in could not be part of)
+                if rep is not None:  # (forward only: no joint graph; with backward the stand-ins have one)
                     try:
-                        with torch.no_grad():
+                        with torch.no_grad() if not backward else contextlib.nullcontext():
                             out = compiled(*args)
                     finally:
                         rep.restore()
@@ -513,8 +511,9 @@ def _join(seen: dict, backward: bool, source: str) -> TGraph:
         base, local = _desc(d)
         if t.op == "placeholder" and local and type(base).__name__ == "PlainAOTInput":
             input_names[t.name] = names[base.idx]
-    if seen.get("repeat") is not None:
-        fw_nodes = expand_repeat(fw_nodes, input_names, seen["repeat"], source)
+    rep = seen.get("repeat")
+    if rep is not None and not (backward and rep.backward):
+        fw_nodes = expand_repeat(fw_nodes, input_names, rep, source)
     out_node = next(n for n in seen["fw"].graph.nodes if n.op == "output")
     fw_out = next(t for t in fw_nodes if t.op == "output")
     user: dict[int, Any] = {}
@@ -568,6 +567,8 @@ def _join(seen: dict, backward: bool, source: str) -> TGraph:
         if gv is not None and local and type(base).__name__ == "GradAOTOutput":
             outs.append(gv)
             out_names.append(f"grad.{names[base.grad_of.idx]}")
+    if rep is not None and rep.backward:  # (layers whose backward is a stand-in's: copies of the template's)
+        joined, outs = expand_repeat_joint(joined, len(body), outs, out_names, input_names, rep, source)
     if "post" in seen:
         _join_after_backward(seen, sym, joined, outs, out_names, source)
     joined.append(TNode("output", "output", "output", (tuple(outs),), {}))
@@ -666,7 +667,9 @@ def capture_one_rank(build: Callable, example_inputs, rank: int, world_size: int
 
 def _repeat_doc(rep) -> dict:
     """What a graph file records of a stack traced once (the certificate states it)."""
-    return {"repeat": {"path": rep.path, "layers": rep.layers}} if rep is not None else {}
+    if rep is None:
+        return {}
+    return {"repeat": {"path": rep.path, "layers": rep.layers, **({"template": rep.template} if rep.template else {})}}
 
 
 def assemble(parts: list[tuple], name: str, source: str, backward: bool) -> Captured:

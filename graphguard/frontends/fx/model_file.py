@@ -17,7 +17,7 @@ sequence shard; see :mod:`.symints`), and ``after_backward(model, grads)``: with
 gradient step a framework runs after backward, captured into both programs (it updates ``grads``, parameter
 name -> gradient, in place; e.g. :func:`graphguard.patches.megatron.finalize_grads`), and ``repeat = "layers"``:
 the dotted path of an ``nn.ModuleList`` of identical layers, layer 0 traced and the others copied from its trace
-(checked copies, forward only: :mod:`.repeat`). The file is the
+(checked copies; with backward layer 0 is traced and layer 1 is the template: :mod:`.repeat`). The file is the
 user's own code and is executed like a test file. The relation written next to the graphs is the one
 verification uses.
 """

@@ -17,8 +17,19 @@ What makes that copy the layer's graph, and what is checked:
 
 What is not checked: a layer's ``forward`` reading state outside the module and its arguments (a global
 counter, ``id(self)``) -- the same assumption TorchDynamo's reuse of a traced region makes for what its
-guards do not cover. The certificate lists the layers taken from layer 0's trace. Forward only (a stand-in
-has no backward); plain tensors only (a DTensor argument is refused).
+guards do not cover. The certificate lists the layers taken from layer 0's trace. Plain tensors only (a
+DTensor argument is refused).
+
+**With backward** (:func:`expand_joint`) the template is layer 1, layer 0 traced as it is: the template's
+backward must make the gradient of its input, which the model's input may not need. Markers and stand-ins
+are then autograd functions: the template's gradients pass through markers too (``mark_bw``: the gradient of
+its output in, of its inputs out), and a stand-in's backward is a stand-in (``stub_bw``) taking the layer's
+incoming gradient and naming the inputs and parameters whose gradients it makes. Each is replaced by a copy
+of what lies between the template's gradient markers, over the stand-in's gradient and the copy's forward
+tensors (the template's saved tensors, renamed); a stand-in's gradient of a parameter is the copy of the
+template's gradient of the same parameter. Checked besides the above: each later layer's parameters are
+shaped like the template's, its inputs need the gradients the template's do, the template's backward makes
+its parameters' gradients alone and nothing of it is read outside it but its inputs' gradients.
 """
 from __future__ import annotations
 
@@ -33,6 +44,8 @@ from .convert import Ref, TNode, ref_names
 
 MARK = "graphguard_repeat.mark.default"
 STUB = "graphguard_repeat.stub.default"
+MARK_BW = "graphguard_repeat.mark_bw.default"  # (backward) the gradients through a marker
+STUB_BW = "graphguard_repeat.stub_bw.default"  # (backward) the input gradients a later layer's backward makes
 _OPS: dict = {}
 
 
@@ -41,6 +54,9 @@ class Repeat:
     path: str  # dotted path of the layer list
     layers: int  # how many layers it holds (layer 0 traced, the others stood in for)
     modules: tuple = ()  # the layers whose forward install() replaced (restore() puts theirs back)
+    template: int = 0  # the layer traced and copied (layers before it are traced as they are)
+    backward: bool = False  # stand-ins with a backward (see install)
+    params: tuple = ()  # the template's parameters, in the order a stand-in receives a layer's
 
     def restore(self) -> None:
         """The layers' own forwards again (the model is the user's after capture)."""
@@ -64,8 +80,57 @@ def _ops():
     torch.library.register_fake("graphguard_repeat::mark", lambda xs, tag, key: [torch.empty_like(x) for x in xs],
                                 lib=lib)
     torch.library.register_fake("graphguard_repeat::stub", lambda xs, index, key: torch.empty_like(xs[0]), lib=lib)
-    _OPS.update(lib=lib, mark=torch.ops.graphguard_repeat.mark.default, stub=torch.ops.graphguard_repeat.stub.default)
+    # backward: markers whose gradients are markers again, and a stand-in with a stand-in backward
+    lib.define("mark_bw(Tensor[] gs, int[] which, int tag, str key) -> Tensor[]")
+    lib.define("stub_bw(Tensor g, Tensor[] ts, int[] which, int index, str key) -> Tensor[]")
+    lib.impl("mark_bw", lambda gs, which, tag, key: [g.clone() for g in gs], "CompositeExplicitAutograd")
+    lib.impl("stub_bw", lambda g, ts, which, index, key: [torch.zeros_like(t) for t in ts],
+             "CompositeExplicitAutograd")
+    torch.library.register_fake("graphguard_repeat::mark_bw",
+                                lambda gs, which, tag, key: [torch.empty_like(g) for g in gs], lib=lib)
+    torch.library.register_fake("graphguard_repeat::stub_bw",
+                                lambda g, ts, which, index, key: [torch.empty_like(t) for t in ts], lib=lib)
+    ops = torch.ops.graphguard_repeat
+    _OPS.update(lib=lib, mark=ops.mark.default, stub=ops.stub.default, mark_bw=ops.mark_bw.default,
+                stub_bw=ops.stub_bw.default)
+    _autograd()  # (at once: an operator first traced without its formula keeps tracing without it)
     return _OPS["mark"], _OPS["stub"]
+
+
+def _autograd():
+    """Autograd formulas for the markers and the backward stand-in (backward): a marker's gradient passes
+    through ``mark_bw`` (so the template layer's backward is delimited too), a stand-in's through ``stub_bw``,
+    which names the stand-in's inputs whose gradients it makes. (Formulas of the operators, not
+    ``autograd.Function``s: TorchDynamo traces an operator call as one node, a Function's forward and backward
+    each time -- a quarter of a second per layer and rank. The stand-in takes no parameters, as forward only:
+    each one TorchDynamo lifts to a graph input costs ~1 ms; the copies' parameters are made by expand_joint.)"""
+    import torch
+
+    def mark_setup(ctx, inputs, output):
+        ctx.tag, ctx.key = inputs[1], inputs[2]
+
+    def mark_backward(ctx, gs):
+        need = ctx.needs_input_grad[0]
+        which = [k for k, n in enumerate(need) if n]
+        got = iter(_OPS["mark_bw"]([gs[k] for k in which], which, ctx.tag, ctx.key))
+        return [next(got) if n else None for n in need], None, None
+
+    def stub_setup(ctx, inputs, output):
+        xs, index, key = inputs
+        ctx.save_for_backward(*xs)
+        ctx.index, ctx.key = index, key
+
+    def stub_backward(ctx, g):
+        xs = ctx.saved_tensors
+        need = ctx.needs_input_grad[0]
+        which = [k for k, n in enumerate(need) if n]
+        got = iter(_OPS["stub_bw"](g, [xs[k] for k in which], which, ctx.index, ctx.key))
+        return [next(got) if n else None for n in need], None, None
+
+    torch.library.register_autograd("graphguard_repeat::mark", mark_backward, setup_context=mark_setup,
+                                    lib=_OPS["lib"])
+    torch.library.register_autograd("graphguard_repeat::stub", stub_backward, setup_context=stub_setup,
+                                    lib=_OPS["lib"])
 
 
 def _resolve(module, path: str, where: str):
@@ -151,21 +216,26 @@ def _call_key(leaves) -> str:
     return "|".join("T" if isinstance(x, torch.Tensor) else f"{type(x).__name__}:{x!r}" for x in leaves)
 
 
-def install(module, path: str, where: str) -> Repeat | None:
-    """Check the layers at ``path`` (see :func:`differs`) and replace their forwards: layer 0's call is
-    marked, every later layer's is the stand-in. None where there is nothing to stand in for (one layer)."""
+def install(module, path: str, where: str, backward: bool = False) -> Repeat | None:
+    """Check the layers at ``path`` (see :func:`differs`) and replace their forwards: the template layer's
+    call is marked, every later layer's is the stand-in. None where there is nothing to stand in for.
+
+    Forward only, the template is layer 0. With ``backward`` it is layer 1 (layer 0 is traced as it is): the
+    template's backward must make the gradient of its input, which layer 0's input (the model's) may not need;
+    markers and stand-ins are then autograd functions whose backward is a marker or a stand-in again."""
     import torch
     from torch.utils import _pytree as pytree
     layers = _resolve(module, path, where)
-    if len(layers) < 2:
+    first_i = 1 if backward else 0
+    if len(layers) < first_i + 2:
         return None
-    ref = layers[0]
+    ref = layers[first_i]
     if any("forward" in m.__dict__ for m in layers):
         raise InputError(f"{where}: repeat = '{path}': a layer's forward is set on the instance; leave repeat out")
-    for i in range(1, len(layers)):
+    for i in range(first_i + 1, len(layers)):
         why = differs(ref, layers[i])
         if why is not None:
-            raise InputError(f"{where}: repeat = '{path}': layer {i} is not a copy of layer 0: {why} (each "
+            raise InputError(f"{where}: repeat = '{path}': layer {i} is not a copy of layer {first_i}: {why} (each "
                              f"layer is then traced: leave repeat out)")
     mark, stub = _ops()
     orig = ref.forward
@@ -203,16 +273,17 @@ def install(module, path: str, where: str) -> Repeat | None:
         return stub(tensors, i, key)
 
     ref.forward = first
-    for i in range(1, len(layers)):
+    for i in range(first_i + 1, len(layers)):
         layers[i].forward = functools.partial(later, i)
-    return Repeat(path, len(layers), tuple(layers))
+    return Repeat(path, len(layers), tuple(layers), first_i, backward,
+                  tuple(n for n, _ in ref.named_parameters()))
 
 
-def _layer_module(module: str | None, path: str, i: int) -> str | None:
-    """Layer 0's module path as layer ``i``'s: ``model.layers.0.mlp`` -> ``model.layers.7.mlp``."""
+def _layer_module(module: str | None, path: str, i: int, template: int = 0) -> str | None:
+    """The template layer's module path as layer ``i``'s: ``model.layers.0.mlp`` -> ``model.layers.7.mlp``."""
     if module is None:
         return None
-    return re.sub(rf"(^|\.){re.escape(path)}\.0(\.|$)", rf"\g<1>{path}.{i}\g<2>", module, count=1)
+    return re.sub(rf"(^|\.){re.escape(path)}\.{template}(\.|$)", rf"\g<1>{path}.{i}\g<2>", module, count=1)
 
 
 def _rename(a, m: dict):
@@ -311,3 +382,205 @@ def expand(nodes: list[TNode], input_names: dict[str, str], rep: Repeat, source:
                                module=_layer_module(b.module, rep.path, i)))
         rename[t.name] = m[out_ref.name] if out_ref.name in m else rename.get(out_ref.name, out_ref.name)
     return out
+
+
+
+def _reach(by: dict, roots) -> set:
+    """The names ``roots`` are computed from (themselves included)."""
+    seen, todo = set(), list(roots)
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in by:
+            continue
+        seen.add(n)
+        todo.extend(ref_names((by[n].args, by[n].kwargs)))
+    return seen
+
+
+def expand_joint(nodes: list[TNode], n_fw: int, outs: list, out_names: list, input_names: dict[str, str],
+                 rep: Repeat, source: str) -> tuple[list[TNode], list]:
+    """Forward and backward (the joined graph: ``nodes[:n_fw]`` the forward, then the saved tensors as
+    ``aten.alias`` nodes and the backward) with every stand-in replaced by a copy of the template layer's
+    operators: its forward over the stand-in's inputs and parameters, its backward -- what lies between the
+    gradient markers -- over the stand-in's incoming gradient and the copy's forward tensors. Each of the
+    stand-in's gradients becomes the copy of the template's: of an input (the template's input marker's
+    gradient) or of a parameter (the template's gradient output of the same parameter)."""
+    where = f"{source}: repeat = '{rep.path}'"
+    tpl = rep.template
+    by = {t.name: t for t in nodes}
+    fw, bw = nodes[:n_fw], nodes[n_fw:]
+    marks = sorted((t for t in fw if t.target == MARK), key=lambda t: t.args[1])
+    bmarks = sorted((t for t in bw if t.target == MARK_BW), key=lambda t: t.args[2])
+    if [t.args[1] for t in marks] != [1, 2] or [t.args[2] for t in bmarks] != [1, 2]:
+        raise InputError(f"{where}: layer {tpl} is not called once with a gradient through it (markers "
+                         f"{[t.args[1] for t in marks]}, gradient markers {[t.args[2] for t in bmarks]}); a stack "
+                         f"whose layers are each called once, in training, can be traced once")
+    begin, end = marks
+    bend, bbegin = bmarks
+    for kind, k in ((STUB, 1), (STUB_BW, 3)):
+        called = [t.args[k] for t in nodes if t.target == kind]
+        if len(called) != len(set(called)):
+            raise InputError(f"{where}: a layer is called more than once; a stack whose layers are each called once "
+                             f"can be traced once")
+    key = begin.args[2]
+    if {end.args[2], bend.args[3], bbegin.args[3]} != {key}:
+        raise InputError(f"{where}: layer {tpl}'s markers disagree")
+    ins = list(begin.args[0])
+    (out_ref,) = end.args[0]
+    items = {t.name: t for t in nodes if t.target == "getitem" and t.args and isinstance(t.args[0], Ref)
+             and t.args[0].name in (begin.name, end.name, bbegin.name, bend.name)}
+    of = {n: t.args[0].name for n, t in items.items()}
+    arg_of = {n: ins[items[n].args[1]].name for n in items if of[n] == begin.name}  # getitem -> input
+    rename: dict[str, str] = _Chain({n: out_ref.name for n in items if of[n] == end.name})
+    rename.update(arg_of)
+    rename.update({n: bbegin.args[0][0].name for n in items if of[n] == bbegin.name})
+    rename.update({n: bend.args[0][items[n].args[1]].name for n in items if of[n] == bend.name})
+    prefix = f"{rep.path}.{tpl}."
+    param_ph = {input_names[t.name][len(prefix):]: t.name for t in fw
+                if t.op == "placeholder" and input_names.get(t.name, "").startswith(prefix)}
+    if sorted(param_ph) != sorted(rep.params):
+        raise InputError(f"{where}: layer {tpl}'s parameters are not all inputs of the captured graph")
+    grad_out = {}  # the template's parameter -> its gradient (an output)
+    for name, ref in zip(out_names, outs):
+        if name.startswith("grad." + prefix) and isinstance(ref, Ref):
+            grad_out[name[len("grad." + prefix):]] = ref.name
+    # the template's forward: what depends on its marked inputs or its parameters
+    inside = set(arg_of) | set(param_ph.values())
+    for t in fw:
+        if t.op == "call_function" and t is not end and t.name not in items and t.name not in inside \
+                and set(ref_names((t.args, t.kwargs))) & inside:
+            inside.add(t.name)
+    alias_src = {t.name: t.args[0].name for t in bw if t.target == "aten.alias.default"}
+    # ... and its backward: what depends on the gradient of its output or on its forward's saved tensors
+    saved_in = {a for a, src in alias_src.items() if rename.get(src, src) in inside or src in items
+                and of[src] in (begin.name, end.name)}
+    binside = {n for n in items if of[n] == bbegin.name} | saved_in
+    for t in bw:  # (a later layer's stand-in reads the template's output, saved: not the template's backward)
+        if t.op == "call_function" and t.target != STUB_BW and t is not bend and t.name not in items \
+                and t.name not in binside and set(ref_names((t.args, t.kwargs))) & binside:
+            binside.add(t.name)
+    missing = [p for p in rep.params if p not in grad_out or grad_out[p] not in binside]
+    if missing:
+        raise InputError(f"{where}: the gradient of layer {tpl}'s parameter '{missing[0]}' is not made by its "
+                         f"backward alone")
+    bfeeds = _reach(by, [r.name for r in bend.args[0]] + [grad_out[p] for p in rep.params])
+    bbody = [t for t in bw if t.name in binside and t.name in bfeeds and t.name not in items]
+    saved = [alias_src[t.name] for t in bbody if t.name in alias_src]
+    feeds = _reach(by, [out_ref.name] + [rename.get(s, s) for s in saved])
+    body = [t for t in fw if t.name in inside and t.name in feeds and t.op == "call_function"
+            and t.name not in arg_of]
+    if any(t.target in (MARK, STUB) for t in body):
+        raise InputError(f"{where}: layer {tpl} calls another layer of the stack; only layers called one after "
+                         f"another can be traced once")
+    # nothing of the template but its output (forward) and its gradients (backward) is read outside it
+    own = (inside - set(param_ph.values())) | set(arg_of)
+    bown = {t.name for t in bbody if t.name not in alias_src}
+    for t in nodes:
+        if t in (end, bend) or t.name in inside or t.name in bown or t.name in items:
+            continue
+        refs = set(ref_names((t.args, t.kwargs)))
+        leak = refs & (own if t.name not in alias_src else set()) or refs & bown
+        if leak:
+            raise InputError(f"{where}: layer {tpl}'s value {sorted(leak)[0]} is read outside the layer "
+                             f"({t.name}); only a layer whose output is all it passes on can stand for others")
+    for name, ref in zip(out_names, outs):
+        if isinstance(ref, Ref) and ref.name in bown and not name.startswith("grad." + prefix):
+            raise InputError(f"{where}: output {name} is a value of layer {tpl}'s backward")
+    drop = {begin.name, end.name, bbegin.name, bend.name} | set(items)
+    copies: dict[int, dict] = {}  # layer -> template name -> the copy's
+    n_in: dict[int, int] = {}
+    out: list[TNode] = []
+    grads: list[tuple[int, str, Ref]] = []  # the copies' parameter gradients (outputs)
+    for t in nodes:
+        if t.name in drop:
+            continue
+        if t.target == STUB:
+            xs, i, k = t.args
+            _check_call(where, i, k, key, xs, ins, t, by[out_ref.name], by)
+            m = {g: rename.get(xs[items[g].args[1]].name, xs[items[g].args[1]].name) for g in arg_of}
+            for p in rep.params:  # the layer's parameters: inputs named by the layer (as forward only)
+                ph = by[param_ph[p]]
+                m[ph.name] = f"{rep.path}.{i}.{ph.name}"
+                out.append(TNode(m[ph.name], "placeholder", ph.target, (), {}, ph.shape, ph.dtype, ph.loc))
+                input_names[m[ph.name]] = f"{rep.path}.{i}.{p}"
+            for b in body:
+                m[b.name] = f"{rep.path}.{i}.{b.name}"
+                out.append(_copy(b, m, rep, i))
+            copies[i], n_in[i] = m, len(xs)
+            rename[t.name] = m.get(out_ref.name, rename.get(out_ref.name, out_ref.name))
+            continue
+        if t.target == STUB_BW:
+            g, ts, which, i, k = t.args
+            if i not in copies or k != key:
+                raise InputError(f"{where}: layer {i}'s backward does not follow its forward")
+            m = dict(copies[i])
+            m.update({n: rename.get(g.name, g.name) for n in items if of[n] == bbegin.name})
+            for b in bbody:
+                if b.name in alias_src:  # a saved tensor of the template: the copy's
+                    src = alias_src[b.name]
+                    if src not in m:
+                        src = rename.get(src, src)
+                    m[b.name] = m.get(src, src)
+                    continue
+                m[b.name] = f"{rep.path}.{i}.{b.name}"
+                out.append(_copy(b, m, rep, i))
+            made = []
+            for w in which:
+                hit = [p for p, x in enumerate(bend.args[1]) if x == w]
+                if not hit:
+                    raise InputError(f"{where}: layer {i}'s input {w} needs a gradient, layer {tpl}'s does not")
+                src = bend.args[0][hit[0]].name
+                made.append(m.get(src, rename.get(src, src)))
+            for p in rep.params:
+                if p in grad_out:
+                    grads.append((i, f"grad.{rep.path}.{i}.{p}", Ref(m.get(grad_out[p], grad_out[p]))))
+            for n, u in by.items():
+                if u.target == "getitem" and u.args and isinstance(u.args[0], Ref) and u.args[0].name == t.name:
+                    rename[n] = made[u.args[1]]
+                    drop.add(n)
+            continue
+        if any(r in rename for r in ref_names((t.args, t.kwargs))):
+            t = replace(t, args=_rename(t.args, rename), kwargs=_rename(t.kwargs, rename))
+        out.append(t)
+    outs = _rename(list(outs), rename)
+    # the copies' parameter gradients, in layer order after the template's (where a traced layer's would be)
+    at = max((k for k, n in enumerate(out_names) if n.startswith("grad." + prefix)), default=len(outs) - 1) + 1
+    grads.sort(key=lambda g: g[0])  # (a stand-in's backward runs after the later layers')
+    out_names[at:at] = [n for _, n, _ in grads]
+    outs[at:at] = [r for _, _, r in grads]
+    # the saved tensors only a stand-in's backward read (its inputs) are read no more
+    used = set(ref_names(outs))
+    for t in out:
+        used.update(ref_names((t.args, t.kwargs)))
+    out = [t for t in out if t.name in used or t.target != "aten.alias.default"]
+    return out, outs
+
+
+class _Chain(dict):
+    """Renames that may rename a name renamed to (a marker's gradient is a stand-in's, itself a copy's)."""
+
+    def get(self, k, default=None):
+        seen = 0
+        while dict.__contains__(self, k) and seen < 1000:
+            k, seen = dict.__getitem__(self, k), seen + 1
+        return k if seen else default
+
+    def __contains__(self, k):
+        return dict.__contains__(self, k)
+
+
+def _check_call(where, i, k, key, xs, ins, t, out_node, by) -> None:
+    if k != key:
+        raise InputError(f"{where}: layer {i} is called with other non-tensor arguments than the template ({k} vs "
+                         f"{key})")
+    if len(xs) != len(ins) or any((by[a.name].shape, by[a.name].dtype) != (by[b.name].shape, by[b.name].dtype)
+                                  for a, b in zip(xs, ins)):
+        raise InputError(f"{where}: layer {i} is called with tensors of other shapes than the template")
+    if (t.shape, t.dtype) != (out_node.shape, out_node.dtype):
+        raise InputError(f"{where}: layer {i}: the template's output ({out_node.dtype} {out_node.shape}) is not "
+                         f"shaped like its first argument")
+
+
+def _copy(b: TNode, m: dict, rep: Repeat, i: int) -> TNode:
+    return replace(b, name=m[b.name], args=_rename(b.args, m), kwargs=_rename(b.kwargs, m) if b.kwargs else {},
+                   module=_layer_module(b.module, rep.path, i, rep.template))

@@ -134,6 +134,25 @@ def test_elementwise_of_concat_and_a_fill_as_long_as_it(plugins):
                       {"P": [3, 2, 8], "T": [3, 2, 8]})
 
 
+def test_the_fill_of_family_1219_is_the_dialects_own(plugins):
+    """Family 1219 cuts a dialect's own fill, found in the registry (the op without inputs that declares
+    ``fill`` and one shape attribute), not one named in the engine: ONNX's ``ConstantFill`` as ATen's ``full``;
+    a dialect without one (HLO's constants carry no fill attribute) derives nothing."""
+    from graphguard.engine.families import _fill_of
+    reg = plugins.registry
+    assert _fill_of("aten", reg) == "aten.full(size={s}, fill_value=?v, dtype=?t)"
+    assert _fill_of("onnx", reg) == "onnx.ConstantFill(shape={s}, value=?v, dtype=?t)"
+    assert _fill_of("hlo", reg) is None
+    packs = {r.lemma.pack for r in plugins.lemmas if r.lemma.ref == 1219}
+    assert {"aten", "onnx-ops"} <= packs and "hlo-ops" not in packs
+    shapes = {"P": [3, 2, 8], "Q": [3, 4, 8]}
+    z = lambda n, v=0: f"onnx.ConstantFill(shape=[3, {n}, 8], value={v}, dtype=float32)"  # noqa: E731
+    assert proves(f"onnx.Add(concat(P, Q, dim=1), {z(6)})",
+                  f"concat(onnx.Add(P, {z(2)}), onnx.Add(Q, {z(4)}), dim=1)", shapes)
+    assert not proves(f"onnx.Add(concat(P, Q, dim=1), {z(6)})",
+                      f"concat(onnx.Add(P, {z(2)}), onnx.Add(Q, {z(4, 1)}), dim=1)", shapes)
+
+
 @pytest.mark.parametrize("op,dtype", [("aten.abs", "bfloat16"), ("aten.abs", "int32"), ("aten.sigmoid", "float16"),
                                       ("aten.logical_not", "bool"), ("aten.bitwise_not", "int64")])
 def test_unary_elementwise_of_concat_in_any_dtype(plugins, op, dtype):

@@ -111,8 +111,19 @@ def elementwise_of_concats(op, reg):  # f(concat(a0, b0), concat(a1, b1)) -> con
         yield from _elementwise(op, True)
 
 
-# the fill an op of a dialect meets in its own graphs (its shape, value and dtype attributes)
-_FILL_OF_DIALECT = {"aten": "aten.full(size={s}, fill_value=?v, dtype=?t)"}
+def _fill_of(dialect: str, reg) -> str | None:
+    """The constant fill an op of ``dialect`` meets in its own graphs, as a pattern over ``{s}`` (its shape),
+    ``?v`` (its value) and ``?t`` (its dtype): the dialect's op without inputs that declares ``fill`` (its value
+    attribute) and has one shape attribute (``aten.full``, ``onnx.ConstantFill``; not ``aten.scalar_tensor``).
+    None where the dialect has none, or more than one."""
+    found = []
+    for op in reg:
+        if op.fill and op.arity == 0 and op.name.split(".")[0] == dialect:
+            shape = [a.name for a in op.attrs if a.kind == "scalars"]
+            if len(shape) == 1:
+                dtype = "".join(f", {a.name}=?t" for a in op.attrs if a.name == "dtype")
+                found.append(f"{op.name}({shape[0]}={{s}}, {op.fill}=?v{dtype})")
+    return found[0] if len(found) == 1 else None
 
 
 @family(1219, "elementwise-of-concat-and-fill")
@@ -122,8 +133,8 @@ def elementwise_of_concat_and_fill(op, reg):  # f(concat(a, b, d), full(s)) -> c
     places. Only where that operand is a fill in the pattern itself, so no other tensor is cut."""
     ew = tuple(op.elementwise)
     n = _n_inputs(op)
-    full = _FILL_OF_DIALECT.get(op.name.split(".")[0])
-    if not op.broadcasting or len(ew) < 2 or not n or full is None or full.split("(")[0] not in reg:
+    full = _fill_of(op.name.split(".")[0], reg) if op.broadcasting and len(ew) >= 2 and n else None
+    if full is None:
         return
     for p in ew:
         for j in ew:
@@ -144,6 +155,8 @@ def elementwise_of_concat_and_fill(op, reg):  # f(concat(a, b, d), full(s)) -> c
                   {f"a{p}": [2, 3], f"b{p}": [2, 1], "s": [2, 4], "d": 1, "v": 1, "t": "float32", **whole, **others},
                   {f"a{p}": [2, 2, 3], f"b{p}": [2, 1, 3], "s": [3, 1], "d": 1, "v": 0, "t": "float64", **whole,
                    **others}]
+            if "?t" not in full:  # (a fill without a dtype attribute)
+                ex = [{k: v for k, v in e.items() if k != "t"} for e in ex]
             yield f"{lhs} => concat({parts[0]}, {parts[1]}, dim={dim})", " and ".join(conds), "", ex
 
 

@@ -57,6 +57,10 @@ STACK = textwrap.dedent('''
         def __init__(self, world):
             super().__init__()
             self.layers = torch.nn.ModuleList(Block(world, i) for i in range(4))
+            if BUG == "tied":  # layer 3's fc1 is layer 2's (weights shared)
+                self.layers[3].fc1 = self.layers[2].fc1
+            if BUG == "same":  # one layer four times (ALBERT's sharing)
+                self.layers = torch.nn.ModuleList([self.layers[0]] * 4)
 
         def forward(self, x):
             for i, blk in enumerate(self.layers):
@@ -157,6 +161,8 @@ def test_stack_repeated_refines(tmp_path, monkeypatch, plugins):
     ("leak", "is read outside the layer"),
     ("twice", "layer 0 is called 2 times"),
     ("again", "a layer is called more than once"),
+    ("tied", "layer 3's fc1 is layer 2's fc1"),
+    ("same", "layer 1 is layer 0 (layers that share modules or weights are traced as they are"),
 ])
 def test_a_later_layer_that_differs_is_refused(tmp_path, monkeypatch, plugins, bug, says):
     """Must not prove: a bug planted in layer 3 of 4 (its all-reduce skipped by an attribute), another call
@@ -220,6 +226,7 @@ def test_llama_layers_repeated_through_backward(tmp_path, monkeypatch, plugins):
     ("call", "layer 3 is called with other non-tensor arguments than the template"),
     ("leak", "is read outside the layer"),
     ("again", "a layer is called more than once"),
+    ("tied", "layer 3's fc1 is layer 2's fc1"),
 ])
 def test_a_later_layer_that_differs_is_refused_with_backward(tmp_path, monkeypatch, plugins, bug, says):
     """Must not prove, forward+backward: layer 1 is the template; a later layer that differs is refused."""

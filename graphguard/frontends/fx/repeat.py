@@ -13,7 +13,9 @@ What makes that copy the layer's graph, and what is checked:
   window on every other layer) is refused, naming the attribute;
 * **its call**: the same non-tensor arguments (values, positions, keyword names) and tensors of the same
   shapes and dtypes as layer 0's call; its output a single tensor shaped like its first tensor argument;
-* **layer 0's trace is self-contained**: nothing inside it is read outside it but its output.
+* **layer 0's trace is self-contained**: nothing inside it is read outside it but its output;
+* **no sharing**: no two layers hold the same module, parameter or buffer (ALBERT's one layer applied four
+  times, a weight tied between layers): a copy gets weights of its own, so the sharing would be lost.
 
 What is not checked: a layer's ``forward`` reading state outside the module and its arguments (a global
 counter, ``id(self)``) -- the same assumption TorchDynamo's reuse of a traced region makes for what its
@@ -230,6 +232,17 @@ def install(module, path: str, where: str, backward: bool = False) -> Repeat | N
     if len(layers) < first_i + 2:
         return None
     ref = layers[first_i]
+    owner: dict[int, tuple[int, str]] = {}  # a module, parameter or buffer -> the first layer holding it
+    for i, layer in enumerate(layers):
+        held = [(n, m) for n, m in layer.named_modules(remove_duplicate=False)]
+        held += list(layer.named_parameters(remove_duplicate=False)) + list(layer.named_buffers(remove_duplicate=False))
+        for name, obj in held:
+            j, first = owner.setdefault(id(obj), (i, name))
+            if j != i:  # (a copy of the template would get weights of its own: the sharing would be lost)
+                what = f"layer {i} is layer {j}" if not name and not first else \
+                    f"layer {i}'s {name or 'module'} is layer {j}'s {first or 'module'}"
+                raise InputError(f"{where}: repeat = '{path}': {what} (layers that share modules or weights are "
+                                 f"traced as they are: leave repeat out)")
     if any("forward" in m.__dict__ for m in layers):
         raise InputError(f"{where}: repeat = '{path}': a layer's forward is set on the instance; leave repeat out")
     for i in range(first_i + 1, len(layers)):

@@ -65,6 +65,7 @@ SLOW = {"torchtitan-llama": "tests/test_torchtitan.py verifies the graphs it kep
         "megatron-moe-routing": "tests/test_megatron_moe.py::test_planted_routing_bug_is_flagged_at_the_expert_choice "
                                 "(slow; by default the real MoE layer verifies, megatron-moe, and the project's "
                                 "routing bugs are flagged: tests/test_moe_sparse.py)",
+        "megatron-moe-tp-grad": "tests/test_megatron_moe.py::test_planted_tp_gradient_split_is_flagged (slow, ~1 min)",
         "megatron-moe-aux-scale": "tests/test_megatron_moe.py::test_global_aux_loss_refines_and_the_local_one_is_named "
                                   "(slow, ~1 min; lemma aten:1359 and the aux-loss patch run by default)",
         "cross-hf-neuronx-llama": "tests/test_cross_hf_neuronx.py::test_kv_caches_refine_at_tp1 and "

@@ -126,6 +126,35 @@ def test_tensor_times_expert_parallel_refines():
     assert "replay: ok" in p.stdout
 
 
+@pytest.mark.slow  # (about a minute: capture 8 s, verify 44 s)
+def test_tensor_times_expert_parallel_backward_refines():
+    """EP 2 x TP 2, forward and backward, two experts (top-1): the experts' probabilities on rows an all-gather
+    took partly from a rank's own all-to-all (labels carried through G_d's definitions where an entry is
+    moved, relayout.py), the router's backward gather over each rank's tokens after the backward all-to-all,
+    index_add into zeros at the dispatch's order and the capacity mask G_d proves all ones (labels through
+    ``x * 1``), then family 1212 for gather; every gradient where Megatron leaves it, checked by replay."""
+    p = _run("--world-size", "4", "--backward", "--replay", env={"GG_TP": "2", "GG_EXPERTS": "2", "GG_TOPK": "1"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    for line in ["grad.router.weight = sum(grad.router.weight@0, grad.router.weight@1, grad.router.weight@2, "
+                 "grad.router.weight@3)",
+                 "grad.experts.local_experts.1.linear_fc1.weight = concat(grad.experts.local_experts.0.linear_fc1."
+                 "weight@2, grad.experts.local_experts.0.linear_fc1.weight@3, dim=0)"]:
+        assert f"  {line}\n" in p.stdout, p.stdout
+    assert "replay: ok" in p.stdout and "expected relations: all 6 found in R_o" in p.stdout
+
+
+@pytest.mark.slow  # (about a minute)
+def test_planted_tp_gradient_split_is_flagged():
+    """Must not prove: the dispatcher's token all-gather over the expert-TP pair splits its gradient instead of
+    reduce-scattering it (examples/bugs/megatron-moe-tp-grad) -- flagged where the sum is first needed whole,
+    the router's backward gather, with the split among the G_d tensors it explored."""
+    pytest.importorskip("megatron.core")
+    bad = subprocess.run([str(EXAMPLES / "bugs" / "megatron-moe-tp-grad" / "run")], capture_output=True, text=True)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "stopped at G_s operator aten.gather (node 'bw.gather_1' -> bw.gather_1) at moe_utils.py:744" in bad.stdout
+    assert "mappings.py:75 in _split_along_first_dim" in bad.stdout
+
+
 @pytest.mark.slow
 def test_planted_routing_bug_is_flagged_at_tensor_times_expert_parallel():
     pytest.importorskip("megatron.core")

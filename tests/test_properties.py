@@ -595,6 +595,23 @@ def test_elementwise_and_rowwise_ops_of_slices():
                       "slice(aten._softmax(A, dim=-1, half_to_float=false), dim=1, start=0, end=2)", s, late=True)
 
 
+
+def test_gather_of_row_slices_with_its_index_sliced_alike():
+    """Family 1212 for ``gather`` (row-wise with an index input): the same rows of the data and of the index
+    are those rows of the whole gather (a router's backward over a rank's tokens); other rows of the index,
+    or a slice along the gathered dim, must not."""
+    s, dt = {"X": [4, 3], "I": [4, 2]}, {"I": "int64"}
+    g = "aten.gather(X, I, dim=1)"
+    assert proves("aten.gather(slice(X, dim=0, start=1, end=3), slice(I, dim=0, start=1, end=3), dim=1)",
+                  f"slice({g}, dim=0, start=1, end=3)", s, dtypes=dt, late=True)
+    assert not proves("aten.gather(slice(X, dim=0, start=1, end=3), slice(I, dim=0, start=1, end=3), dim=1)",
+                      f"slice({g}, dim=0, start=1, end=3)", s, dtypes=dt)  # (late)
+    assert not proves("aten.gather(slice(X, dim=0, start=1, end=3), slice(I, dim=0, start=0, end=2), dim=1)",
+                      f"slice({g}, dim=0, start=1, end=3)", s, dtypes=dt, late=True)
+    assert not proves("aten.gather(slice(X, dim=1, start=0, end=2), slice(I, dim=1, start=0, end=2), dim=1)",
+                      f"slice({g}, dim=1, start=0, end=2)", s, dtypes=dt, late=True)
+
+
 def test_matmul_of_interleaved_row_slices():
     s = {"A": [2, 3], "B": [2, 3], "W": [3, 4]}
     rows = "concat(slice(A, dim=0, start=0, end=1), slice(B, dim=0, start=0, end=1), slice(A, dim=0, start=1, end=2), dim=0)"

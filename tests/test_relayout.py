@@ -498,3 +498,75 @@ def test_poly_refuses_what_does_not_add_and_multiply(plugins):
     assert _poly_op(reg.get("aten.exp"), [a], {}, point) is None
     lying = OpDef("fake.mm", 2, None, lambda xs, at: xs[0] @ xs[1] if xs[0].dtype == object else 2 * (xs[0] @ xs[1]))
     assert _poly_op(lying, [a, b], {}, point) is None
+
+
+
+# -- labels through x + 0, x * 1, a linear op that moves entries, and a gather's replicas ----------------
+
+def _labels_of_y(plugins, build, consts: dict):
+    """Labels of G_d tensor ``Y`` carried from input ``S`` ([4], labelled 0..3) by :class:`Propagated`; the G_d
+    tensors named in ``consts`` are the constants given there (``const_of``)."""
+    from types import SimpleNamespace
+
+    from graphguard.engine.relayout import Propagated
+    from graphguard.ir.relation import parse_term
+    from graphguard.ir.scalar import Constraints
+    d = GraphBuilder("g")  # (one program: the rule is G_d's, its ranks do not matter here)
+    d.input("S", [4])
+    build(d)
+    d.output("Y")
+    g = d.build(plugins.registry, Constraints())
+    ctx = SimpleNamespace(g_d=g, egraph=SimpleNamespace(reg=plugins.registry))
+    terms = {k: parse_term(v, plugins.registry) for k, v in consts.items()}
+    got = Propagated(ctx, {"S": np.arange(4)}, terms.get).get("Y")
+    return None if got is None else got.tolist()
+
+
+def _ints(xs, dtype="int64"):
+    return f"onnx.Constant(shape=[{len(xs)}], values=\"{','.join(map(str, xs))}\", dtype={dtype})"
+
+
+@pytest.mark.parametrize("idx, base, want", [
+    ([2, 0, 3, 1], 0, [1, 3, 0, 2]),  # index_add into zeros at a permutation: the entries moved
+    ([0, 0, 1, 2], 0, None),  # two entries added into one (and one left 0): not a move
+    ([2, 0, 3, 1], 1, None),  # into ones: each entry + 1
+])
+def test_labels_pass_a_linear_op_only_where_it_moves_entries(plugins, idx, base, want):
+    def build(d):
+        d.input("Z", [4])
+        d.input("I", [4], "int64")
+        d.op("aten.index_add", ["Z", "I", "S"], "Y", dim=0, alpha=1)
+    consts = {"Z": f"aten.full(size=[4], fill_value={base}, dtype=float32)", "I": _ints(idx)}
+    assert _labels_of_y(plugins, build, consts) == want
+
+
+@pytest.mark.parametrize("op, value, want", [
+    ("aten.mul.Tensor", 1, [0, 1, 2, 3]),  # x * 1 (a mask G_d proves all ones)
+    ("aten.mul.Tensor", 0, None),  # x * 0 is no move
+    ("aten.add.Tensor", 0, [0, 1, 2, 3]),  # x + 0
+    ("aten.add.Tensor", 1, None),
+])
+def test_labels_pass_an_identity_only_with_its_identity_constant(plugins, op, value, want):
+    def build(d):
+        d.input("M", [4])
+        d.op(op, ["S", "M"], "Y", **({"alpha": 1} if "add" in op else {}))
+    assert _labels_of_y(plugins, build, {"M": f"aten.full(size=[4], fill_value={value}, dtype=float32)"}) == want
+    # a mask not all ones (one entry 0): no labels
+    if value == 1 and "mul" in op:
+        assert _labels_of_y(plugins, build, {"M": _ints([1, 1, 0, 1], "float32")}) is None
+
+
+def test_outputs_of_one_all_gather_are_the_same_computation(plugins):
+    """Each rank of an all-gather's group receives the same concatenation: the outputs are one value; an
+    all-to-all's are not."""
+    from graphguard.engine.relayout import _same_computation
+    from graphguard.ir.scalar import Constraints
+    d = GraphBuilder("impl", world_size=2)
+    for r in range(2):
+        d.input(f"X@{r}", [2, 3])
+    d.op("core.all_gather", ["X@0", "X@1"], ["G@0", "G@1"], dim=0, group=[0, 1])
+    d.op("core.all_to_all", ["X@0", "X@1"], ["A@0", "A@1"], split_dim=0, concat_dim=0, group=[0, 1])
+    d.output("G@0", "G@1", "A@0", "A@1")
+    g = d.build(plugins.registry, Constraints())
+    assert _same_computation(g, {}, "G@0", "G@1", plugins.registry, {})
+    assert not _same_computation(g, {}, "A@0", "A@1", plugins.registry, {})

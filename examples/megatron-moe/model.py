@@ -60,6 +60,16 @@ def impl(rank, world):
             logits = gating(x)
             return torch.cat([logits[..., 1:], logits[..., :1]], dim=-1)
         layer.router.gating = rotated
+    if BUG == "tp-grad-split" and TP > 1:
+        # planted: the dispatcher's all-gather of the tokens over the expert-tensor-parallel pair declared as
+        # feeding replicated work (tensor_parallel_output_grad=False), so its backward splits the gradient
+        # instead of reduce-scattering the pair's partial products -- the input gradient misses the other half
+        import megatron.core.transformer.moe.token_dispatcher as td
+        gather = td.gather_from_sequence_parallel_region
+
+        def gather_no_reduce(x, *args, **kwargs):
+            return gather(x, *args, **{**kwargs, "tensor_parallel_output_grad": False})
+        td.gather_from_sequence_parallel_region = gather_no_reduce
     return layer
 
 

@@ -394,8 +394,12 @@ def reduction_of_layout(op, reg):  # r(reshape(x, s), last) -> reshape(r(x, last
 
 @family(1212, "rowwise-of-slices", late=True)
 def rowwise_of_slices(op, reg):  # f(slice(a, d)) -> slice(f(a), d), d not in the rows, where f(a) exists
+    """The same slice of rows of every row input is that slice of the op's result, where the op of the whole
+    inputs exists. An op with an index input (``gather``) too: the index is sliced with the data, along a dim
+    that is not the indexed one, and the whole op exists -- a program computed it, so every row of its index
+    is in range (the rows a slice leaves out included)."""
     rw = op.rowwise
-    if rw is None or rw.index:  # (the whole is undefined where rows left out index out of range)
+    if rw is None or not set(rw.index) <= set(rw.args):  # (an index used whole: its rows are not the data's)
         return
     kind, p, untouched, counts = _rowwise(op)
     if kind == "int":  # (a negative row dim too)
@@ -405,6 +409,8 @@ def rowwise_of_slices(op, reg):  # f(slice(a, d)) -> slice(f(a), d), d not in th
         lhs = call(op, [_sl(f"?a{i}") if i in rw.args else f"?x{i}" for i in range(n)])
         whole = call(op, [f"?a{i}" if i in rw.args else f"?x{i}" for i in range(n)])
         ex = ()
+        # an index input holds positions along the row dims of the first row input (gather's dim)
+        index = {f"a{i}": f"size(?a{p}, ?p_{rw.dims})" for i in rw.index} if kind == "int" else {}
         if kind == "ints":
             ex = [{**{f"a{i}": [3, 4] for i in rw.args}, "d": 0, "s": 0, "e": 2, "p_" + rw.dims: [1]},
                   {**{f"a{i}": [2, 3, 2] for i in rw.args}, "d": 1, "s": 1, "e": 3, "p_" + rw.dims: [0, 2]}]
@@ -412,7 +418,9 @@ def rowwise_of_slices(op, reg):  # f(slice(a, d)) -> slice(f(a), d), d not in th
             ex = [{**{f"a{i}": a_ for i in rw.args}, **{f"x{i}": list(row) for i in range(n) if i not in rw.args},
                    "d": d, "s": 0, "e": 1, "p_" + rw.dims: list(row)}
                   for a_, row, d in (([2, 3, 4], [4], 0), ([2, 3, 4], [4], 1), ([3, 4], [4], 0))]
-        yield f"{lhs} => {_sl(whole)}", " and ".join(conds), whole, ex
+        if rw.index and not index:
+            continue  # (an index op whose index bound is not the row dim's size: not stated)
+        yield f"{lhs} => {_sl(whole)}", " and ".join(conds), whole, ex, index
 
 
 @family(1210, "reduction-over-a-unit-dim")
@@ -500,9 +508,9 @@ def derive(reg: Registry) -> list[Lemma]:
     for ref, name, fn, where, late in FAMILIES:
         for op in ops:
             pieces = list(fn(op, reg))
-            for k, (rule, cond, when, examples) in enumerate(pieces):
+            for k, (rule, cond, when, examples, *index) in enumerate(pieces):
                 tag = op.name if len(pieces) == 1 else f"{op.name}#{k}" if "#" not in op.name else f"{op.name}/{k}"
                 out.append(Lemma(ref, f"{name}[{tag}]", rule, cond, "root", f"{where} ({op.name})",
                                  pack=op.source, examples=tuple(examples), when=when, variant=tag, late=late,
-                                 family=(name, op.name)))
+                                 family=(name, op.name), index=tuple((index[0] if index else {}).items())))
     return out

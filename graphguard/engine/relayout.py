@@ -349,8 +349,46 @@ class Propagated:
             vals = [_value(c, self.reg) if c is not None else None for c in consts]
             if all(x is not None for x in vals):
                 got = _moves(op, vals, dict(n.attrs), self.memo[n.inputs[0]], self.rng)
+        if got is None and op is not None and op.identity and len(n.outputs) == 1 and self.const_of is not None:
+            got = self._through_identity(op, n, t)
+        if got is None and op is not None and op.linear and len(n.outputs) == 1 and self.const_of is not None:
+            got = self._linear_move(op, n)
         self.memo[t] = got
         return got
+
+    def _linear_move(self, op, n: Node) -> np.ndarray | None:
+        """An op linear in one input (jointly with others that are constant here: ``index_add`` into zeros at a
+        constant order) whose every output entry is one entry of that input -- a data movement, checked as
+        :func:`_moves` checks one (its reference on labels and on random values at the same indices)."""
+        vals = [self.const_of(i) for i in n.inputs]
+        vals = [_value(c, self.reg) if c is not None else None for c in vals]
+        free = [k for k, v in enumerate(vals) if v is None]
+        if len(free) != 1 or not any(free[0] in (grp if isinstance(grp, tuple) else (grp,)) for grp in op.linear):
+            return None
+        lab = self.get(n.inputs[free[0]])
+        if lab is None:
+            return None
+        return _moves(op, [v for v in vals if v is not None], dict(n.attrs), lab, self.rng, at=free[0])
+
+    def _through_identity(self, op, n: Node, t: str) -> np.ndarray | None:
+        """``x + 0``, ``x * 1`` (``OpDef.identity``, fuzzed) where the constant is one G_d provably computes
+        (``const_of``: a routing mask that a top-k over every token makes all ones): x's labels."""
+        g_d, attrs = self.ctx.g_d, dict(n.attrs)
+        for k, value, when in op.identity:
+            other = [i for i in range(len(n.inputs)) if i != k]
+            if len(other) != 1 or any(attrs.get(a) != b for a, b in when.items()):
+                continue
+            x = n.inputs[other[0]]
+            if g_d.shape(x) != g_d.shape(t) or g_d.tensors[x].dtype != g_d.tensors[t].dtype:
+                continue
+            c = self.const_of(n.inputs[k])
+            val = _value(c, self.reg) if c is not None else None
+            if val is None or not np.all(np.asarray(val) == value):
+                continue
+            lab = self.get(x)
+            if lab is not None:
+                return lab
+        return None
 
 
 def _propagated(ctx, v: Node, R: dict, grow, const_of) -> list[tuple[Term, Term]]:
@@ -388,16 +426,20 @@ def _propagated(ctx, v: Node, R: dict, grow, const_of) -> list[tuple[Term, Term]
     return out
 
 
-def _moves(op, arrays, attrs, labels: np.ndarray, rng) -> np.ndarray | None:
-    """``op``'s output on ``labels`` (input 0) if the op provably copies entries there: its reference on the
-    labels, checked against its reference on random values of the same shapes at the same indices (an op that
-    computes rather than copies is refused)."""
+def _moves(op, arrays, attrs, labels: np.ndarray, rng, at: int = 0) -> np.ndarray | None:
+    """``op``'s output on ``labels`` (input ``at``; ``arrays`` the others) if the op provably copies entries
+    there: its reference on the labels, checked against its reference on random values of the same shapes at
+    the same indices (an op that computes rather than copies is refused)."""
+    def ins(x):
+        return list(arrays[:at]) + [x] + list(arrays[at:])
     try:
-        pos = np.asarray(op.ref([np.arange(labels.size, dtype=np.int64).reshape(labels.shape)] + list(arrays), attrs))
+        pos = np.asarray(op.ref(ins(np.arange(labels.size, dtype=np.int64).reshape(labels.shape)), attrs))
         vals = rng.standard_normal(labels.shape)
-        want = np.asarray(op.ref([vals] + list(arrays), attrs), dtype=np.float64)
+        want = np.asarray(op.ref(ins(vals), attrs), dtype=np.float64)
     except Exception:  # noqa: BLE001 -- not defined here: nothing is claimed
         return None
+    if pos.dtype.kind == "f" and pos.size and np.all(pos == np.round(pos)) and np.abs(pos).max() < 2 ** 52:
+        pos = pos.astype(np.int64)  # (labels added into a float base of zeros: checked on values below)
     if pos.shape != want.shape or pos.dtype.kind not in "iu":
         return None
     flat = vals.reshape(-1)
@@ -482,11 +524,13 @@ def _by_base(g_d) -> dict[str, list[str]]:
     return got[1]
 
 
-def _labelled_inputs(ctx, v: Node, R: dict, max_out: int, max_labels: int | None = None):
+def _labelled_inputs(ctx, v: Node, R: dict, max_out: int, max_labels: int | None = None, const_of=None):
     """The common start of the label searches for v's output: its concrete shape (1 to ``max_out`` entries),
     each input's first relation of data movement over G_d tensors, those tensors labelled (at most
     ``max_labels`` entries) and the inputs' labels; replicated copies of an input (other relations that are one
-    tensor of its shape) get the same labels (equal data). None where any of that is missing."""
+    tensor of its shape) get the same labels (equal data). A labelled tensor that G_d computes from other
+    labelled ones by moving data holds their labels (:func:`_derived_labels`). None where any of that is
+    missing."""
     out_shape = _concrete(ctx.g_s.shape(v.outputs[0]))
     if out_shape is None or not 0 < int(np.prod(out_shape, dtype=np.int64)) <= max_out:
         return None
@@ -499,6 +543,8 @@ def _labelled_inputs(ctx, v: Node, R: dict, max_out: int, max_labels: int | None
     lab = labelled(sorted({leaf for e in rels for leaf in leaves(e)}), ctx.g_d.shape)
     if lab is None or (max_labels is not None and sum(a.size for a in lab.values()) > max_labels):
         return None
+    if const_of is not None and len(lab) > 1:
+        _derived_labels(ctx, lab, const_of)
     ev = [term_eval(e, lab.__getitem__, ctx.egraph.reg) for e in rels]
     for x, a in zip(v.inputs, ev):
         for e in R.get(x, ()):
@@ -512,6 +558,35 @@ def _labelled_inputs(ctx, v: Node, R: dict, max_out: int, max_labels: int | None
             if ctx.g_d.shape(m) == ctx.g_d.shape(n) and _same_computation(ctx.g_d, R, n, m, ctx.egraph.reg, {}):
                 lab[m] = lab[n]
     return out_shape, rels, lab, ev
+
+
+def _derived_labels(ctx, lab: dict[str, np.ndarray], const_of) -> None:
+    """Where a relation names both a G_d tensor and tensors it is moved from (an expert's routing weights as
+    rows of the ranks' tensors before an all-to-all and rows of the all-gather after it), give the later one
+    the labels G_d's definitions carry to it (:class:`Propagated`), in G_d's order: equal entries, one label --
+    else a counterpart reading the later tensor would never meet the entries the relation took from the
+    earlier ones. Labels only merge where G_d provably copies an entry, so nothing unequal is equated."""
+    order = {n: k for k, node in enumerate(ctx.g_d.topo_order()) for n in node.outputs}
+    for n in sorted(lab, key=lambda t: order.get(t, -1)):
+        if n not in ctx.g_d.producer:
+            continue
+        got = _Partly(ctx, {k: a for k, a in lab.items() if k != n}, const_of).get(n)
+        if got is not None and got.shape == lab[n].shape and (got >= 0).any():
+            lab[n] = np.where(got >= 0, got, lab[n])  # (entries of unlabelled origin keep their own labels)
+
+
+class _Partly(Propagated):
+    """:class:`Propagated` where an entry moved from no labelled tensor is -1 (unknown) instead of the whole
+    tensor going without labels: an all-gather whose one part comes from labelled tensors, the other from
+    tensors the relation does not name."""
+
+    def get(self, t: str) -> np.ndarray | None:
+        got = super().get(t)
+        if got is None:
+            shp = _concrete(self.ctx.g_d.shape(t))
+            if shp is not None:
+                got = self.memo[t] = np.full(shp, -1, dtype=np.int64)
+        return got
 
 
 def elementwise_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_of) -> list[tuple[Term, Term]]:
@@ -529,7 +604,7 @@ def elementwise_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, c
     if (op is None or len(v.outputs) != 1 or not v.inputs
             or sorted(op.elementwise) != list(range(len(v.inputs)))):
         return []
-    got = _labelled_inputs(ctx, v, R, MAX_ELEMENTWISE)
+    got = _labelled_inputs(ctx, v, R, MAX_ELEMENTWISE, const_of=const_of)
     if got is None:
         return []
     out_shape, rels, lab, ev = got
@@ -687,8 +762,9 @@ def _covers(t: Term, n: str, shape_of, reg) -> bool:
 
 
 def _same_computation(g_d, R: dict, n: str, m: str, reg, memo: dict, depth: int = 24) -> bool:
-    """Do the G_d tensors ``n`` and ``m`` hold the same values: replicas shown by the relations (_replica), or
-    computed by the same operator (not a collective), with the same attributes, from such tensors pairwise?"""
+    """Do the G_d tensors ``n`` and ``m`` hold the same values: replicas shown by the relations (_replica),
+    two outputs of one operator that G_d defines by the same term (an all-gather's on each rank of its group),
+    or computed by the same operator (not a collective), with the same attributes, from such tensors pairwise?"""
     if n == m:
         return True
     key = (n, m)
@@ -699,6 +775,9 @@ def _same_computation(g_d, R: dict, n: str, m: str, reg, memo: dict, depth: int 
     ok = False
     if g_d.shape(n) == g_d.shape(m) and _replica(R, n, m, g_d.shape, reg):
         ok = True
+    elif a is not None and a is b:
+        terms = g_d.node_terms(a)
+        ok = terms[a.outputs.index(n)] == terms[a.outputs.index(m)]
     elif a is not None and b is not None and depth > 0 and a.op == b.op and dict(a.attrs) == dict(b.attrs) \
             and len(a.inputs) == len(b.inputs) and len(a.outputs) == 1 == len(b.outputs):
         op = reg.get(a.op)

@@ -34,6 +34,24 @@ STACK = textwrap.dedent('''
     BUG = os.environ.get("GG_T_BUG", "")
     repeat = "layers"
 
+    class F(torch.autograd.Function):  # Megatron's f: identity forward, all-reduce backward
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            return funcol.all_reduce(g, "sum", dist.group.WORLD)
+
+    class G(torch.autograd.Function):  # Megatron's g: all-reduce forward, identity backward
+        @staticmethod
+        def forward(ctx, x):
+            return funcol.all_reduce(x, "sum", dist.group.WORLD)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
     class Block(torch.nn.Module):
         def __init__(self, world, i):
             super().__init__()
@@ -45,12 +63,12 @@ STACK = textwrap.dedent('''
                 self.kept = []
 
         def forward(self, x, scale=1.0):
-            h = torch.relu(self.fc1(x))
+            h = torch.relu(self.fc1(F.apply(x) if self.world > 1 else x))
             if BUG == "leak":
                 self.kept.append(h)
             h = self.fc2(h) * scale
             if self.world > 1 and self.reduce:
-                h = funcol.all_reduce(h, "sum", dist.group.WORLD)
+                h = G.apply(h)
             return x + h
 
     class Stack(torch.nn.Module):
@@ -88,6 +106,8 @@ STACK = textwrap.dedent('''
             p = f"layers.{i}."
             rel[p + "fc1.weight"] = f"concat({', '.join(f'{p}fc1.weight@{r}' for r in range(world))}, dim=0)"
             rel[p + "fc2.weight"] = f"concat({', '.join(f'{p}fc2.weight@{r}' for r in range(world))}, dim=1)"
+        if backward:
+            rel["tangent.out0"] = rep("tangent.out0")
         return {"inputs": rel}
 ''')
 
@@ -179,6 +199,43 @@ def test_a_later_layer_that_differs_is_refused(tmp_path, monkeypatch, plugins, b
         assert r.verdict == "does-not-refine"
 
 
+def test_stack_repeated_through_backward(tmp_path, monkeypatch, plugins):
+    """A 4-layer tensor-parallel MLP stack (Megatron's f / g), TP 2, forward+backward: layer 1 the template,
+    layers 2-3 its copies -- the same operators and the same R_o as the fully traced stack, every weight's
+    gradient related; the expanded specification computes PyTorch's gradients."""
+    from graphguard.engine.replay import run_graph
+    from graphguard.ir.scalar import Constraints
+    monkeypatch.delenv("GG_T_BUG", raising=False)
+    path = _stack(tmp_path)
+    rep = capture_model_file(path, tmp_path / "rep", 2, backward=True, plugins=plugins)
+    path.write_text(STACK.replace('repeat = "layers"', "repeat = None"))
+    full = capture_model_file(path, tmp_path / "full", 2, backward=True, plugins=plugins)
+    specs = [json.loads(Path(f["spec"]).read_text()) for f in (full, rep)]
+    impls = [json.loads(Path(f["impl"]).read_text()) for f in (full, rep)]
+    assert specs[1]["repeat"] == {"path": "layers", "layers": 4, "template": 1} and "repeat" not in specs[0]
+    for a, b in ((specs[0], specs[1]), (impls[0], impls[1])):
+        assert sorted(n["op"] for n in a["nodes"]) == sorted(n["op"] for n in b["nodes"])
+        assert a["outputs"] == b["outputs"]
+    a, b = _verify(full, plugins), _verify(rep, plugins)
+    assert a.verdict == b.verdict == "refines", b.render()
+    assert a.r_o_lines() == b.r_o_lines()
+    assert "grad.layers.3.fc1.weight = concat(grad.layers.3.fc1.weight@0, grad.layers.3.fc1.weight@1, dim=0)" in \
+        b.r_o_lines()
+    g = load_graph(rep["spec"], plugins.registry, Constraints())
+    mod = load_module(path.with_name("model.py"))
+    model = mod.spec()
+    (x,) = mod.inputs(None, 1)
+    y = model(x)
+    y.backward(torch.ones_like(y))
+    env = {"x": x.numpy(), "tangent.out0": np.ones(y.shape, np.float32)}
+    env.update({k: v.detach().numpy() for k, v in model.named_parameters()})
+    got = run_graph(g, {k: env[k] for k in g.inputs}, plugins.registry, {})
+    for name, t in zip(specs[1]["outputs"], g.outputs):
+        want = y.detach() if name == "out0" else dict(model.named_parameters())[name[len("grad."):]].grad
+        np.testing.assert_allclose(got[t], want.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.slow  # (~35 s; the stack above is the default suite's)
 def test_llama_layers_repeated_through_backward(tmp_path, monkeypatch, plugins):
     """llama-tp, 3 layers, TP 2, forward+backward: layer 0 traced as it is, layer 1 the template (forward and
     backward), layer 2 its copy over layer 2's weights, its gradients the copies of layer 1's -- the same

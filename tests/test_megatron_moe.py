@@ -153,6 +153,9 @@ def test_planted_tp_gradient_split_is_flagged():
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "stopped at G_s operator aten.gather (node 'bw.gather_1' -> bw.gather_1) at moe_utils.py:744" in bad.stdout
     assert "mappings.py:75 in _split_along_first_dim" in bad.stdout
+    # the hint names the partial sums (inside the layout of the pair's rows) and the missing reduction
+    assert "input bw.mul_8 is known only as a sum of the ranks' partial results" in bad.stdout
+    assert "no all-reduce or reduce-scatter of G_d follows `experts.local_experts.0`" in bad.stdout
 
 
 @pytest.mark.slow

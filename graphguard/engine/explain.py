@@ -140,11 +140,15 @@ def _scaled(e: Term) -> bool:
     return isinstance(e, App) and e.op == "core.scale"
 
 
+_LAYOUT = ("core.concat", "core.reshape", "core.permute", "core.slice")
+
+
 def _partial(e: Term) -> bool:
-    """A cross-rank sum (or max) of the ranks' tensors at the top, or inside a concat."""
+    """A cross-rank sum (or max) of the ranks' tensors at the top, or inside a layout of them (a concat, a
+    reshape, a permutation, a slice: the rows of a TP pair's partial products re-sorted into G_s's order)."""
     if isinstance(e, App) and e.op in ("core.sum", "core.max") and len({rank_of(x) for x in leaves(e)}) > 1:
         return True
-    return isinstance(e, App) and e.op == "core.concat" and any(_partial(a) for a in e.args)
+    return isinstance(e, App) and e.op in _LAYOUT and any(_partial(a) for a in e.args)
 
 
 def _at(n: Node) -> str:

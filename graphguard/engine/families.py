@@ -411,6 +411,8 @@ def rowwise_of_slices(op, reg):  # f(slice(a, d)) -> slice(f(a), d), d not in th
         ex = ()
         # an index input holds positions along the row dims of the first row input (gather's dim)
         index = {f"a{i}": f"size(?a{p}, ?p_{rw.dims})" for i in rw.index} if kind == "int" else {}
+        if rw.index and not index:
+            continue  # (an index op whose index bound is not the row dim's size: not stated)
         if kind == "ints":
             ex = [{**{f"a{i}": [3, 4] for i in rw.args}, "d": 0, "s": 0, "e": 2, "p_" + rw.dims: [1]},
                   {**{f"a{i}": [2, 3, 2] for i in rw.args}, "d": 1, "s": 1, "e": 3, "p_" + rw.dims: [0, 2]}]
@@ -418,8 +420,6 @@ def rowwise_of_slices(op, reg):  # f(slice(a, d)) -> slice(f(a), d), d not in th
             ex = [{**{f"a{i}": a_ for i in rw.args}, **{f"x{i}": list(row) for i in range(n) if i not in rw.args},
                    "d": d, "s": 0, "e": 1, "p_" + rw.dims: list(row)}
                   for a_, row, d in (([2, 3, 4], [4], 0), ([2, 3, 4], [4], 1), ([3, 4], [4], 0))]
-        if rw.index and not index:
-            continue  # (an index op whose index bound is not the row dim's size: not stated)
         yield f"{lhs} => {_sl(whole)}", " and ".join(conds), whole, ex, index
 
 

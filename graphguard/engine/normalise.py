@@ -70,15 +70,20 @@ def _binary_nodes(g: Graph, reg: Registry, declaration: str):
             yield n, op, g.tensors[n.outputs[0]]
 
 
+def identities(op, attrs: dict) -> list[tuple[int, object]]:
+    """(input, value) of each identity declaration of ``op`` that holds under ``attrs``: that input filled with
+    that value makes the op return its other input."""
+    return [(pos, value) for pos, value, fixed in op.identity
+            if all(number(attrs.get(k)) == v for k, v in fixed.items())]
+
+
 def drop_identities(g: Graph, reg: Registry, cx: S.Constraints) -> int:
     """Turn every op applied to its identity element into ``core.identity`` of the other operand; the number
     of nodes changed (checked again: :meth:`Graph.reinfer`)."""
     changed, dropped = [], []
     for n, op, out in _binary_nodes(g, reg, "identity"):
-        for pos, value, fixed in op.identity:
+        for pos, value in identities(op, n.attrs):
             other = g.tensors[n.inputs[1 - pos]]
-            if any(number(n.attrs.get(k)) != v for k, v in fixed.items()):
-                continue
             if other.shape != out.shape or other.dtype != out.dtype or g.shape(n.inputs[pos]) != out.shape:
                 continue  # (a 0-dim constant stays: lemmas 407/408 and the vocabulary masks' patterns read it)
             if filled_with(g, reg, n.inputs[pos]) != value:

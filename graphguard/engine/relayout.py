@@ -32,6 +32,7 @@ import numpy as np
 from ..ir.expr import App, Leaf, Term, app, base_name, flat_args, leaves, rank_of
 from ..ir.graph import Node
 from ..ir.semantics import term_eval
+from .normalise import identities
 
 MOVES = frozenset({"core.concat", "core.slice", "core.permute", "core.reshape", "core.identity"})
 MAX_ENTRIES = 1 << 20  # labels evaluated per problem (the operator's input and the ranks' tensors together)
@@ -373,10 +374,10 @@ class Propagated:
     def _through_identity(self, op, n: Node, t: str) -> np.ndarray | None:
         """``x + 0``, ``x * 1`` (``OpDef.identity``, fuzzed) where the constant is one G_d provably computes
         (``const_of``: a routing mask that a top-k over every token makes all ones): x's labels."""
-        g_d, attrs = self.ctx.g_d, dict(n.attrs)
-        for k, value, when in op.identity:
+        g_d = self.ctx.g_d
+        for k, value in identities(op, dict(n.attrs)):
             other = [i for i in range(len(n.inputs)) if i != k]
-            if len(other) != 1 or any(attrs.get(a) != b for a, b in when.items()):
+            if len(other) != 1:
                 continue
             x = n.inputs[other[0]]
             if g_d.shape(x) != g_d.shape(t) or g_d.tensors[x].dtype != g_d.tensors[t].dtype:

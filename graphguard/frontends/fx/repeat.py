@@ -342,13 +342,7 @@ def expand(nodes: list[TNode], input_names: dict[str, str], rep: Repeat, source:
         if t.op == "call_function" and t.name not in inside and t is not end \
                 and set(ref_names((t.args, t.kwargs))) & inside:
             inside.add(t.name)
-    feeds, todo = set(), [out_ref.name]
-    while todo:
-        n = todo.pop()
-        if n in feeds or n not in by:
-            continue
-        feeds.add(n)
-        todo.extend(ref_names((by[n].args, by[n].kwargs)))
+    feeds = _reach(by, [out_ref.name])
     body = [t for t in nodes if t.name in inside and t.name in feeds and t.op == "call_function"
             and t.name not in arg_of]
     if any(t.target in (MARK, STUB) for t in body):
@@ -374,28 +368,14 @@ def expand(nodes: list[TNode], input_names: dict[str, str], rep: Repeat, source:
             out.append(t)
             continue
         xs, i, k = t.args
-        where_i = f"{where}: layer {i}"
-        if k != key:
-            raise InputError(f"{where_i} is called with other non-tensor arguments than layer 0 ({k} vs {key})")
-        if len(xs) != len(ins) or any((by[a.name].shape, by[a.name].dtype) != (by[b.name].shape, by[b.name].dtype)
-                                      for a, b in zip(xs, ins)):
-            raise InputError(f"{where_i} is called with tensors of other shapes than layer 0")
-        if (t.shape, t.dtype) != (by[out_ref.name].shape, by[out_ref.name].dtype):
-            raise InputError(f"{where_i}: layer 0's output ({by[out_ref.name].dtype} {by[out_ref.name].shape}) is "
-                             f"not shaped like its first argument")
+        _check_call(where, i, k, key, xs, ins, t, by[out_ref.name], by, "layer 0")
         m = {g: rename.get(xs[items[g].args[1]].name, xs[items[g].args[1]].name) for g in arg_of}
-        for p, suffix in params.items():
-            name = f"{rep.path}.{i}.{p}"
-            m[p] = name
-            out.append(TNode(name, "placeholder", by[p].target, (), {}, by[p].shape, by[p].dtype, by[p].loc))
-            input_names[name] = f"{rep.path}.{i}.{suffix}"
+        out += _layer_params(rep, i, params, by, m, input_names)
         for b in body:  # (what a body node reads is in the body, layer 0's inputs, or before the layer)
             m[b.name] = f"{rep.path}.{i}.{b.name}"
-            out.append(replace(b, name=m[b.name], args=_rename(b.args, m), kwargs=_rename(b.kwargs, m) if b.kwargs else {},
-                               module=_layer_module(b.module, rep.path, i)))
+            out.append(_copy(b, m, rep, i))
         rename[t.name] = m[out_ref.name] if out_ref.name in m else rename.get(out_ref.name, out_ref.name)
     return out
-
 
 
 def _reach(by: dict, roots) -> set:
@@ -509,13 +489,9 @@ def expand_joint(nodes: list[TNode], n_fw: int, outs: list, out_names: list, inp
             continue
         if t.target == STUB:
             xs, i, k = t.args
-            _check_call(where, i, k, key, xs, ins, t, by[out_ref.name], by)
+            _check_call(where, i, k, key, xs, ins, t, by[out_ref.name], by, "the template")
             m = {g: rename.get(xs[items[g].args[1]].name, xs[items[g].args[1]].name) for g in arg_of}
-            for p in rep.params:  # the layer's parameters: inputs named by the layer (as forward only)
-                ph = by[param_ph[p]]
-                m[ph.name] = f"{rep.path}.{i}.{ph.name}"
-                out.append(TNode(m[ph.name], "placeholder", ph.target, (), {}, ph.shape, ph.dtype, ph.loc))
-                input_names[m[ph.name]] = f"{rep.path}.{i}.{p}"
+            out += _layer_params(rep, i, {param_ph[p]: p for p in rep.params}, by, m, input_names)
             for b in body:
                 m[b.name] = f"{rep.path}.{i}.{b.name}"
                 out.append(_copy(b, m, rep, i))
@@ -574,24 +550,34 @@ class _Chain(dict):
 
     def get(self, k, default=None):
         seen = 0
-        while dict.__contains__(self, k) and seen < 1000:
-            k, seen = dict.__getitem__(self, k), seen + 1
+        while k in self and seen < 1000:
+            k, seen = self[k], seen + 1
         return k if seen else default
 
-    def __contains__(self, k):
-        return dict.__contains__(self, k)
 
-
-def _check_call(where, i, k, key, xs, ins, t, out_node, by) -> None:
+def _check_call(where, i, k, key, xs, ins, t, out_node, by, tpl: str) -> None:
+    """Stand-in ``t`` of layer ``i`` is called like the template ``tpl`` (its non-tensor arguments, its tensors'
+    shapes and dtypes) and returns what the template's output ``out_node`` is shaped like."""
     if k != key:
-        raise InputError(f"{where}: layer {i} is called with other non-tensor arguments than the template ({k} vs "
-                         f"{key})")
+        raise InputError(f"{where}: layer {i} is called with other non-tensor arguments than {tpl} ({k} vs {key})")
     if len(xs) != len(ins) or any((by[a.name].shape, by[a.name].dtype) != (by[b.name].shape, by[b.name].dtype)
                                   for a, b in zip(xs, ins)):
-        raise InputError(f"{where}: layer {i} is called with tensors of other shapes than the template")
+        raise InputError(f"{where}: layer {i} is called with tensors of other shapes than {tpl}")
     if (t.shape, t.dtype) != (out_node.shape, out_node.dtype):
-        raise InputError(f"{where}: layer {i}: the template's output ({out_node.dtype} {out_node.shape}) is not "
-                         f"shaped like its first argument")
+        raise InputError(f"{where}: layer {i}: {tpl}'s output ({out_node.dtype} {out_node.shape}) is not shaped like "
+                         f"its first argument")
+
+
+def _layer_params(rep: Repeat, i: int, params: dict[str, str], by: dict, m: dict, input_names: dict) -> list[TNode]:
+    """Layer ``i``'s parameters as new inputs, one per template parameter placeholder (``params``: its name ->
+    the parameter's dotted name), named by the layer; ``m`` maps the template's placeholders to them."""
+    out = []
+    for ph_name, p in params.items():
+        ph = by[ph_name]
+        m[ph_name] = f"{rep.path}.{i}.{ph_name}"
+        out.append(TNode(m[ph_name], "placeholder", ph.target, (), {}, ph.shape, ph.dtype, ph.loc))
+        input_names[m[ph_name]] = f"{rep.path}.{i}.{p}"
+    return out
 
 
 def _copy(b: TNode, m: dict, rep: Repeat, i: int) -> TNode:

@@ -570,3 +570,147 @@ def test_outputs_of_one_all_gather_are_the_same_computation(plugins):
     g = d.build(plugins.registry, Constraints())
     assert _same_computation(g, {}, "G@0", "G@1", plugins.registry, {})
     assert not _same_computation(g, {}, "A@0", "A@1", plugins.registry, {})
+
+
+# -- an input known only as the ranks' partial sums, read by the counterparts after a reduce-scatter and moves
+
+def _summed_then_moved(plugins, swap=(True, True)):
+    """G_s: X [8, 4] @ W [4, 6], each token's row summed (a gradient w.r.t. a per-token weight), then exp.
+    G_d: each rank its column half of W (replicated X), so its row sums are partial; each re-sorts them by
+    chunks (``cat`` of the second half and the first: Megatron's re-sort by local expert), the pair
+    reduce-scatters, and each adds its rows into zeros at a constant order (the unpermutation's
+    ``index_add``) before exp. ``swap``:
+    whether each rank re-sorts (a rank that does not adds other tokens' partial sums into the first's)."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("X", [8, 4])
+    s.input("W", [4, 6])
+    s.op("aten.mm", ["X", "W"], "H")
+    s.op("aten.sum.dim_IntList", ["H"], "S", dim=[1], keepdim=True)
+    s.op("aten.exp", ["S"], "Z")
+    s.output("Z")
+    for r in range(2):
+        d.input(f"X@{r}", [8, 4])
+        d.input(f"W@{r}", [4, 3])
+        d.op("aten.mm", [f"X@{r}", f"W@{r}"], f"H@{r}")
+        d.op("aten.sum.dim_IntList", [f"H@{r}"], f"S@{r}", dim=[1], keepdim=True)
+        if swap[r]:
+            d.op("core.slice", [f"S@{r}"], f"B@{r}", dim=0, start=4, end=8)
+            d.op("core.slice", [f"S@{r}"], f"A@{r}", dim=0, start=0, end=4)
+            d.op("core.concat", [f"B@{r}", f"A@{r}"], f"C@{r}", dim=0)
+        else:
+            d.op("core.identity", [f"S@{r}"], f"C@{r}")
+    d.op("core.reduce_scatter", ["C@0", "C@1"], ["R@0", "R@1"], op="sum", dim=0, group=[0, 1])
+    for r in range(2):
+        d.op("aten.arange", [], f"I0@{r}", end=4, dtype=None)
+        d.op("core.reshape", [f"I0@{r}"], f"I1@{r}", shape=[2, 2])
+        d.op("core.permute", [f"I1@{r}"], f"I2@{r}", dims=[1, 0])
+        d.op("core.reshape", [f"I2@{r}"], f"I@{r}", shape=[4])
+        d.op("aten.full", [], f"O@{r}", size=[4, 1], fill_value=0, dtype="float32")
+        d.op("aten.index_add", [f"O@{r}", f"I@{r}", f"R@{r}"], f"P@{r}", dim=0, alpha=1)
+        d.op("aten.exp", [f"P@{r}"], f"Z@{r}")
+    d.output("Z@0", "Z@1")
+    rel = parse_relation_text("inputs:\n  X: [X@0, X@1]\n  W: concat(W@0, W@1, dim=1)\n", "rel",
+                              plugins.registry)
+    cx = rel.constraints()
+    return s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel
+
+
+def test_partial_sums_reduce_scattered_and_moved_relate_by_sums(plugins):
+    """exp's input is known only as sum(S@0, S@1); its counterparts read it re-sorted, reduce-scattered and
+    added into zeros at a constant order: Sums carries the partial sums there (relayout._propagated)."""
+    r = graphguard.verify(*_summed_then_moved(plugins), replay=True)
+    assert r.verdict == "refines", r.render()
+    assert set(leaves_of(r, "Z")) == {"Z@0", "Z@1"}
+    assert r.replay["ok"]
+
+
+def test_partial_sums_of_other_tokens_reduce_scattered_do_not_relate(plugins):
+    """One rank does not re-sort: the reduce-scatter adds different tokens' partial sums."""
+    r = graphguard.verify(*_summed_then_moved(plugins, swap=(True, False)))
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.op == "aten.exp"
+
+
+def leaves_of(r, out):
+    from graphguard.ir.expr import leaves
+    return {n for e in r.r_o[out] for n in leaves(e)}
+
+
+# -- expected relations met by another layout of the same entries (api.check_expect)
+
+def _shapes(names, shape):
+    return lambda n: shape if n in names else None
+
+
+@pytest.mark.parametrize("other,want", [
+    ("permute(reshape(concat(g@0, g@1, g@2, g@3, dim=0), shape=[2, 4, 8]), dims=[1, 0, 2])", True),
+    ("permute(reshape(concat(g@0, g@2, g@1, g@3, dim=0), shape=[2, 4, 8]), dims=[1, 0, 2])", False),
+    ("reshape(concat(g@0, g@1, g@2, g@3, dim=0), shape=[4, 2, 8])", False),
+])
+def test_same_entries_in_another_layout(plugins, other, want):
+    from graphguard.engine.relayout import same_entries
+    from graphguard.ir.relation import parse_term
+    reg = plugins.registry
+    names = {f"g@{r}" for r in range(4)}
+    a = parse_term("concat(concat(g@0, g@1, dim=0), concat(g@2, g@3, dim=0), dim=1)", reg)
+    assert same_entries(a, parse_term(other, reg), _shapes(names, (2, 1, 8)), reg) is want
+
+
+def test_same_entries_of_sums_are_multisets(plugins):
+    from graphguard.engine.relayout import same_entries
+    from graphguard.ir.relation import parse_term
+    reg = plugins.registry
+    names = {"a@0", "a@1", "b@0", "b@1"}
+    shape_of = _shapes(names, (2, 3))
+    a = parse_term("concat(sum(a@0, a@1), sum(b@0, b@1), dim=0)", reg)
+    assert same_entries(a, parse_term("sum(concat(a@1, b@1, dim=0), concat(a@0, b@0, dim=0))", reg), shape_of, reg)
+    assert same_entries(a, parse_term("sum(concat(a@0, b@1, dim=0), concat(a@1, b@0, dim=0))", reg), shape_of, reg)
+    # (row i: a@0 + b@0, not a@0 + a@1)
+    assert not same_entries(a, parse_term("sum(concat(a@0, a@1, dim=0), concat(b@0, b@1, dim=0))", reg), shape_of,
+                            reg)
+    assert not same_entries(a, parse_term("concat(a@0, b@0, dim=0)", reg), shape_of, reg)  # not the same tensors
+
+
+@pytest.mark.parametrize("expected,met", [
+    ("reshape(permute(reshape(concat(Z@1, Z@0, dim=0), shape=[2, 2, 2]), dims=[0, 2, 1]), shape=[8, 1])", True),
+    ("concat(Z@1, Z@0, dim=0)", False),  # (each rank's rows in another order)
+])
+def test_an_expected_relation_in_another_layout_is_met(plugins, expected, met):
+    g_s, g_d, rel = _summed_then_moved(plugins)
+    exp = parse_relation_text(f"expect:\n  Z: {expected}\n", "exp", plugins.registry, need_inputs=False)
+    r = graphguard.verify(g_s, g_d, rel, expect=exp)
+    assert (r.verdict == "refines") is met, r.render()
+    if not met:
+        assert "not the expected" in r.failure.reason
+
+
+@pytest.mark.parametrize("swap, want", [
+    ((True, True), [[3, 7], [2, 6]]),  # each rank's halves swapped, summed, the first half's rows swapped back
+    ((True, False), [[3, 5], [2, 4]]),  # rank 1 does not re-sort: other tokens' partial sums added
+])
+def test_sums_pass_a_reduce_scatter_a_resort_and_a_constant_index(plugins, swap, want):
+    """Sums of labelled entries carried by G_d's definitions: the re-sort (concat of slices), the
+    reduce-scatter (a sum of the ranks' tensors, sliced) and an ``index_select`` at a constant index."""
+    from types import SimpleNamespace
+
+    from graphguard.engine.relayout import Sums
+    from graphguard.ir.relation import parse_term
+    from graphguard.ir.scalar import Constraints
+    d = GraphBuilder("g", world_size=2)
+    for r in range(2):
+        d.input(f"S@{r}", [4])
+        if swap[r]:
+            d.op("core.slice", [f"S@{r}"], f"B@{r}", dim=0, start=2, end=4)
+            d.op("core.slice", [f"S@{r}"], f"A@{r}", dim=0, start=0, end=2)
+            d.op("core.concat", [f"B@{r}", f"A@{r}"], f"C@{r}", dim=0)
+        else:
+            d.op("core.identity", [f"S@{r}"], f"C@{r}")
+    d.op("core.reduce_scatter", ["C@0", "C@1"], ["R@0", "R@1"], op="sum", dim=0, group=[0, 1])
+    d.input("I@0", [2], "int64")
+    d.op("aten.index_select", ["R@0", "I@0"], "Y@0", dim=0)
+    d.output("Y@0", "R@1")
+    g = d.build(plugins.registry, Constraints())
+    ctx = SimpleNamespace(g_d=g, egraph=SimpleNamespace(reg=plugins.registry))
+    const = {"I@0": parse_term(_ints([1, 0]), plugins.registry)}
+    got = Sums(ctx, ["S@0", "S@1"], const.get).get("Y@0")
+    assert [sorted(t) for t in got.tolist()] == want

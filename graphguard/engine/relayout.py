@@ -395,26 +395,39 @@ class Propagated:
 def _propagated(ctx, v: Node, R: dict, grow, const_of) -> list[tuple[Term, Term]]:
     """Equalities for an input of v over the inputs of its G_d counterparts, whose labels G_d's definitions
     compute from the relation's tensors (:class:`Propagated`): the counterparts' inputs need not be explored
-    (an expert's rows after an all-to-all, an all-gather and a re-sort by expert). The counterparts' own G_d
-    definitions are added (``grow``), so that v's output meets theirs."""
+    (an expert's rows after an all-to-all, an all-gather and a re-sort by expert). An input known only as sums
+    of the ranks' tensors (a gradient before its reduce-scatter) is carried as sums (:class:`Sums`: the
+    reduce-scatter, the moves after it), each distinct multiset of labels a label of its own. The counterparts'
+    own G_d definitions are added (``grow``), so that v's output meets theirs."""
     g_d, reg = ctx.g_d, ctx.egraph.reg
     groups = _counterparts(g_d, v)
     out, used = [], []
     for k, x in enumerate(v.inputs):
-        for e in [e for e in R.get(x, ()) if is_movement(e)][:2]:
+        rels = R.get(x, ())
+        for e in [e for e in rels if is_movement(e)][:2] + [e for e in rels if _summed(e)][:2]:
             base = sorted(set(leaves(e)))
-            lab = labelled(base, g_d.shape)
-            if lab is None:
-                continue
-            prop = Propagated(ctx, lab, const_of)
-            xs = term_eval(e, lab.__getitem__, reg)
+            if is_movement(e):
+                lab = labelled(base, g_d.shape)
+                if lab is None:
+                    continue
+                prop, key = Propagated(ctx, lab, const_of), None
+                xs = term_eval(e, lab.__getitem__, reg)
+            else:
+                prop = Sums(ctx, base, const_of)
+                xs = prop.eval(e) if prop.ok else None
+                if xs is None:
+                    continue
+                key = _Multisets()
+                xs = key(xs)
             for nodes in groups:
                 # (the ranks whose input the labelled tensors reach: the others hold replicated copies, or
                 # other data)
                 nodes = [n for n in nodes if prop.get(n.inputs[k]) is not None]
                 ys = [prop.get(n.inputs[k]) for n in nodes]
-                if not nodes or all(n.inputs[k] in lab for n in nodes):
+                if not nodes or all(n.inputs[k] in base for n in nodes):
                     continue
+                if key is not None:
+                    ys = [key(y) for y in ys]
                 got = [(e, t) for t in solve(xs, ys, [Leaf(n.inputs[k]) for n in nodes],
                                              [tuple(y.shape) for y in ys]) if t != e]
                 if got:
@@ -425,6 +438,17 @@ def _propagated(ctx, v: Node, R: dict, grow, const_of) -> list[tuple[Term, Term]
     if used:
         grow([(Leaf(o), t) for n in used for o, t in zip(n.outputs, g_d.node_terms(n))])
     return out
+
+
+class _Multisets:
+    """Sums of labelled entries (:class:`Sums`' tuples) as integer labels, one per distinct multiset."""
+
+    def __init__(self):
+        self.ids: dict[tuple, int] = {}
+
+    def __call__(self, a: np.ndarray) -> np.ndarray:
+        return np.array([self.ids.setdefault(tuple(sorted(t)), len(self.ids)) for t in a.reshape(-1)],
+                        dtype=np.int64).reshape(a.shape)
 
 
 def _moves(op, arrays, attrs, labels: np.ndarray, rng, at: int = 0) -> np.ndarray | None:
@@ -909,7 +933,8 @@ class Sums:
     """Entries of G_d tensors as sums of labelled entries: each entry a tuple of labels (a multiset; empty for
     a zero), computed by G_d's own definitions from the labelled tensors. Data movement and collectives
     (their meanings: concatenations, slices, sums across ranks) act on the tuples by the core references (a sum
-    joins two tuples); an operator declared ``linear`` in its non-constant inputs, whose constant inputs are
+    joins two tuples), and so does a ``data_movement`` operator at constant indices (:func:`_moves`); an
+    operator declared ``linear`` in its non-constant inputs, whose constant inputs are
     indices or zeros, is evaluated by its reference on the tuples (``scatter_add`` into zeros joins the rows
     sent to one place) and the result checked at a random point: each label a random value, the reference on
     the values must equal the sums the tuples say. Anything else leaves the tensor without sums. Two entries
@@ -957,7 +982,12 @@ class Sums:
         got = None
         if _summing(term) and all(self.get(leaf) is not None for leaf in set(leaves(term))):
             got = self.eval(term)
-        elif op is not None and op.linear and len(n.outputs) == 1:
+        elif op is not None and op.data_movement and len(n.outputs) == 1 and self.get(n.inputs[0]) is not None:
+            vals = [self.const_of(i) for i in n.inputs[1:]]  # (at constant indices: as Propagated moves labels)
+            vals = [_value(c, self.reg) if c is not None else None for c in vals]
+            if all(x is not None for x in vals):
+                got = _moves(op, vals, dict(n.attrs), self.memo[n.inputs[0]], self.rng)
+        if got is None and op is not None and op.linear and len(n.outputs) == 1:
             got = self._linear(n, op)
         self.memo[t] = got
         return got
@@ -995,6 +1025,11 @@ def _summing(t: Term) -> bool:
                                    and all(_summing(a) for a in t.args))
 
 
+def _summed(t: Term) -> bool:
+    """A clean term with a sum across ranks in it (data movement and sums only)."""
+    return _summing(t) and not is_movement(t) and next(leaves(t), None) is not None
+
+
 def summed_outputs(ctx, e: Term, outputs: list[str], const_of) -> list[Term]:
     """Terms over G_d outputs equal to ``e`` (a clean term of data movement and sums over other G_d tensors):
     both sides as sums of labelled entries (:class:`Sums`), every distinct multiset of labels a label of its
@@ -1007,11 +1042,7 @@ def summed_outputs(ctx, e: Term, outputs: list[str], const_of) -> list[Term]:
     xs = sums.eval(e)
     if xs is None:
         return []
-    ids: dict[tuple, int] = {}
-
-    def key(a):
-        return np.array([ids.setdefault(tuple(sorted(t)), len(ids)) for t in a.reshape(-1)],
-                        dtype=np.int64).reshape(a.shape)
+    key = _Multisets()
     x = key(xs)
     ys, names = [], []
     for o in outputs:
@@ -1023,6 +1054,31 @@ def summed_outputs(ctx, e: Term, outputs: list[str], const_of) -> list[Term]:
         return []
     return solve(x, ys, [Leaf(o) for o in names], [tuple(y.shape) for y in ys])
 
+
+
+def same_entries(a: Term, b: Term, shape_of, reg) -> bool:
+    """Whether two clean terms of data movement and sums over the same tensors hold the same entries: each
+    entry of those tensors a label, both terms evaluated on multisets of labels (a sum joins them) and
+    compared entry by entry -- two layouts of one concatenation written differently
+    (``permute(reshape(concat(a, b, c, d)))`` and ``concat(concat(a, b), concat(c, d), dim=1)``)."""
+    if not (_summing(a) and _summing(b)) or set(leaves(a)) != set(leaves(b)) or next(leaves(a), None) is None:
+        return False
+    memo, start = {}, 0
+    for n in sorted(set(leaves(a))):
+        shp = _concrete(shape_of(n))
+        if shp is None:
+            return False
+        k = int(np.prod(shp, dtype=np.int64))
+        if start + k > MAX_SUMMED:
+            return False
+        memo[n] = _tuples(shp, lambda i, s=start: (s + i,))
+        start += k
+    try:
+        xa, xb = (term_eval(t, memo.__getitem__, reg) for t in (a, b))
+    except Exception:  # noqa: BLE001 -- a term the references cannot evaluate on labels: not shown equal
+        return False
+    key = _Multisets()
+    return xa.shape == xb.shape and np.array_equal(key(xa), key(xb))
 
 # -- polynomial labels: operators that add and multiply, related as sums over the ranks ---------------------------
 

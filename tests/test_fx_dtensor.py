@@ -343,6 +343,37 @@ def test_tangent_of_a_failing_forward_is_not_guessed():
                     lambda r: (torch.randn(4, 8),), world_size=2, backward=True)
     with pytest.raises(InputError, match="cannot derive the relation of tangent.out0.*does-not-refine"):
         ggt.input_relation(s, d)
+    # with the output's expected relation stated, the tangent follows from it, and the verification reports
+    # the forward where it breaks (the expectation is checked in R_o: never assumed)
+    rel = ggt.input_relation(s, d, {"expect": {"out0": ["out0@0", "out0@1"]}})
+    assert rel["inputs"]["tangent.out0"] == ["tangent.out0@0", "tangent.out0@1"]
+    r = graphguard.verify(s.graph(), d.graph(), rel)
+    assert r.verdict == "does-not-refine" and r.failure.op == "aten._softmax", r.render()
+
+
+def test_tangent_from_an_expectation_the_forward_does_not_meet_is_reported():
+    """A correct forward (each rank holds the whole output) whose stated expectation is the ranks' sum: the
+    tangent derived from the expectation, and the run fails on the expectation -- never certified."""
+    plan = {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
+    s = ggt.capture(lambda r: _ReluMLP(), (torch.randn(4, 8),), backward=True)
+    d = ggt.capture(lambda r: parallelize_module(_ReluMLP(), init_device_mesh("cpu", (2,)), plan),
+                    lambda r: (torch.randn(4, 8),), world_size=2, backward=True)
+    rel = ggt.input_relation(s, d, {"expect": {"out0": "sum(out0@0, out0@1)"}})
+    assert rel["inputs"]["tangent.out0"] == ["tangent.out0@0", "tangent.out0@1"]
+    r = graphguard.verify(s.graph(), d.graph(), rel)
+    assert r.verdict == "does-not-refine", r.render()
+    assert "not the expected sum(out0@0, out0@1)" in r.failure.reason
+    ok = graphguard.verify(s.graph(), d.graph(), ggt.input_relation(s, d))  # (the forward decides the tangent)
+    assert ok.verdict == "refines", ok.render()
+
+
+class _ReluMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(8, 32), torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
 
 
 class _NormMLP(torch.nn.Module):  # [batch, seq, hidden]

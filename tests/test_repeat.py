@@ -123,6 +123,7 @@ def _verify(files: dict, plugins):
     return graphguard.verify(str(files["spec"]), str(files["impl"]), str(files["relation"]), plugins=plugins)
 
 
+@pytest.mark.slow  # (suite time, ~14 s: by default the 4-layer stack checks the same, forward and backward)
 def test_llama_layers_repeated_same_certificate(tmp_path, monkeypatch, plugins):
     """llama-tp, 3 layers, TP 2: layers 1 and 2 taken from layer 0's trace verify with the R_o of the
     fully traced model; the later layers' weights are inputs named by their layer."""

@@ -6,8 +6,10 @@ narrow the symbols' ranges), keeps only G_s inputs, and completes the tangents o
 
 A tangent is the gradient fed into an output, and a gradient is laid out like the tensor it is the gradient
 of. Where a DTensor output states its placements the capture already derived the tangent's relation (see
-:mod:`.dtensor`). For a plain output (``to_local()``, ``use_local_output=True``) the layout is what the
-forward certificate proves: graphguard verifies the forward alone and reads R_o for the output. Each
+:mod:`.dtensor`). For a plain output (``to_local()``, ``use_local_output=True``) whose expected relation is
+stated (``expect:`` in the model file's relation), the tangent is laid out as expected: the verification
+checks that expectation in R_o, so nothing is assumed that the run does not prove. Otherwise the layout is
+what the forward certificate proves: graphguard verifies the forward alone and reads R_o for the output. Each
 ``out@r`` becomes ``tangent.out@r``; a concat stays a concat; a replicated output (``out = out@r`` for every
 r) and a partial sum (``out = sum(out@0, ...)``, whose gradient is the same on every rank) give the list
 form. If the forward does not refine, no tangent is derived and the error says so.
@@ -56,8 +58,34 @@ def input_relation(spec, impl, user: dict | None = None, plugins=None, where: st
                          f"them; write them in relation(world, backward)")
     tangents = [n for n in names if n not in inputs]
     if tangents:
-        inputs.update(_tangents_from_forward(spec, impl, rel, tangents, plugins, where))
+        inputs.update(_tangents_from_expect(tangents, expect, plugins)
+                      or _tangents_from_forward(spec, impl, rel, tangents, plugins, where))
     return rel
+
+
+def _tangents_from_expect(tangents: list[str], expect: dict, plugins) -> dict:
+    """The tangents' relations from the outputs' *expected* relations (the user's, or the output placements
+    DTensor states), when every tangent has one: the verification checks those relations in R_o (an expected
+    relation missing there fails it), so the backward is verified under the gradient a training loop feeds
+    exactly when the forward computes what is expected -- and a forward that does not is reported at its
+    operator rather than here. Else {} (the forward's certificate decides: :func:`_tangents_from_forward`)."""
+    from graphguard.ir.relation import parse_term
+    from graphguard.plugins import load_plugins
+    reg = (plugins or load_plugins()).registry
+    out = {}
+    for t in tangents:
+        o = t[len("tangent."):]
+        texts = expect.get(o)
+        texts = [texts] if isinstance(texts, str) else list(texts or [])
+        try:
+            exprs = [_tangent(parse_term(x, reg, "<expect>"), o) for x in texts]
+        except Exception:  # noqa: BLE001 -- an expectation the verification will report; the forward decides here
+            return {}
+        if not exprs or any(e is None for e in exprs):
+            return {}
+        flat = [x for e in exprs for x in (e if isinstance(e, list) else [e])]
+        out[t] = list(dict.fromkeys(flat)) if len(flat) > 1 else flat[0]
+    return out
 
 
 def gradient_expectations(inputs: dict, s_outputs: list[str], d_outputs: list[str], plugins=None) -> dict:

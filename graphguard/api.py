@@ -188,6 +188,8 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
                     "narrowed": ctx.stats.get("narrowed", 0),
                     # operators whose outputs were read from a search cut short by its budget (partial_search)
                     "partial": ctx.stats.get("partial", 0),
+                    # elementwise operators on interleaved rows matched on labels before any search
+                    "labels_first": ctx.stats.get("labels_first", 0),
                     "scalar_queries": cx.queries, "z3_queries": cx.z3_queries,
                     "lemmas_loaded": len({r.lemma.key for r in plugins.lemmas})}
     unexpected = False  # (the failure is an expected output R_o maps otherwise)

@@ -714,3 +714,46 @@ def test_sums_pass_a_reduce_scatter_a_resort_and_a_constant_index(plugins, swap,
     const = {"I@0": parse_term(_ints([1, 0]), plugins.registry)}
     got = Sums(ctx, ["S@0", "S@1"], const.get).get("Y@0")
     assert [sorted(t) for t in got.tolist()] == want
+
+
+# -- an elementwise operator on the ranks' rows interleaved: matched on labels before the search (infer.py) ------
+
+def _interleaving(name, order):
+    parts = [f"slice({name}@{r}, dim=0, start={k}, end={k + 1})" for r in order for k in range(2)]
+    return f"concat({', '.join(parts)}, dim=0)"
+
+
+def _mul_of_interleaved(plugins, p_order=(0, 2, 1, 3)):
+    """G_s: M = A * P (a token's activations times its routing weight), A [8, 3] and P [8, 1] known only as the
+    four ranks' rows interleaved (A in the order 0, 2, 1, 3; P in ``p_order``); each rank multiplies its own."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=4)
+    s.input("A", [8, 3])
+    s.input("P", [8, 1])
+    s.op("aten.mul.Tensor", ["A", "P"], "M")
+    s.op("aten.relu", ["M"], "Z")
+    s.output("Z")
+    for r in range(4):
+        d.input(f"A@{r}", [2, 3])
+        d.input(f"P@{r}", [2, 1])
+        d.op("aten.mul.Tensor", [f"A@{r}", f"P@{r}"], f"M@{r}")
+        d.op("aten.relu", [f"M@{r}"], f"Z@{r}")
+    d.output(*[f"Z@{r}" for r in range(4)])
+    rel = parse_relation_text(f"inputs:\n  A: {_interleaving('A', (0, 2, 1, 3))}\n  P: {_interleaving('P', p_order)}\n",
+                              "rel", plugins.registry)
+    cx = rel.constraints()
+    return s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel
+
+
+def test_elementwise_of_interleaved_rows_is_matched_on_labels(plugins):
+    r = graphguard.verify(*_mul_of_interleaved(plugins), replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.stats["labels_first"] == 1  # (the multiply; relu's input is then the ranks' products in a layout)
+    assert leaves_of(r, "Z") == {f"Z@{r}" for r in range(4)}
+    assert r.replay["ok"]
+
+
+def test_elementwise_of_rows_interleaved_in_another_order_does_not_verify(plugins):
+    """The weights interleaved in another rank order than the activations: each token times another's weight."""
+    r = graphguard.verify(*_mul_of_interleaved(plugins, p_order=(0, 1, 2, 3)))
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.op == "aten.mul.Tensor"

@@ -422,6 +422,9 @@ def _node_out_rel_memo(ctx: Context, v: Node, R: Relation) -> tuple[Relation, se
 def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str], set[str], list] | None:
     """One search: (R_v, the G_d tensors explored, those related, the aliases it proved) or None when sizes
     were unified (search again)."""
+    quick = _by_labels_first(ctx, v, R)
+    if quick is not None:
+        return quick
     eg = ctx.egraph
     deadline = time.monotonic() + ctx.budget.seconds
     eg.push()
@@ -526,6 +529,43 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
         ctx.ran_out = None
     # ... only the simplest of each self-provable class (checked without G_d facts or R)
     return {out: prune_self_provable(ctx, exprs) for out, exprs in found.items()}, explored, t_rel, aliases
+
+
+INTERLEAVED = 4  # slices of a concatenation from which it is the ranks' rows interleaved (relayout.chunks)
+
+
+def _interleaved(t: Term) -> bool:
+    """Whether ``t`` holds a concatenation of at least INTERLEAVED slices of two or more tensors: rows of
+    several ranks interleaved one by one (relayout.chunks writes them so)."""
+    if not isinstance(t, App):
+        return False
+    if t.op == "core.concat":
+        parts = flat_args(t)
+        if len(parts) >= INTERLEAVED and all(isinstance(a, App) and a.op == "core.slice" for a in parts) \
+                and len({leaf for a in parts for leaf in leaves(a)}) > 1:
+            return True
+    return any(_interleaved(a) for a in t.args)
+
+
+def _by_labels_first(ctx: Context, v: Node, R: Relation):
+    """An elementwise operator one of whose inputs is known only as the ranks' rows interleaved (every
+    expression of it :func:`_interleaved`): its outputs matched to its G_d counterparts' on labelled entries
+    (``elementwise_outputs``, otherwise the search's last resort) before the search, which would distribute the
+    operator over every slice of the interleaving and over every grouping of it and run out of budget where the
+    labels answer at once (Megatron's MoE at TP x EP: the probabilities' multiply, 50 s -> 0.1 s). The equality
+    is proven entry by entry, as there. None where the labels do not answer (the search runs)."""
+    op = ctx.egraph.reg.get(v.op)
+    if op is None or len(v.outputs) != 1 or not v.inputs or sorted(op.elementwise) != list(range(len(v.inputs))):
+        return None
+    if not any(R.get(x) and all(_interleaved(e) for e in R[x]) for x in v.inputs):
+        return None
+    eqs = elementwise_outputs(ctx, None, v, R, set(), None, functools.partial(constant_term, ctx))
+    exprs = list(dict.fromkeys(t for _, t in eqs))
+    if not exprs:
+        return None
+    ctx.stats["labels_first"] = ctx.stats.get("labels_first", 0) + 1
+    explored = {leaf for e in exprs for leaf in leaves(e)}
+    return {v.outputs[0]: exprs}, explored, set(explored), []
 
 
 def _clean_outputs(ctx: Context, snap: Snapshot, v: Node, roots: list[Term]) -> tuple[Relation, list]:

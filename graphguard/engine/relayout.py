@@ -929,6 +929,22 @@ def _tuples(shape, fill=None) -> np.ndarray:
     return out
 
 
+def _summands(names, shape_of) -> tuple[dict[str, np.ndarray], int] | None:
+    """Each entry of the named tensors a label of its own, as a one-label sum (tuple); and the label count. None
+    where a shape is not concrete or the entries pass MAX_SUMMED."""
+    memo, start = {}, 0
+    for n in names:
+        shp = _concrete(shape_of(n))
+        if shp is None:
+            return None
+        k = int(np.prod(shp, dtype=np.int64))
+        if start + k > MAX_SUMMED:
+            return None
+        memo[n] = _tuples(shp, lambda i, s=start: (s + i,))
+        start += k
+    return memo, start
+
+
 class Sums:
     """Entries of G_d tensors as sums of labelled entries: each entry a tuple of labels (a multiset; empty for
     a zero), computed by G_d's own definitions from the labelled tensors. Data movement and collectives
@@ -942,20 +958,11 @@ class Sums:
 
     def __init__(self, ctx, names, const_of):
         self.ctx, self.reg, self.const_of = ctx, ctx.egraph.reg, const_of
-        self.memo: dict[str, np.ndarray | None] = {}
         self.rng = np.random.default_rng(0)
-        start = 0
-        for n in names:
-            shp = _concrete(ctx.g_d.shape(n))
-            k = int(np.prod(shp, dtype=np.int64)) if shp is not None else MAX_SUMMED + 1
-            if start + k > MAX_SUMMED:
-                self.memo = {}
-                self.ok = False
-                return
-            self.memo[n] = _tuples(shp, lambda i, s=start: (s + i,))
-            start += k
+        got = _summands(names, ctx.g_d.shape)
+        self.memo: dict[str, np.ndarray | None] = got[0] if got is not None else {}
         self.ok = bool(self.memo)
-        self.point = self.rng.standard_normal(start)
+        self.point = self.rng.standard_normal(got[1] if got is not None else 0)
         self.evaluated = 0
 
     def value(self, a: np.ndarray) -> np.ndarray:
@@ -1063,22 +1070,16 @@ def same_entries(a: Term, b: Term, shape_of, reg) -> bool:
     (``permute(reshape(concat(a, b, c, d)))`` and ``concat(concat(a, b), concat(c, d), dim=1)``)."""
     if not (_summing(a) and _summing(b)) or set(leaves(a)) != set(leaves(b)) or next(leaves(a), None) is None:
         return False
-    memo, start = {}, 0
-    for n in sorted(set(leaves(a))):
-        shp = _concrete(shape_of(n))
-        if shp is None:
-            return False
-        k = int(np.prod(shp, dtype=np.int64))
-        if start + k > MAX_SUMMED:
-            return False
-        memo[n] = _tuples(shp, lambda i, s=start: (s + i,))
-        start += k
+    got = _summands(sorted(set(leaves(a))), shape_of)
+    if got is None:
+        return False
     try:
-        xa, xb = (term_eval(t, memo.__getitem__, reg) for t in (a, b))
+        xa, xb = (term_eval(t, got[0].__getitem__, reg) for t in (a, b))
     except Exception:  # noqa: BLE001 -- a term the references cannot evaluate on labels: not shown equal
         return False
     key = _Multisets()
     return xa.shape == xb.shape and np.array_equal(key(xa), key(xb))
+
 
 # -- polynomial labels: operators that add and multiply, related as sums over the ranks ---------------------------
 

@@ -757,3 +757,15 @@ def test_elementwise_of_rows_interleaved_in_another_order_does_not_verify(plugin
     r = graphguard.verify(*_mul_of_interleaved(plugins, p_order=(0, 1, 2, 3)))
     assert r.verdict == "does-not-refine", r.render()
     assert r.failure.op == "aten.mul.Tensor"
+
+
+def test_sums_refuse_what_a_reference_turned_into_numbers():
+    """A reference that converts the label tuples (``np.asarray`` of them) says nothing of sums: no sums, rather
+    than numbers read as labels (a crash of the corpus's moe-ep/wrong-reduce-op/1 before)."""
+    from graphguard.engine.relayout import _sums_or_none, _tuples
+    ok = _tuples((2, 2), lambda i: (i, i + 1))
+    assert _sums_or_none(ok) is ok
+    assert _sums_or_none(np.arange(4).reshape(2, 2)) is None
+    mixed = ok.copy()
+    mixed[0, 1] = np.int64(3)
+    assert _sums_or_none(mixed) is None

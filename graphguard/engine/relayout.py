@@ -929,6 +929,15 @@ def _tuples(shape, fill=None) -> np.ndarray:
     return out
 
 
+def _sums_or_none(a) -> np.ndarray | None:
+    """``a`` if it is an object array of label tuples (sums), else None: a reference that turned the tuples into
+    numbers (an ``np.asarray`` of them) says nothing of sums."""
+    if not isinstance(a, np.ndarray) or a.dtype != object or \
+            any(not isinstance(e, tuple) or any(type(x) is not int for x in e) for e in a.reshape(-1)):
+        return None
+    return a
+
+
 def _summands(names, shape_of) -> tuple[dict[str, np.ndarray], int] | None:
     """Each entry of the named tensors a label of its own, as a one-label sum (tuple); and the label count. None
     where a shape is not concrete or the entries pass MAX_SUMMED."""
@@ -972,7 +981,7 @@ class Sums:
 
     def eval(self, t: Term) -> np.ndarray | None:
         try:
-            return term_eval(t, self.memo.__getitem__, self.reg)
+            return _sums_or_none(term_eval(t, self.memo.__getitem__, self.reg))
         except Exception:  # noqa: BLE001 -- an op whose reference does not take tuples
             return None
 
@@ -993,7 +1002,7 @@ class Sums:
             vals = [self.const_of(i) for i in n.inputs[1:]]  # (at constant indices: as Propagated moves labels)
             vals = [_value(c, self.reg) if c is not None else None for c in vals]
             if all(x is not None for x in vals):
-                got = _moves(op, vals, dict(n.attrs), self.memo[n.inputs[0]], self.rng)
+                got = _sums_or_none(_moves(op, vals, dict(n.attrs), self.memo[n.inputs[0]], self.rng))
         if got is None and op is not None and op.linear and len(n.outputs) == 1:
             got = self._linear(n, op)
         self.memo[t] = got
@@ -1021,8 +1030,7 @@ class Sums:
             want = np.asarray(op.ref(vals, dict(n.attrs)), dtype=np.float64)
         except Exception:  # noqa: BLE001
             return None
-        if got.dtype != object or got.shape != want.shape or \
-                any(not isinstance(e, tuple) or any(type(x) is not int for x in e) for e in got.reshape(-1)):
+        if got.shape != want.shape or _sums_or_none(got) is None:
             return None
         return got if np.allclose(self.value(got), want, rtol=1e-9, atol=1e-9) else None
 

@@ -554,9 +554,6 @@ def _by_labels_first(ctx: Context, v: Node, R: Relation):
     operator over every slice of the interleaving and over every grouping of it and run out of budget where the
     labels answer at once (Megatron's MoE at TP x EP: the probabilities' multiply, 50 s -> 0.1 s). The equality
     is proven entry by entry, as there. None where the labels do not answer (the search runs)."""
-    op = ctx.egraph.reg.get(v.op)
-    if op is None or len(v.outputs) != 1 or not v.inputs or sorted(op.elementwise) != list(range(len(v.inputs))):
-        return None
     if not any(R.get(x) and all(_interleaved(e) for e in R[x]) for x in v.inputs):
         return None
     eqs = elementwise_outputs(ctx, None, v, R, set(), None, functools.partial(constant_term, ctx))

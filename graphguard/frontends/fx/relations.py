@@ -79,12 +79,11 @@ def _tangents_from_expect(tangents: list[str], expect: dict, plugins) -> dict:
         texts = [texts] if isinstance(texts, str) else list(texts or [])
         try:
             exprs = [_tangent(parse_term(x, reg, "<expect>"), o) for x in texts]
-        except Exception:  # noqa: BLE001 -- an expectation the verification will report; the forward decides here
+        except InputError:  # (an expectation the verification will report; the forward decides here)
             return {}
         if not exprs or any(e is None for e in exprs):
             return {}
-        flat = [x for e in exprs for x in (e if isinstance(e, list) else [e])]
-        out[t] = list(dict.fromkeys(flat)) if len(flat) > 1 else flat[0]
+        out[t] = _one_relation(exprs)
     return out
 
 
@@ -159,9 +158,14 @@ def _tangents_from_forward(spec, impl, rel: dict, tangents: list[str], plugins, 
                 f"R_o maps {o} to {', '.join(to_text(e) for e in r.r_o.get(o, [])) or 'nothing'}"
             raise InputError(f"{where}: cannot derive the relation of {t} from the forward certificate: {why}; "
                              f"write it in relation(world, backward)")
-        flat = [x for e in exprs for x in (e if isinstance(e, list) else [e])]
-        out[t] = list(dict.fromkeys(flat)) if len(flat) > 1 else flat[0]
+        out[t] = _one_relation(exprs)
     return out
+
+
+def _one_relation(exprs: list):
+    """One tangent's relation from :func:`_tangent`'s results (texts or lists of them): a text, or a list."""
+    flat = list(dict.fromkeys(x for e in exprs for x in (e if isinstance(e, list) else [e])))
+    return flat if len(flat) > 1 else flat[0]
 
 
 def _tangent(e: Term, out: str):

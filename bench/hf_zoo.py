@@ -111,6 +111,8 @@ def worker(mt: str, tps: list[int], mode: str) -> None:
                 runs = re.search(r"failed(?: in module '[^']*')?(?: \([^)]*\))?(?: at \S+)?: "
                                  r"(RuntimeError|ValueError|AssertionError|IndexError|TypeError)", msg)
                 kind = "cannot-build" if "building the model" in msg or runs else "capture-error"
+                if "can't allocate memory" in msg or "Cannot allocate memory" in msg:
+                    kind = "out-of-memory"  # the address-space cap, not the model: rerun with a larger --mem-gb
                 raise _Stop(kind, _op_named(msg) if kind == "capture-error" else "-", msg) from None
             user = Z.relation(tp, bw, mt=mt)  # (only the tensors the captured program reads)
             names = {i["name"] for i in s.doc["inputs"]}

@@ -97,6 +97,34 @@ def test_per_head_norm_without_its_gradient_all_reduce_is_flagged():
     assert "missing all-reduce" in r.failure.reason
 
 
+APERTUS_FIX = {"model.layers.*.mlp.act_fn": "replicated_with_grad_allreduce"}
+
+
+def test_apertus_plan_leaves_the_xielu_gradients_partial():
+    """A bug in HF's own plan (transformers 5.17, configuration_apertus.py): Apertus's MLP activation is xIELU
+    with learnable ``alpha_p`` / ``alpha_n``, applied to the column-sharded up projection; the plan gives q_norm /
+    k_norm ``replicated_with_grad_allreduce`` but not ``mlp.act_fn``, so each rank's alpha gradients are its
+    shard's partial sums and the ranks' replicated alphas drift apart once an optimizer steps. Flagged at the
+    gradient's reduction in xIELU's forward line, module ``act_fn``, as a missing all-reduce."""
+    mt = "apertus"
+    r = _verify(_spec_of(mt, backward=True), _impl_of(mt, backward=True), mt, True)
+    assert r.verdict == "does-not-refine" and r.exit_code == 1
+    assert r.failure.op == "aten.sum.dim_IntList" and r.failure.loc.startswith("modeling_apertus.py")
+    assert r.failure.partial_output.startswith("grad.lm.model.layers.0.mlp.act_fn.alpha_")
+    assert "missing all-reduce" in r.failure.reason
+
+
+@pytest.mark.slow
+def test_apertus_plan_with_the_act_fn_gradient_all_reduce_verifies():
+    """The one-line fix (``mlp.act_fn``: ``replicated_with_grad_allreduce``) verifies, every alpha gradient the
+    same on each rank."""
+    mt = "apertus"
+    r = _verify(_spec_of(mt, backward=True), _impl_of(mt, backward=True, override=APERTUS_FIX), mt, True, APERTUS_FIX)
+    assert r.verdict == "refines", r.failure
+    g = "grad.lm.model.layers.0.mlp.act_fn.alpha_p"
+    assert [x for x in r.r_o_lines() if x.startswith(g + " ")] == [f"{g} = {g}@{i}" for i in range(W)]
+
+
 def test_all_reduce_style_on_per_head_values_is_flagged():
     """A wrong style: ``all_reduce`` on q_norm sums the ranks' different heads. Flagged where the summed
     query is first used (RoPE)."""

@@ -769,3 +769,117 @@ def test_sums_refuse_what_a_reference_turned_into_numbers():
     mixed = ok.copy()
     mixed[0, 1] = np.int64(3)
     assert _sums_or_none(mixed) is None
+
+
+# -- a data-movement operator: matched on labels before the search (infer.py, relayout.movement_first) -----------
+
+def _transposed_shards(plugins, w="concat(W@0, W@1, dim=0)", scrambled=False):
+    """G_s: T = W^T of a column-parallel weight W [4, 6] (rows split across two ranks: relation ``w``), Y = X @ T;
+    each rank transposes its shard and multiplies it by its copy of X. ``scrambled``: rank 1 reshapes its shard
+    to [6, 2] instead of transposing it (the same shape, other entries)."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("W", [4, 6])
+    s.input("X", [3, 6])
+    s.op("core.permute", ["W"], "T", dims=[1, 0])
+    s.op("aten.mm", ["X", "T"], "Y")
+    s.output("Y")
+    for r in range(2):
+        d.input(f"W@{r}", [2, 6])
+        d.input(f"X@{r}", [3, 6])
+        if scrambled and r == 1:
+            d.op("core.reshape", [f"W@{r}"], f"T@{r}", shape=[6, 2])
+        else:
+            d.op("core.permute", [f"W@{r}"], f"T@{r}", dims=[1, 0])
+        d.op("aten.mm", [f"X@{r}", f"T@{r}"], f"Y@{r}")
+    d.output("Y@0", "Y@1")
+    rel = parse_relation_text(f"inputs:\n  W: {w}\n  X: [X@0, X@1]\n", "rel", plugins.registry)
+    cx = rel.constraints()
+    return s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel
+
+
+def test_transpose_of_sharded_rows_is_matched_on_labels(plugins):
+    r = graphguard.verify(*_transposed_shards(plugins), replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.stats["labels_first"] == 1  # (the transpose; the mm is the search's)
+    assert to_text(r.relations["T"][0]) == "concat(T@0, T@1, dim=1)", [to_text(e) for e in r.relations["T"]]
+    assert r.r_o_lines() == ["Y = concat(Y@0, Y@1, dim=1)"], r.r_o_lines()
+    assert r.replay["ok"]
+
+
+def test_transpose_of_shards_in_another_rank_order_relates_in_that_order(plugins):
+    """Rank 0 holds W's second half: the ranks' transposes concatenated in that order."""
+    r = graphguard.verify(*_transposed_shards(plugins, w="concat(W@1, W@0, dim=0)"), replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines() == ["Y = concat(Y@1, Y@0, dim=1)"], r.r_o_lines()
+    assert r.replay["ok"]
+
+
+def test_a_shard_reshaped_instead_of_transposed_does_not_verify(plugins):
+    """Rank 1 reshapes its shard to the transpose's shape: the labels do not match, nor does the search."""
+    r = graphguard.verify(*_transposed_shards(plugins, scrambled=True))
+    assert r.verdict == "does-not-refine", r.render()
+
+
+def test_a_view_of_a_replicated_tensor_is_left_to_the_search(plugins):
+    """A view of a replicated tensor: every rank's view is the G_s view and the readers on each rank need their
+    own copy related -- the search keeps every copy; the labels (one answer per relation) leave it to it."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("X", [2, 6])
+    s.op("core.reshape", ["X"], "V", shape=[3, 4])
+    s.op("aten.relu", ["V"], "Z")
+    s.output("Z")
+    for r in range(2):
+        d.input(f"X@{r}", [2, 6])
+        d.op("core.reshape", [f"X@{r}"], f"V@{r}", shape=[3, 4])
+        d.op("aten.relu", [f"V@{r}"], f"Z@{r}")
+    d.output("Z@0", "Z@1")
+    rel = parse_relation_text("inputs:\n  X: [X@0, X@1]\n", "rel", plugins.registry)
+    cx = rel.constraints()
+    r = graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel)
+    assert r.verdict == "refines", r.render()
+    assert r.stats.get("labels_first", 0) == 0
+    assert {to_text(e) for e in r.relations["V"]} >= {"V@0", "V@1"}, [to_text(e) for e in r.relations["V"]]
+
+
+def test_views_of_sharded_heads_are_matched_on_labels(plugins):
+    """The heads of a column-parallel projection viewed [B, S, H] -> [B, S, h, d]: rank r's view holds its
+    heads, so the G_s view is the ranks' views concatenated along the heads."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("Y", [2, 3, 8])
+    s.op("core.reshape", ["Y"], "V", shape=[2, 3, 4, 2])
+    s.op("aten.relu", ["V"], "Z")
+    s.output("Z")
+    for r in range(2):
+        d.input(f"Y@{r}", [2, 3, 4])
+        d.op("core.reshape", [f"Y@{r}"], f"V@{r}", shape=[2, 3, 2, 2])
+        d.op("aten.relu", [f"V@{r}"], f"Z@{r}")
+    d.output("Z@0", "Z@1")
+    rel = parse_relation_text("inputs:\n  Y: concat(Y@0, Y@1, dim=2)\n", "rel", plugins.registry)
+    cx = rel.constraints()
+    r = graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.stats["labels_first"] == 1
+    assert "concat(V@0, V@1, dim=2)" in {to_text(e) for e in r.relations["V"]}
+    assert r.r_o_lines() == ["Z = concat(Z@0, Z@1, dim=2)"], r.r_o_lines()
+    assert r.replay["ok"]
+
+
+def test_views_of_heads_in_another_rank_order_are_not_the_ranks_views(plugins):
+    """G_d's ranks hold the heads in the other order (rank 0 the second half): the view's labels say so -- the
+    ranks' views concatenated in that order, never in rank order."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("Y", [2, 3, 8])
+    s.op("core.reshape", ["Y"], "V", shape=[2, 3, 4, 2])
+    s.op("aten.relu", ["V"], "Z")
+    s.output("Z")
+    for r in range(2):
+        d.input(f"Y@{r}", [2, 3, 4])
+        d.op("core.reshape", [f"Y@{r}"], f"V@{r}", shape=[2, 3, 2, 2])
+        d.op("aten.relu", [f"V@{r}"], f"Z@{r}")
+    d.output("Z@0", "Z@1")
+    rel = parse_relation_text("inputs:\n  Y: concat(Y@1, Y@0, dim=2)\n", "rel", plugins.registry)
+    cx = rel.constraints()
+    r = graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, replay=True)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines() == ["Z = concat(Z@1, Z@0, dim=2)"], r.r_o_lines()
+    assert "concat(V@0, V@1, dim=2)" not in {to_text(e) for e in r.relations["V"]}

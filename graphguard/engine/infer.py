@@ -19,7 +19,7 @@ from ..ir.expr import App, Leaf, Term, flat_args, leaves, rename_symbols, size, 
 from ..ir.graph import Graph, Node
 from .egraph import Budget, BudgetExceeded, EGraph, Snapshot
 from .memo import Memo, Problem
-from .relayout import elementwise_outputs, moved_outputs, relayouts, rows_through, sum_outputs, summed_outputs
+from .relayout import elementwise_outputs, movement_first, moved_outputs, relayouts, rows_through, sum_outputs, summed_outputs
 from .result import Failure, NodeStat, VerifyResult
 
 Relation = dict[str, list[Term]]
@@ -548,21 +548,28 @@ def _interleaved(t: Term) -> bool:
 
 
 def _by_labels_first(ctx: Context, v: Node, R: Relation):
-    """An elementwise operator one of whose inputs is known only as the ranks' rows interleaved (every
-    expression of it :func:`_interleaved`): its outputs matched to its G_d counterparts' on labelled entries
-    (``elementwise_outputs``, otherwise the search's last resort) before the search, which would distribute the
-    operator over every slice of the interleaving and over every grouping of it and run out of budget where the
-    labels answer at once (Megatron's MoE at TP x EP: the probabilities' multiply, 50 s -> 0.1 s). The equality
-    is proven entry by entry, as there. None where the labels do not answer (the search runs)."""
-    if not any(R.get(x) and all(_interleaved(e) for e in R[x]) for x in v.inputs):
-        return None
-    eqs = elementwise_outputs(ctx, None, v, R, set(), None, functools.partial(constant_term, ctx))
-    exprs = list(dict.fromkeys(t for _, t in eqs))
+    """Operators the labels answer before the search (the same proof, entry by entry; None where they do not
+    and the search runs):
+    - a data-movement operator (a transpose, a view) of sharded inputs: its output as the same data over its
+      G_d counterparts' outputs (``movement_first``), what the search proves at many times the cost;
+    - an elementwise operator one of whose inputs is known only as the ranks' rows interleaved (every
+      expression of it :func:`_interleaved`): matched to its G_d counterparts' outputs (``elementwise_outputs``,
+      otherwise the search's last resort); the search would distribute the operator over every slice of the
+      interleaving and every grouping of it and run out of budget (Megatron's MoE at TP x EP: the
+      probabilities' multiply, 50 s -> 0.1 s)."""
+    _, _, d_outputs, s_outputs = _structure(ctx)
+    exprs, aliases = movement_first(ctx, v, R, functools.partial(constant_term, ctx))
+    # (a G_s output needs an expression over G_d's outputs: where the labels find none, the search runs)
+    if not exprs or (v.outputs[0] in s_outputs and not any(set(leaves(e)) <= d_outputs for e in exprs)):
+        exprs, aliases = [], []
+        if any(R.get(x) and all(_interleaved(e) for e in R[x]) for x in v.inputs):
+            eqs = elementwise_outputs(ctx, None, v, R, set(), None, functools.partial(constant_term, ctx))
+            exprs = list(dict.fromkeys(t for _, t in eqs))
     if not exprs:
         return None
     ctx.stats["labels_first"] = ctx.stats.get("labels_first", 0) + 1
     explored = {leaf for e in exprs for leaf in leaves(e)}
-    return {v.outputs[0]: exprs}, explored, set(explored), []
+    return {v.outputs[0]: exprs}, explored, set(explored), aliases
 
 
 def _clean_outputs(ctx: Context, snap: Snapshot, v: Node, roots: list[Term]) -> tuple[Relation, list]:

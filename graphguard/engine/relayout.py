@@ -14,7 +14,8 @@ each input of the G_s operator, a concatenation along one dim of the ranks' inpu
 permuted -- or one rank's input alone (replicated) whose labels equal the input's.
 
 The same evaluation on labels proves an operator's output directly where its inputs are related in layouts
-its G_d counterparts do not share: ``moved_outputs`` (data movement at constant indices), ``elementwise_outputs``
+its G_d counterparts do not share: ``movement_first`` (a transpose or view of sharded inputs, asked before the
+search: the ranks' own transposes and views), ``moved_outputs`` (data movement at constant indices), ``elementwise_outputs``
 (an elementwise operator: an output entry is f of its inputs' labels), ``rows_through`` (a row-wise operator --
 ``OpDef.rows`` or ``RowWise`` -- of rows re-sorted: the same rows of the operator of the ranks' tensors). With
 entries as sums of labels (:class:`Sums`: reductions across ranks, ``scatter_add`` into zeros) G_s outputs
@@ -529,6 +530,125 @@ def moved_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, const_o
                 if got:
                     out.extend(got)
                     break
+    return out
+
+
+MAX_MOVED = 1 << 16  # labelled entries of one data-movement problem answered before the search
+MAX_MOVED_FORMS = 4  # combinations of the inputs' relations a data-movement operator is answered for
+MAX_ALIAS_STEPS = 3  # data-movement steps from a labelled tensor searched for equal copies
+
+
+def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
+    """The output of a G_s operator of data movement only (a transpose, a view) whose inputs are sharded --
+    every relation of each a data movement over several ranks' tensors -- as the same data over its G_d
+    counterparts' outputs (the same op, grouped by name across ranks), proven on labelled entries for every
+    combination of the inputs' relations (:class:`Propagated` carries the labels to the counterparts' outputs;
+    ``solve`` writes v's labels over theirs); with the aliases the labels show (:func:`_label_aliases`) and v
+    over its inputs' first relations. ([], []) where the labels do not answer every combination (the search
+    runs)."""
+    g_s, g_d, reg = ctx.g_s, ctx.g_d, ctx.egraph.reg
+    none: tuple[list, list] = ([], [])
+    if len(v.outputs) != 1 or not v.inputs:
+        return none
+    terms = g_s.node_terms(v)
+    if len(terms) != 1 or not isinstance(terms[0], App) or not is_movement(terms[0]):
+        return none
+    rels = []
+    for x in v.inputs:
+        rx = list(R.get(x, ()))
+        if not rx or not all(is_movement(e) and len({rank_of(n) for n in leaves(e)}) > 1 for e in rx):
+            return none
+        rels.append(rx)
+    out_shape = _concrete(g_s.shape(v.outputs[0]))
+    if out_shape is None or not 0 < int(np.prod(out_shape, dtype=np.int64)) <= MAX_MOVED:
+        return none
+    groups = _counterparts(g_d, v)
+    combos = [[e] for e in rels[0]]
+    for rx in rels[1:]:
+        combos = [c + [e] for c in combos for e in rx]
+    if not groups or len(combos) > MAX_MOVED_FORMS:
+        return none
+    out: list[Term] = []
+    aliases: list = []
+    for picked in combos:
+        lab = labelled(sorted({leaf for e in picked for leaf in leaves(e)}), g_d.shape)
+        if lab is None or sum(a.size for a in lab.values()) > MAX_MOVED:
+            return none
+        try:
+            ins = {x: term_eval(e, lab.__getitem__, reg) for x, e in zip(v.inputs, picked)}
+            xs = term_eval(terms[0], ins.__getitem__, reg)
+        except Exception:  # noqa: BLE001 -- shapes the references refuse: nothing is claimed
+            return none
+        if tuple(xs.shape) != out_shape:
+            return none
+        for n in list(lab):  # (copies proven equal earlier -- replicated KV heads -- hold the same labels)
+            for a in getattr(ctx, "aliases", {}).get(n, ()):
+                if a not in lab and _concrete(g_d.shape(a)) == lab[n].shape:
+                    lab[a] = lab[n]
+        prop = Propagated(ctx, lab, const_of)
+        known, near = set(lab), []
+        for g in groups:  # (the counterparts reading labelled tensors or views of them, nearest first)
+            steps = [sum(len(c) for c in cs) for cs in ([_reach(g_d, i, known) for i in n.inputs] for n in g)
+                     if all(c is not None for c in cs)]
+            if steps:
+                near.append((min(steps), len(near), g))
+        found: list[Term] = []
+        for _, _, nodes in sorted(near):
+            kept = [(n, y) for n, y in ((n, prop.get(n.outputs[0])) for n in nodes) if y is not None]
+            if kept:
+                found += solve(xs, [y for _, y in kept], [Leaf(n.outputs[0]) for n, _ in kept],
+                               [tuple(y.shape) for _, y in kept])
+        if not found:
+            return none
+        best = min(found, key=_term_size)
+        op_form = _subst_terms(terms[0], dict(zip(v.inputs, picked)))
+        if _term_size(best) > _term_size(op_form) or len({rank_of(n) for n in leaves(best)}) < 2:
+            return none  # (the ranks' rows interleaved, or one rank's copy: the search's)
+        if best not in out:
+            out.append(best)
+        aliases += _label_aliases(ctx, prop, list(leaves(best)))
+    op_form = _subst_terms(terms[0], {x: rx[0] for x, rx in zip(v.inputs, rels)})
+    return out + ([op_form] if op_form not in out else []), aliases
+
+
+def _subst_terms(t: Term, env: dict[str, Term]) -> Term:
+    if isinstance(t, Leaf):
+        return env[t.name]
+    assert isinstance(t, App)
+    return App(t.op, tuple(_subst_terms(a, env) for a in t.args), t.attrs)
+
+
+def _term_size(t: Term) -> int:
+    return 1 + sum(_term_size(a) for a in t.args) if isinstance(t, App) else 1
+
+
+def _label_aliases(ctx, prop: "Propagated", names) -> list[tuple[str, set[str]]]:
+    """(y, G_d tensors holding y's entries in y's layout) for each named y: the tensors G_d computes from the
+    labelled ones by data movement within MAX_ALIAS_STEPS operators, equal to y where their labels are."""
+    g_d = ctx.g_d
+    prop = Propagated(ctx, {t: a for t, a in prop.memo.items() if a is not None}, prop.const_of)
+    frontier = list(prop.memo)
+    seen = set(frontier)
+    for _ in range(MAX_ALIAS_STEPS):
+        nxt = []
+        for t in frontier:
+            for n in g_d.consumers.get(t, ()):
+                for o in n.outputs:
+                    if o not in seen:
+                        seen.add(o)
+                        if prop.get(o) is not None:
+                            nxt.append(o)
+        frontier = nxt
+    by_labels: dict[tuple, set[str]] = {}
+    for t, a in prop.memo.items():
+        if a is not None:
+            by_labels.setdefault((a.shape, a.tobytes()), set()).add(t)
+    out = []
+    for y in dict.fromkeys(names):
+        a = prop.memo.get(y)
+        same = by_labels.get((a.shape, a.tobytes()), set()) - {y} if a is not None else set()
+        if same:
+            out.append((y, same))
     return out
 
 

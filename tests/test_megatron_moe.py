@@ -133,14 +133,7 @@ def test_tensor_times_expert_parallel_backward_refines():
     moved, relayout.py), the router's backward gather over each rank's tokens after the backward all-to-all,
     index_add into zeros at the dispatch's order and the capacity mask G_d proves all ones (labels through
     ``x * 1``), then family 1212 for gather; every gradient where Megatron leaves it, checked by replay."""
-    p = _run("--world-size", "4", "--backward", "--replay", env={"GG_TP": "2", "GG_EXPERTS": "2", "GG_TOPK": "1"})
-    assert p.returncode == 0, p.stdout + p.stderr
-    for line in ["grad.router.weight = sum(grad.router.weight@0, grad.router.weight@1, grad.router.weight@2, "
-                 "grad.router.weight@3)",
-                 "grad.experts.local_experts.1.linear_fc1.weight = concat(grad.experts.local_experts.0.linear_fc1."
-                 "weight@2, grad.experts.local_experts.0.linear_fc1.weight@3, dim=0)"]:
-        assert f"  {line}\n" in p.stdout, p.stdout
-    assert "replay: ok" in p.stdout and "expected relations: all 6 found in R_o" in p.stdout
+    _tp_ep_backward_refines({"GG_TP": "2", "GG_EXPERTS": "2", "GG_TOPK": "1"}, expert=(1, 0), expected=6)
 
 
 @pytest.mark.slow  # (about two minutes: capture 22 s, verify 86 s)
@@ -150,14 +143,21 @@ def test_four_experts_tensor_times_expert_parallel_backward_refines():
     pair -- after the re-sort, the reduce-scatter, the all-to-all and index_add (relayout.py's Sums carried to
     the gathers' inputs); the probabilities' multiply on interleaved rows is matched on labels first (infer.py);
     grad.hidden_states is expected in another layout of the same entries (same_entries). It was a false alarm."""
-    p = _run("--world-size", "4", "--backward", "--replay", env={"GG_TP": "2"})
+    _tp_ep_backward_refines({"GG_TP": "2"}, expert=(3, 1), expected=10)
+
+
+def _tp_ep_backward_refines(env, expert, expected):
+    """The EP 2 x TP 2 forward+backward run refines with replay: the router's gradient the sum over the four
+    ranks, expert ``expert[0]``'s fc1 gradient the TP pair of EP rank 1's local expert ``expert[1]``."""
+    p = _run("--world-size", "4", "--backward", "--replay", env=env)
     assert p.returncode == 0, p.stdout + p.stderr
+    g, e = "grad.experts.local_experts", expert
     for line in ["grad.router.weight = sum(grad.router.weight@0, grad.router.weight@1, grad.router.weight@2, "
                  "grad.router.weight@3)",
-                 "grad.experts.local_experts.3.linear_fc1.weight = concat(grad.experts.local_experts.1.linear_fc1."
-                 "weight@2, grad.experts.local_experts.1.linear_fc1.weight@3, dim=0)"]:
+                 f"{g}.{e[0]}.linear_fc1.weight = concat({g}.{e[1]}.linear_fc1.weight@2, "
+                 f"{g}.{e[1]}.linear_fc1.weight@3, dim=0)"]:
         assert f"  {line}\n" in p.stdout, p.stdout
-    assert "replay: ok" in p.stdout and "expected relations: all 10 found in R_o" in p.stdout
+    assert "replay: ok" in p.stdout and f"expected relations: all {expected} found in R_o" in p.stdout
 
 
 @pytest.mark.slow  # (about a minute)

@@ -820,43 +820,41 @@ def test_a_shard_reshaped_instead_of_transposed_does_not_verify(plugins):
     assert r.verdict == "does-not-refine", r.render()
 
 
-def test_a_view_of_a_replicated_tensor_is_left_to_the_search(plugins):
-    """A view of a replicated tensor: every rank's view is the G_s view and the readers on each rank need their
-    own copy related -- the search keeps every copy; the labels (one answer per relation) leave it to it."""
+def _viewed(plugins, rel: str, shape_s, view_s, shape_d, view_d, replay=False):
+    """G_s: V = view(X) of ``shape_s`` as ``view_s``, Z = relu(V); each of two ranks views its X@r (``shape_d``)
+    as ``view_d`` and takes relu; X related by ``rel``. The verification's result."""
     s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
-    s.input("X", [2, 6])
-    s.op("core.reshape", ["X"], "V", shape=[3, 4])
+    s.input("X", shape_s)
+    s.op("core.reshape", ["X"], "V", shape=view_s)
     s.op("aten.relu", ["V"], "Z")
     s.output("Z")
     for r in range(2):
-        d.input(f"X@{r}", [2, 6])
-        d.op("core.reshape", [f"X@{r}"], f"V@{r}", shape=[3, 4])
+        d.input(f"X@{r}", shape_d)
+        d.op("core.reshape", [f"X@{r}"], f"V@{r}", shape=view_d)
         d.op("aten.relu", [f"V@{r}"], f"Z@{r}")
     d.output("Z@0", "Z@1")
-    rel = parse_relation_text("inputs:\n  X: [X@0, X@1]\n", "rel", plugins.registry)
+    rel = parse_relation_text(f"inputs:\n  X: {rel}\n", "rel", plugins.registry)
     cx = rel.constraints()
-    r = graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel)
+    return graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, replay=replay)
+
+
+def test_a_view_of_a_replicated_tensor_is_left_to_the_search(plugins):
+    """A view of a replicated tensor: every rank's view is the G_s view and the readers on each rank need their
+    own copy related -- the search keeps every copy; the labels (one answer per relation) leave it to it."""
+    r = _viewed(plugins, "[X@0, X@1]", [2, 6], [3, 4], [2, 6], [3, 4])
     assert r.verdict == "refines", r.render()
     assert r.stats.get("labels_first", 0) == 0
     assert {to_text(e) for e in r.relations["V"]} >= {"V@0", "V@1"}, [to_text(e) for e in r.relations["V"]]
 
 
+def _heads(plugins, rel):
+    """A column-parallel projection's output [B, S, H] viewed [B, S, h, d]; rank r's view holds its heads."""
+    return _viewed(plugins, rel, [2, 3, 8], [2, 3, 4, 2], [2, 3, 4], [2, 3, 2, 2], replay=True)
+
+
 def test_views_of_sharded_heads_are_matched_on_labels(plugins):
-    """The heads of a column-parallel projection viewed [B, S, H] -> [B, S, h, d]: rank r's view holds its
-    heads, so the G_s view is the ranks' views concatenated along the heads."""
-    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
-    s.input("Y", [2, 3, 8])
-    s.op("core.reshape", ["Y"], "V", shape=[2, 3, 4, 2])
-    s.op("aten.relu", ["V"], "Z")
-    s.output("Z")
-    for r in range(2):
-        d.input(f"Y@{r}", [2, 3, 4])
-        d.op("core.reshape", [f"Y@{r}"], f"V@{r}", shape=[2, 3, 2, 2])
-        d.op("aten.relu", [f"V@{r}"], f"Z@{r}")
-    d.output("Z@0", "Z@1")
-    rel = parse_relation_text("inputs:\n  Y: concat(Y@0, Y@1, dim=2)\n", "rel", plugins.registry)
-    cx = rel.constraints()
-    r = graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, replay=True)
+    """The G_s view is the ranks' views concatenated along the heads."""
+    r = _heads(plugins, "concat(X@0, X@1, dim=2)")
     assert r.verdict == "refines", r.render()
     assert r.stats["labels_first"] == 1
     assert "concat(V@0, V@1, dim=2)" in {to_text(e) for e in r.relations["V"]}
@@ -867,19 +865,7 @@ def test_views_of_sharded_heads_are_matched_on_labels(plugins):
 def test_views_of_heads_in_another_rank_order_are_not_the_ranks_views(plugins):
     """G_d's ranks hold the heads in the other order (rank 0 the second half): the view's labels say so -- the
     ranks' views concatenated in that order, never in rank order."""
-    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
-    s.input("Y", [2, 3, 8])
-    s.op("core.reshape", ["Y"], "V", shape=[2, 3, 4, 2])
-    s.op("aten.relu", ["V"], "Z")
-    s.output("Z")
-    for r in range(2):
-        d.input(f"Y@{r}", [2, 3, 4])
-        d.op("core.reshape", [f"Y@{r}"], f"V@{r}", shape=[2, 3, 2, 2])
-        d.op("aten.relu", [f"V@{r}"], f"Z@{r}")
-    d.output("Z@0", "Z@1")
-    rel = parse_relation_text("inputs:\n  Y: concat(Y@1, Y@0, dim=2)\n", "rel", plugins.registry)
-    cx = rel.constraints()
-    r = graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, replay=True)
+    r = _heads(plugins, "concat(X@1, X@0, dim=2)")
     assert r.verdict == "refines", r.render()
     assert r.r_o_lines() == ["Z = concat(Z@1, Z@0, dim=2)"], r.r_o_lines()
     assert "concat(V@0, V@1, dim=2)" not in {to_text(e) for e in r.relations["V"]}

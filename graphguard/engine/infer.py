@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..ir import scalar as S
-from ..ir.expr import App, Leaf, Term, flat_args, leaves, rename_symbols, size, to_text
+from ..ir.expr import App, Leaf, Term, flat_args, leaves, rename_symbols, size, substitute, to_text
 from ..ir.graph import Graph, Node
 from .egraph import Budget, BudgetExceeded, EGraph, Snapshot
 from .memo import Memo, Problem
@@ -87,7 +87,7 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
                                          "operators: too large a term to reason about"), "inconclusive")
                 continue
             subst = {t: R[t][0] for t in v.inputs}
-            R.update(zip(v.outputs, ([_substitute(t, subst)] for t in ctx.g_s.node_terms(v))))
+            R.update(zip(v.outputs, ([substitute(t, subst)] for t in ctx.g_s.node_terms(v))))
             const_size.update(dict.fromkeys(v.outputs, n))
             continue
         ctx.reused = False
@@ -121,7 +121,7 @@ def compute_out_rel(ctx: Context, r_i: Relation, partial_ok: bool | frozenset[st
                 defs = _definitions(ctx, v, R)
                 for o, term in zip(v.outputs, ctx.g_s.node_terms(v)):
                     if o in missing:
-                        r_v[o] = [_substitute(term, subst)] + ([_substitute(term, {**subst, **defs})] if defs else [])
+                        r_v[o] = [substitute(term, subst)] + ([substitute(term, {**subst, **defs})] if defs else [])
                 carried.defer(v, missing, failure, verdict)
                 R.update(r_v)
                 continue
@@ -293,7 +293,7 @@ def _definitions(ctx: Context, v: Node, R: Relation) -> dict[str, Term]:
         if n is None or any(not R.get(x) for x in n.inputs) or t in ctx.g_s.inputs:
             continue
         term = ctx.g_s.node_terms(n)[n.outputs.index(t)]
-        out[t] = _substitute(term, {x: R[x][0] for x in n.inputs})
+        out[t] = substitute(term, {x: R[x][0] for x in n.inputs})
     return out
 
 
@@ -441,7 +441,7 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
             for other in ctx.aliases.get(leaf, ()):
                 eg.union(Leaf(leaf), Leaf(other))
         eg.union_all(broadcast_definitions(ctx, in_leaves))
-        roots = [_substitute(term, subst) for term in ctx.g_s.node_terms(v)]
+        roots = [substitute(term, subst) for term in ctx.g_s.node_terms(v)]
         for r in roots:
             eg.add(r)
         # Step 2: rewrite_using_lemma
@@ -558,12 +558,13 @@ def _by_labels_first(ctx: Context, v: Node, R: Relation):
       interleaving and every grouping of it and run out of budget (Megatron's MoE at TP x EP: the
       probabilities' multiply, 50 s -> 0.1 s)."""
     _, _, d_outputs, s_outputs = _structure(ctx)
-    exprs, aliases = movement_first(ctx, v, R, functools.partial(constant_term, ctx))
+    const_of = functools.partial(constant_term, ctx)
+    exprs, aliases = movement_first(ctx, v, R, const_of)
     # (a G_s output needs an expression over G_d's outputs: where the labels find none, the search runs)
     if not exprs or (v.outputs[0] in s_outputs and not any(set(leaves(e)) <= d_outputs for e in exprs)):
         exprs, aliases = [], []
         if any(R.get(x) and all(_interleaved(e) for e in R[x]) for x in v.inputs):
-            eqs = elementwise_outputs(ctx, None, v, R, set(), None, functools.partial(constant_term, ctx))
+            eqs = elementwise_outputs(ctx, None, v, R, set(), None, const_of)
             exprs = list(dict.fromkeys(t for _, t in eqs))
     if not exprs:
         return None
@@ -727,7 +728,7 @@ def constant_term(ctx: Context, t: str, depth: int = 32) -> Term | None:
         if c is None:
             return None
         subst[i] = c
-    return _substitute(ctx.g_d.node_terms(n)[n.outputs.index(t)], subst)
+    return substitute(ctx.g_d.node_terms(n)[n.outputs.index(t)], subst)
 
 
 def _is_index_dtype(dtype: str) -> bool:
@@ -991,13 +992,6 @@ def replica_aliases(ctx: Context, R: Relation) -> None:
 
 def _input_leaves(v: Node, R: Relation) -> list[str]:
     return list(dict.fromkeys(leaf for t in v.inputs for e in R[t] for leaf in leaves(e)))
-
-
-def _substitute(t: Term, subst: dict[str, Term]) -> Term:
-    if isinstance(t, Leaf):
-        return subst[t.name]
-    assert isinstance(t, App)
-    return App(t.op, tuple(_substitute(a, subst) for a in t.args), t.attrs)
 
 
 def _failure(ctx: Context, v: Node | None, R: Relation, explored: set[str], reason: str,

@@ -30,7 +30,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..ir.expr import App, Leaf, Term, app, base_name, flat_args, leaves, rank_of
+from ..ir.expr import App, Leaf, Term, app, base_name, flat_args, leaves, rank_of, size, substitute
 from ..ir.graph import Node
 from ..ir.semantics import term_eval
 from .normalise import identities
@@ -582,7 +582,7 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
         if tuple(xs.shape) != out_shape:
             return none
         for n in list(lab):  # (copies proven equal earlier -- replicated KV heads -- hold the same labels)
-            for a in getattr(ctx, "aliases", {}).get(n, ()):
+            for a in ctx.aliases.get(n, ()):
                 if a not in lab and _concrete(g_d.shape(a)) == lab[n].shape:
                     lab[a] = lab[n]
         prop = Propagated(ctx, lab, const_of)
@@ -600,26 +600,15 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
                                [tuple(y.shape) for _, y in kept])
         if not found:
             return none
-        best = min(found, key=_term_size)
-        op_form = _subst_terms(terms[0], dict(zip(v.inputs, picked)))
-        if _term_size(best) > _term_size(op_form) or len({rank_of(n) for n in leaves(best)}) < 2:
+        best = min(found, key=size)
+        op_form = substitute(terms[0], dict(zip(v.inputs, picked)))
+        if size(best) > size(op_form) or len({rank_of(n) for n in leaves(best)}) < 2:
             return none  # (the ranks' rows interleaved, or one rank's copy: the search's)
         if best not in out:
             out.append(best)
         aliases += _label_aliases(ctx, prop, list(leaves(best)))
-    op_form = _subst_terms(terms[0], {x: rx[0] for x, rx in zip(v.inputs, rels)})
+    op_form = substitute(terms[0], {x: rx[0] for x, rx in zip(v.inputs, rels)})
     return out + ([op_form] if op_form not in out else []), aliases
-
-
-def _subst_terms(t: Term, env: dict[str, Term]) -> Term:
-    if isinstance(t, Leaf):
-        return env[t.name]
-    assert isinstance(t, App)
-    return App(t.op, tuple(_subst_terms(a, env) for a in t.args), t.attrs)
-
-
-def _term_size(t: Term) -> int:
-    return 1 + sum(_term_size(a) for a in t.args) if isinstance(t, App) else 1
 
 
 def _label_aliases(ctx, prop: "Propagated", names) -> list[tuple[str, set[str]]]:
@@ -1061,17 +1050,11 @@ def _sums_or_none(a) -> np.ndarray | None:
 def _summands(names, shape_of) -> tuple[dict[str, np.ndarray], int] | None:
     """Each entry of the named tensors a label of its own, as a one-label sum (tuple); and the label count. None
     where a shape is not concrete or the entries pass MAX_SUMMED."""
-    memo, start = {}, 0
-    for n in names:
-        shp = _concrete(shape_of(n))
-        if shp is None:
-            return None
-        k = int(np.prod(shp, dtype=np.int64))
-        if start + k > MAX_SUMMED:
-            return None
-        memo[n] = _tuples(shp, lambda i, s=start: (s + i,))
-        start += k
-    return memo, start
+    lab = labelled(names, shape_of)
+    count = sum(a.size for a in lab.values()) if lab is not None else 0
+    if lab is None or count > MAX_SUMMED:
+        return None
+    return {n: _tuples(a.shape, lambda i, flat=a.reshape(-1): (int(flat[i]),)) for n, a in lab.items()}, count
 
 
 class Sums:

@@ -219,6 +219,14 @@ def ranks(t: Term) -> set[int]:
     return {r for r in (rank_of(n) for n in leaves(t)) if r is not None}
 
 
+def substitute(t: Term, subst: dict[str, Term]) -> Term:
+    """``t`` with each leaf replaced by its term in ``subst`` (every leaf must have one)."""
+    if isinstance(t, Leaf):
+        return subst[t.name]
+    assert isinstance(t, App)
+    return App(t.op, tuple(substitute(a, subst) for a in t.args), t.attrs)
+
+
 def rename_symbols(t: Term, names: dict[str, str]) -> Term:
     """``t`` with the size symbols in its attributes renamed (``names``: old -> new)."""
     from .scalar import rename

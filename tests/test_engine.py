@@ -579,3 +579,19 @@ def test_compiled_rules_are_reused_only_by_one_verification_at_a_time(tmp_path, 
     second = graphguard.verify(*files(d), plugins=plugins)
     assert (second.verdict, second.r_o_lines(), second.stats["lemma_hits"]) == \
         (first.verdict, first.r_o_lines(), first.stats["lemma_hits"])
+
+
+def test_spanning_keeps_only_the_equalities_not_implied_by_earlier_ones():
+    """The replicas of a tensor at degree n, related pairwise (the input relation and the aliases proven), are
+    said to the e-graph in n - 1 unions; a pair that joins two groups is kept, one inside a group is not."""
+    from graphguard.engine.infer import spanning
+    reps = [Leaf(f"x@{i}") for i in range(8)]
+    pairs = [(Leaf("x"), r) for r in reps] + [(a, b) for a in reps for b in reps if a != b]
+    kept = spanning(pairs)
+    assert kept == [(Leaf("x"), r) for r in reps]
+    # two groups, then the pair that joins them (kept), then pairs implied through the join (dropped)
+    assert spanning([(Leaf("a"), Leaf("b")), (Leaf("c"), Leaf("d")), (Leaf("b"), Leaf("d")),
+                     (Leaf("a"), Leaf("c")), (Leaf("d"), Leaf("a"))]) == \
+        [(Leaf("a"), Leaf("b")), (Leaf("c"), Leaf("d")), (Leaf("b"), Leaf("d"))]
+    t = App("core.concat", (Leaf("w@0"), Leaf("w@1")), (("dim", 0),))
+    assert spanning([(t, Leaf("w")), (Leaf("w"), t), (t, t)]) == [(t, Leaf("w"))]

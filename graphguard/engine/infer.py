@@ -430,16 +430,16 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
     eg.push()
     try:
         # Step 1: rewrite_t_to_expr -- each input becomes the e-class of all its known expressions
-        subst = {}
+        subst, equal = {}, []
         for t in v.inputs:
             exprs = R[t]
             subst[t] = exprs[0]
-            for e in exprs[1:]:
-                eg.union(exprs[0], e)
+            equal += [(exprs[0], e) for e in exprs[1:]]
         in_leaves = _input_leaves(v, R)
         for leaf in in_leaves:  # equalities proven for earlier operators
-            for other in ctx.aliases.get(leaf, ()):
-                eg.union(Leaf(leaf), Leaf(other))
+            equal += [(Leaf(leaf), Leaf(other)) for other in ctx.aliases.get(leaf, ())]
+        for a, b in spanning(equal):
+            eg.union(a, b)
         eg.union_all(broadcast_definitions(ctx, in_leaves))
         roots = [substitute(term, subst) for term in ctx.g_s.node_terms(v)]
         for r in roots:
@@ -529,6 +529,25 @@ def _node_out_rel(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str
         ctx.ran_out = None
     # ... only the simplest of each self-provable class (checked without G_d facts or R)
     return {out: prune_self_provable(ctx, exprs) for out, exprs in found.items()}, explored, t_rel, aliases
+
+
+def spanning(pairs: list[tuple[Term, Term]]) -> list[tuple[Term, Term]]:
+    """The equalities of ``pairs`` not implied by those before them (a union-find over the terms): the replicas
+    of a tensor at degree n are n terms related pairwise, n - 1 unions say it all (each union is an egglog
+    command)."""
+    parent: dict[Term, Term] = {}
+
+    def root(t):
+        while (p := parent.get(t, t)) != t:
+            parent[t] = t = parent.get(p, p)
+        return t
+    kept = []
+    for a, b in pairs:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[ra] = rb
+            kept.append((a, b))
+    return kept
 
 
 INTERLEAVED = 4  # slices of a concatenation from which it is the ranks' rows interleaved (relayout.chunks)

@@ -354,3 +354,56 @@ def test_round_fills_rounds_the_terms_too(plugins):
     g = _fill_graph("1e-06", "float32").build(reg, cx)
     assert round_fills(g, reg, cx) == 1
     assert "8796093/8796093022208" in to_text(g.node_terms(g.nodes[0])[0])
+
+
+# -- widen_fills: a fill read by broadcasting ops of one shape takes that shape (engine/normalise.py) --------
+
+def _where_graph(extra_reader: bool = False):
+    from graphguard.ir.builder import GraphBuilder
+    g = GraphBuilder("g")
+    g.input("m", [2, 1, 3], "bool")
+    g.op("aten.full", [], "zero", size=[], fill_value=0, dtype="float16")
+    g.op("aten.full", [], "low", size=[], fill_value=-30000, dtype="float16")
+    g.op("aten.where.self", ["m", "zero", "low"], "y")
+    outs = ["y"]
+    if extra_reader:  # the fill read by an op that does not broadcast it to y's shape
+        g.op("aten.sum", ["low"], "s")
+        outs.append("s")
+    g.output(*outs)
+    return g
+
+
+def _hlo_beside():
+    from graphguard.ir.builder import GraphBuilder
+    h = GraphBuilder("h")
+    h.input("m", [2, 1, 3], "bool")
+    h.op("hlo.constant", [], "zero", shape=[2, 1, 3], value=0, dtype="float16")
+    h.op("hlo.constant", [], "low", shape=[2, 1, 3], value=-30000, dtype="float16")
+    h.op("hlo.select", ["m", "zero", "low"], "y")
+    h.output("y")
+    return h
+
+
+@pytest.mark.parametrize("beside,extra_reader,widened", [
+    ("hlo", False, 2),  # beside HLO's select of fills of the mask's shape: both widened
+    ("aten", False, 0),  # beside a program that broadcasts implicitly: left as written
+    ("hlo", True, 1),  # 'low' read by a sum too: only 'zero'
+])
+def test_widen_fills(plugins, beside, extra_reader, widened):
+    import numpy as np
+
+    from graphguard.engine.normalise import widen_fills
+    from graphguard.engine.replay import run_graph
+    from graphguard.ir.scalar import Constraints
+    reg, cx = plugins.registry, Constraints()
+    before = _where_graph(extra_reader).build(reg, cx)
+    after = _where_graph(extra_reader).build(reg, cx)
+    other = (_hlo_beside() if beside == "hlo" else _where_graph()).build(reg, cx)
+    assert widen_fills(after, reg, cx, other=other) == widened
+    shapes = {n.outputs[0]: after.shape(n.outputs[0]) for n in after.nodes if n.op == "aten.full"}
+    assert sum(s == (2, 1, 3) for s in shapes.values()) == widened
+    env = {"m": np.random.default_rng(0).random([2, 1, 3]) < 0.5}
+    want, got = run_graph(before, env, reg, {}), run_graph(after, env, reg, {})
+    for o in before.outputs:  # the same values
+        np.testing.assert_array_equal(got[o], want[o])
+        assert got[o].dtype == want[o].dtype

@@ -137,12 +137,12 @@ def test_elementwise_of_concat_and_a_fill_as_long_as_it(plugins):
 def test_the_fill_of_family_1219_is_the_dialects_own(plugins):
     """Family 1219 cuts a dialect's own fill, found in the registry (the op without inputs that declares
     ``fill`` and one shape attribute), not one named in the engine: ONNX's ``ConstantFill`` as ATen's ``full``;
-    a dialect without one (HLO's constants carry no fill attribute) derives nothing."""
+    HLO's ``constant`` is one too, but HLO's ops do not broadcast, so the family derives nothing for them."""
     from graphguard.engine.families import _fill_of
     reg = plugins.registry
     assert _fill_of("aten", reg) == "aten.full(size={s}, fill_value=?v, dtype=?t)"
     assert _fill_of("onnx", reg) == "onnx.ConstantFill(shape={s}, value=?v, dtype=?t)"
-    assert _fill_of("hlo", reg) is None
+    assert _fill_of("hlo", reg) == "hlo.constant(shape={s}, value=?v, dtype=?t)"
     packs = {r.lemma.pack for r in plugins.lemmas if r.lemma.ref == 1219}
     assert {"aten", "onnx-ops"} <= packs and "hlo-ops" not in packs
     shapes = {"P": [3, 2, 8], "Q": [3, 4, 8]}
@@ -637,7 +637,7 @@ def test_matmul_of_interleaved_row_slices():
 
 def test_every_derived_rule_is_listed_and_fuzzed(plugins):
     derived = [r for r in plugins.lemmas if r.lemma.variant]
-    assert {r.lemma.ref for r in derived} == set(range(1201, 1220))
+    assert {r.lemma.ref for r in derived} == set(range(1201, 1222))
     assert len({r.id for r in plugins.lemmas}) == len(plugins.lemmas)  # one id per rule
     # every one is in the fuzzed packs (test_lemmas.BUILTIN fuzzes each pack's rules) ...
     from test_lemmas import BUILTIN
@@ -793,3 +793,47 @@ def test_identity_declarations_are_fuzzed(plugins):
                         ("aten.div.Tensor", ((0, 1, {}),))):
         op = dataclasses.replace(reg.get(name), identity=wrong)
         assert check_identity(op, reg)[0][2], name
+
+
+# -- family 1220: one elementwise function in two dialects (OpDef.computes) --------------------------------
+
+def test_the_same_function_in_two_dialects_is_one_op_up_to_broadcasting():
+    """``aten.where`` broadcasts its operands; ``hlo.select`` takes them broadcast explicitly (HLO's broadcast
+    op): the two are one op where the dims line up, and only there, and only for the same function."""
+    s = {"M": [2, 1, 2, 6], "A": [2, 4, 2, 6], "B": [6], "K": [2, 6]}
+    d = {"M": "bool", "A": "float16", "B": "float16", "K": "int32"}
+    bc = "hlo.broadcast(B, shape=[2, 4, 2, 6], dimensions=[3])"
+    mb = "hlo.broadcast(M, shape=[2, 4, 2, 6], dimensions=[0, 1, 2, 3])"
+    assert proves("aten.where.self(M, A, B)", f"hlo.select({mb}, A, {bc})", s, dtypes=d)
+    # must not prove: the broadcast along other dims, the operands swapped, another function
+    sq = {"M": [2, 1, 2, 2], "A": [2, 4, 2, 2], "B": [2]}
+    mq = "hlo.broadcast(M, shape=[2, 4, 2, 2], dimensions=[0, 1, 2, 3])"
+    assert proves("aten.where.self(M, A, B)",
+                  f"hlo.select({mq}, A, hlo.broadcast(B, shape=[2, 4, 2, 2], dimensions=[3]))", sq, dtypes=d)
+    assert not proves("aten.where.self(M, A, B)",
+                      f"hlo.select({mq}, A, hlo.broadcast(B, shape=[2, 4, 2, 2], dimensions=[2]))", sq, dtypes=d)
+    assert not proves("aten.where.self(M, A, B)", f"hlo.select({mb}, {bc}, A)", s, dtypes=d)
+    assert not proves("aten.where.self(M, A, B)", f"hlo.maximum(A, {bc})", s, dtypes=d)
+    # comparisons: hlo.compare's direction is the function; a wrong direction is not the same op
+    ks = "hlo.broadcast(K, shape=[2, 2, 6], dimensions=[1, 2])"
+    kt = {"K": [2, 6], "J": [2, 2, 6]}
+    assert proves("aten.le.Tensor(K, J)", f"hlo.compare({ks}, J, direction=LE)", kt, dtypes={"K": "int32", "J": "int32"})
+    assert not proves("aten.le.Tensor(K, J)", f"hlo.compare({ks}, J, direction=LT)", kt,
+                      dtypes={"K": "int32", "J": "int32"})
+    assert not proves("aten.le.Tensor(K, J)", f"hlo.compare({ks}, J, direction=GE)", kt,
+                      dtypes={"K": "int32", "J": "int32"})
+    # mixed dtypes: ATen promotes, HLO does not -- no lemma
+    assert not proves("aten.le.Tensor(K, J)", f"hlo.compare({ks}, J, direction=LE)", kt,
+                      dtypes={"K": "int32", "J": "int64"})
+    # functions of the reals: the same on floats; ATen's sin of an integer computes in float32, HLO's does not
+    assert proves("aten.sin(A)", "hlo.sine(A)", s, dtypes=d)
+    assert not proves("aten.sin(K)", "hlo.sine(K)", s, dtypes=d)
+
+
+def test_fills_of_one_shape_value_and_dtype_are_one_tensor_across_dialects():
+    assert proves("aten.full(size=[2, 3], fill_value=-30000, dtype=float16)",
+                  "hlo.constant(shape=[2, 3], value=-30000, dtype=float16)", {})
+    for other in ("hlo.constant(shape=[2, 3], value=-30000, dtype=float32)",
+                  "hlo.constant(shape=[3, 2], value=-30000, dtype=float16)",
+                  "hlo.constant(shape=[2, 3], value=-29999, dtype=float16)"):
+        assert not proves("aten.full(size=[2, 3], fill_value=-30000, dtype=float16)", other, {})

@@ -480,6 +480,87 @@ def broadcast_splits(op, reg):  # bcast(x, s) -> concat(bcast(x, t), bcast(x, s 
     yield f"{call(op, ['?x'])} => concat({narrow}, {rest}, dim={k})", f"{k} >= 0", narrow, ex
 
 
+def _computes(op: OpDef) -> dict[str, dict]:
+    """``OpDef.computes`` as {function: fixed attribute values}."""
+    c = op.computes
+    return {c: {}} if isinstance(c, str) and c else dict(c) if isinstance(c, dict) else {}
+
+
+OVER_REALS = frozenset({"exp", "sin", "cos", "logistic"})  # functions of the reals: the same on floating operands
+
+
+def _broadcast_op(dialect: str, reg):
+    """The dialect's explicit broadcast (an op declaring ``broadcast`` with attributes ``shape`` and
+    ``dimensions``: HLO's broadcast_in_dim), or None."""
+    found = [op for op in reg if op.broadcast and op.arity == 1 and op.name.split(".")[0] == dialect
+             and [a.name for a in op.attrs] == ["shape", "dimensions"]]
+    return found[0] if len(found) == 1 else None
+
+
+@family(1220, "same-function-across-dialects")
+def same_function(op, reg):  # A(x0, x1) -> B(bcast(x0), x1) where B(bcast(x0), x1) exists, A and B computing one function
+    """Two dialects' ops computing the same elementwise function (``OpDef.computes``: ``aten.where`` and
+    ``hlo.select``, ``aten.le.Tensor`` and ``hlo.compare(direction=LE)``) are one op up to broadcasting: an
+    implicitly broadcasting op's operands are the other's with the broadcasts made explicit, in that dialect's
+    own broadcast op, for the operands that are not of the output's shape (one lemma per set of such operands;
+    only where the other exists, §4.3). Values of one dtype (a mixed-dtype ATen op promotes; HLO's does not)."""
+    n = _n_inputs(op)
+    if not n or not op.elementwise or len(op.elementwise) != n:
+        return
+    xs = [f"?x{i}" for i in range(n)]
+    for fn, fixed in sorted(_computes(op).items()):
+        same = f"same_values({', '.join(f'dtype({x})' for x in xs)})"
+        if fn in OVER_REALS:  # (integer operands: ATen computes in float32, HLO in their own type)
+            same += "".join(f" and floating(dtype({x}))" for x in xs)
+        for other in sorted(reg, key=lambda o: o.name):
+            if other.name.split(".")[0] == op.name.split(".")[0] or fn not in _computes(other) or _n_inputs(other) != n:
+                continue
+            ofixed = _computes(other)[fn]
+            if any(a.name not in fixed for a in op.attrs) or any(a.name not in ofixed for a in other.attrs):
+                continue  # (an attribute the function does not fix: not the same op)
+            lhs = call(op, xs, fixed)
+            if op.broadcasting == other.broadcasting:
+                yield f"{lhs} => {call(other, xs, ofixed)}", same, call(other, xs, ofixed), ()
+                continue
+            if not op.broadcasting:
+                continue  # (stated from the broadcasting side, both ways)
+            bc = _broadcast_op(other.name.split(".")[0], reg)
+            if bc is None:
+                continue
+            out = f"bcast_shape({', '.join(xs)})"
+            for k in range(1 << n):
+                cut = [i for i in range(n) if k >> i & 1]
+                ys = [f"{bc.name}({x}, shape=?s{i}, dimensions=?m{i})" if i in cut else x for i, x in enumerate(xs)]
+                conds = [f"shape({x}) {'!=' if i in cut else '=='} {out}" for i, x in enumerate(xs)] + [same]
+                conds += [c for i in cut for c in (f"?s{i} == {out}", f"?m{i} == bcast_dims(?x{i}, len({out}))")]
+                rhs = call(other, ys, ofixed)
+                ex = []
+                if cut:  # the cut operands [3] / [1, 3] beside [2, 2, 3]; all cut: [2, 1] and [1, 3] make [2, 3]
+                    shp = {i: ([3] if i % 2 else [1, 3]) if i in cut else [2, 2, 3] for i in range(n)}
+                    if len(cut) == n:
+                        shp = {i: [1, 3] if i % 2 else [2, 1] for i in range(n)}
+                    full = [2, 3] if len(cut) == n else [2, 2, 3]
+                    ex = [{**{f"x{i}": v for i, v in shp.items()}, **{f"s{i}": full for i in cut},
+                           **{f"m{i}": list(range(len(full) - len(shp[i]), len(full))) for i in cut}}]
+                yield f"{lhs} => {rhs}", " and ".join(conds), rhs, ex
+                yield f"{rhs} => {lhs}", " and ".join(conds), lhs, ex
+
+
+@family(1221, "same-fill-across-dialects")
+def same_fill(op, reg):  # full(s, v, t) -> constant(s, v, t) where constant(s, v, t) exists
+    """Two dialects' constant fills of one shape, value and dtype are one tensor (only where the other exists)."""
+    dialect = op.name.split(".")[0]
+    mine = _fill_of(dialect, reg)
+    if mine is None or not mine.startswith(op.name + "(") or "?t" not in mine:
+        return
+    for other in sorted({o.name.split(".")[0] for o in reg} - {dialect}):
+        theirs = _fill_of(other, reg)
+        if theirs is None or "?t" not in theirs:
+            continue
+        a, b = mine.format(s="?s"), theirs.format(s="?s")
+        yield f"{a} => {b}", "is_dtype(?t)", b, ({"s": [2, 3], "v": 0, "t": "float16"}, {"s": [], "v": 1, "t": "int32"})
+
+
 def _binary(op: OpDef) -> bool:
     return _n_inputs(op) == 2
 

@@ -479,6 +479,13 @@ FUNCTIONS: dict[str, Callable] = {
     "drop_at": lambda ctx, p, i: tuple(x for k, x in enumerate(p) if k != int(i)),
     # every value of integer tensor t lies in [vmin(t), vend(t)): a relation file's ranges: (undecided, so the
     # condition fails, where none is stated)
+    # NumPy broadcasting made explicit: the shape tensors broadcast to, and the output dims that tensor t's dims
+    # become in a broadcast to rank r (its trailing ones)
+    "bcast_shape": lambda ctx, *ts: _bshape(ctx, [tuple(ctx.shape_of(t)) for t in ts]),
+    "bcast_dims": lambda ctx, t, r: tuple(range(int(r) - len(ctx.shape_of(t)), int(r))),
+    # the dtypes given agree, booleans aside (a select's condition beside its values)
+    "is_dtype": lambda ctx, t: isinstance(t, str),
+    "same_values": lambda ctx, *ds: len({d for d in ds if d != "bool"}) <= 1,
     "vmin": lambda ctx, t: ctx.vrange(t)[0],
     "vend": lambda ctx, t: ctx.vrange(t)[1],
 }
@@ -589,6 +596,18 @@ def _batch_perm_ok(ctx, x: tuple, s: tuple, p: tuple) -> bool:
     eq = lambda a, b: ctx.cx.prove("==", a, b)  # noqa: E731
     return (len(s) == 3 and len(p) == 3 and p[0] == 0 and len(x) >= 3 and eq(s[0], _prod(x[:-2]))
             and eq(s[1], x[-2]) and eq(s[2], x[-1]))
+
+
+def _bshape(ctx, shapes: list[tuple]) -> tuple:
+    """NumPy's broadcast of ``shapes`` (sizes 1 stretch); ValueError where two sizes differ and neither is 1."""
+    r = max(len(x) for x in shapes)
+    out = []
+    for k in range(r):
+        sizes = {S.norm(x[k - (r - len(x))]) for x in shapes if k - (r - len(x)) >= 0} - {1}
+        if len(sizes) > 1:
+            raise ValueError("shapes do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
 
 
 def _const_along(shape: tuple, r: int, d: int) -> bool:

@@ -237,6 +237,45 @@ def _suffixed(name: str, suffix: str) -> str:
     return f"{base}{suffix}@{rank}" if at and rank.isdigit() else name + suffix
 
 
+def widen_fills(g: Graph, reg: Registry, cx: S.Constraints, other: Graph | None = None) -> int:
+    """A constant fill read only by broadcasting elementwise ops of one output shape takes that shape (a fill
+    broadcast is the same fill, wider): ``where(mask, full([], 0), full([], -30000))`` beside a program whose
+    ops do not broadcast (HLO's ``select`` of two constants of the mask's shape), so that the two programs'
+    constants are one term. Only beside such a program. The number of fills widened."""
+    if other is None or not any((op := reg.get(n.op)) is not None and len(op.elementwise) > 1 and not op.broadcasting
+                                and not n.op.startswith("core.") for n in other.nodes):  # (core: every G_d's sums)
+        return 0
+    changed = []
+    for n in g.nodes:
+        op = reg.get(n.op)
+        if op is None or not op.fill or n.inputs or len(n.outputs) != 1:
+            continue
+        shape_attrs = [a.name for a in op.attrs if a.kind == "scalars"]
+        readers = g.consumers.get(n.outputs[0], [])
+        if len(shape_attrs) != 1 or not readers or n.outputs[0] in g.outputs:
+            continue
+        outs = set()
+        for r in readers:
+            rop = reg.get(r.op)
+            if rop is None or not rop.broadcasting or len(r.outputs) != 1 or \
+                    any(r.inputs[i] == n.outputs[0] for i in range(len(r.inputs)) if i not in rop.elementwise):
+                outs = None
+                break
+            outs.add(tuple(g.shape(r.outputs[0])))
+        if not outs or len(outs) != 1:
+            continue
+        (wide,) = outs
+        mine = tuple(g.shape(n.outputs[0]))
+        if mine == wide or len(mine) > len(wide) or any(
+                not (cx.prove("==", d, 1) or cx.prove("==", d, w)) for d, w in zip(mine, wide[len(wide) - len(mine):])):
+            continue
+        n.attrs = dict(n.attrs, **{shape_attrs[0]: list(wide)})
+        changed.append(n)
+    if changed:
+        g.reinfer(changed, reg, cx)
+    return len(changed)
+
+
 _ROUND = ("float32", "float16", "float64")  # (NumPy's float dtypes; bfloat16: left as written)
 
 

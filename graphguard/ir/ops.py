@@ -208,6 +208,12 @@ class OpDef:
     # tensors read only inside it, normalise.fuse_expressions collapses it into this one op (HF's RMSNorm's seven
     # ATen ops beside a kernel that fuses them); family 1218 states the identity, so ``lemmas check`` fuzzes it
     fuses: tuple[str, str] | tuple = ()
+    # the elementwise function the op computes, by a name every dialect shares ("where", "le", "and", "exp"...):
+    # a name, or {name: attribute values under which the op computes it} (``hlo.compare``'s directions). Two ops
+    # of different dialects computing the same function are the same op up to their broadcasting: family 1220
+    # states it (the broadcasting one as the other applied to explicit broadcasts), and ``lemmas check`` fuzzes
+    # every pair, so a wrong declaration fails there
+    computes: str | dict = ""
 
     def linear_groups(self) -> tuple[tuple[int, ...], ...]:
         """``linear`` with every entry a tuple of inputs."""

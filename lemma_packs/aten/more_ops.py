@@ -75,8 +75,9 @@ def _roll_ref(xs, a):
 OTHER = AttrSpec("other", "number")
 
 OPS = [
-    _bin("gt.Tensor", lambda x, y, a: np.greater(x, y), "self > other (broadcasting), bool.", dtype=_bool),
-    _bin("ge.Tensor", lambda x, y, a: np.greater_equal(x, y), "self >= other (broadcasting), bool.", dtype=_bool),
+    _bin("gt.Tensor", lambda x, y, a: np.greater(x, y), "self > other (broadcasting), bool.", dtype=_bool, computes="gt"),
+    _bin("ge.Tensor", lambda x, y, a: np.greater_equal(x, y), "self >= other (broadcasting), bool.", dtype=_bool,
+         computes="ge"),
     _bin("ne.Tensor", lambda x, y, a: np.not_equal(x, y), "self != other (broadcasting), bool.", dtype=_bool,
          commutative=True),
     _bin("bitwise_xor.Tensor", lambda x, y, a: np.bitwise_xor(x, y), "self ^ other (bool or integer, broadcasting).",

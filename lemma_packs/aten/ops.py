@@ -364,13 +364,13 @@ ELEMENTWISE_OPS = [
          scalar_form=((1, "aten.mul.Scalar", "other", -1),)),
     _bin("maximum", lambda x, y, a: np.maximum(x, y), "Elementwise max (broadcasting).", **COMM),
     _bin("minimum", lambda x, y, a: np.minimum(x, y), "Elementwise min (broadcasting).", **COMM),
-    _bin("lt.Tensor", lambda x, y, a: np.less(x, y), "self < other (broadcasting), bool.", dtype=_bool),
+    _bin("lt.Tensor", lambda x, y, a: np.less(x, y), "self < other (broadcasting), bool.", dtype=_bool, computes="lt"),
     _bin("eq.Tensor", lambda x, y, a: np.equal(x, y), "self == other (broadcasting), bool.", dtype=_bool,
-         commutative=True),
+         commutative=True, computes="eq"),
     _bin("bitwise_or.Tensor", lambda x, y, a: np.bitwise_or(x, y), "self | other (bool or integer, broadcasting).",
-         **COMM),
+         computes="or", **COMM),
     _bin("bitwise_and.Tensor", lambda x, y, a: np.bitwise_and(x, y), "self & other (bool or integer, broadcasting).",
-         **COMM),
+         computes="and", **COMM),
     _un("add.Scalar", lambda x, a: x + _scaled(_n(a["other"]), a["alpha"]), "self + alpha * other (a number).",
         _with_scalar("other", "alpha"), (OTHER, ALPHA)),
     _un("sub.Scalar", lambda x, a: x - _scaled(_n(a["other"]), a["alpha"]), "self - alpha * other (a number).",
@@ -388,12 +388,12 @@ ELEMENTWISE_OPS = [
     _un("neg", lambda x, a: np.negative(x), "-self.", linear=(0,), scaling=True),
     _un("sqrt", _float_ref(np.sqrt), "Elementwise square root.", _floating),
     _un("rsqrt", _float_ref(lambda x: 1.0 / np.sqrt(x)), "Elementwise 1 / sqrt(self).", _floating),
-    _un("exp", _float_ref(np.exp), "Elementwise exp.", _floating),
+    _un("exp", _float_ref(np.exp), "Elementwise exp.", _floating, computes="exp"),
     _un("log", _float_ref(np.log), "Elementwise natural log.", _floating),
-    _un("cos", _float_ref(np.cos), "Elementwise cosine.", _floating),
-    _un("sin", _float_ref(np.sin), "Elementwise sine.", _floating),
+    _un("cos", _float_ref(np.cos), "Elementwise cosine.", _floating, computes="cos"),
+    _un("sin", _float_ref(np.sin), "Elementwise sine.", _floating, computes="sin"),
     _un("tanh", _float_ref(np.tanh), "Elementwise tanh.", _floating),
-    _un("sigmoid", _float_ref(_sigmoid), "Elementwise 1 / (1 + exp(-self)).", _floating),
+    _un("sigmoid", _float_ref(_sigmoid), "Elementwise 1 / (1 + exp(-self)).", _floating, computes="logistic"),
     _un("silu", lambda x, a: x * _sigmoid(x), "Elementwise self * sigmoid(self) (SiLU / swish)."),
     _un("relu", lambda x, a: np.maximum(x, np.zeros((), x.dtype)), "Elementwise max(self, 0)."),
     _un("gelu", _gelu, "GELU: exact (erf) or tanh approximation.", attrs=(APPROX,)),
@@ -420,7 +420,7 @@ ELEMENTWISE_OPS = [
          attrs=(AttrSpec("threshold", "number"),), linear=(0,)),
     OpDef("aten.where.self", 3, _bcast_shape("aten.where.self"), lambda xs, a: np.where(*xs), doc=
           "condition ? self : other (broadcasting).", dtype=lambda ds, a: promote(*ds[1:]),
-          elementwise=(0, 1, 2), broadcasting=True, linear=((1, 2),)),
+          elementwise=(0, 1, 2), broadcasting=True, linear=((1, 2),), computes="where"),
     OpDef("aten.masked_fill.Scalar", 2, _bcast_shape("aten.masked_fill.Scalar"),
           lambda xs, a: _fill_where(xs[0], xs[1], _n(a["value"])), (AttrSpec("value", "number"),),
           doc="self with value where mask is true (broadcasting self and mask).", elementwise=(0, 1),
@@ -1222,7 +1222,8 @@ OPS += [
 ]
 
 OPS += [  # HF transformers' causal mask (examples/hf-llama-tp)
-    _bin("le.Tensor", lambda x, y, a: np.less_equal(x, y), "self <= other (broadcasting), bool.", dtype=_bool),
+    _bin("le.Tensor", lambda x, y, a: np.less_equal(x, y), "self <= other (broadcasting), bool.", dtype=_bool,
+         computes="le"),
 ]
 
 from .hf_ops import HF_OPS  # noqa: E402  (ops HF transformers' models need)

@@ -869,3 +869,53 @@ def test_views_of_heads_in_another_rank_order_are_not_the_ranks_views(plugins):
     assert r.verdict == "refines", r.render()
     assert r.r_o_lines() == ["Z = concat(Z@1, Z@0, dim=2)"], r.r_o_lines()
     assert "concat(V@0, V@1, dim=2)" not in {to_text(e) for e in r.relations["V"]}
+
+
+# -- a broadcast in one dialect against another's (aten.expand beside hlo.broadcast), on labels ------------------
+
+def _repeat_kv(plugins, rel="concat(C@0, C@1, dim=2)", first_head_only=False):
+    """G_s (PyTorch, HF's repeat_kv): E = expand(unsqueeze(permute(C)), [B, kv, g, T, D]) of the KV cache C
+    [T, B, kv, D] related by ``rel``; each rank (XLA, make.py's repeat_kv) broadcasts its cache
+    ``broadcast(C@r, [T, B, kv_r, g, D])`` (``first_head_only``: its first KV head to every slot, a bug); both
+    take exp. The verification's result."""
+    T, B, KV, G, D = 3, 2, 4, 2, 2
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("C", [T, B, KV, D], "float16")
+    s.op("core.permute", ["C"], "P", dims=[1, 2, 0, 3])
+    s.op("core.reshape", ["P"], "U", shape=[B, KV, 1, T, D])
+    s.op("aten.expand", ["U"], "E", size=[B, KV, G, T, D])
+    s.op("aten.exp", ["E"], "Z")
+    s.output("Z")
+    for r in range(2):
+        d.input(f"C@{r}", [T, B, KV // 2, D], "float16")
+        src = f"C@{r}"
+        if first_head_only:
+            d.op("core.slice", [src], f"H@{r}", dim=2, start=0, end=1)
+            src = f"H@{r}"
+        d.op("hlo.broadcast", [src], f"W@{r}", shape=[T, B, KV // 2, G, D], dimensions=[0, 1, 2, 4])
+        d.op("core.permute", [f"W@{r}"], f"Q@{r}", dims=[1, 2, 3, 0, 4])
+        d.op("hlo.exponential", [f"Q@{r}"], f"Z@{r}")
+    d.output("Z@0", "Z@1")
+    rel = parse_relation_text(f"inputs:\n  C: {rel}\n", "rel", plugins.registry)
+    cx = rel.constraints()
+    return graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, replay=True)
+
+
+def test_an_expand_is_matched_to_another_dialects_broadcast_on_labels(plugins):
+    """HF's repeat_kv (unsqueeze, expand) against XLA's broadcast of each rank's KV heads: the same entries."""
+    r = _repeat_kv(plugins)
+    assert r.verdict == "refines", r.render()
+    assert "concat(permute(W@0, dims=[1, 2, 3, 0, 4]), permute(W@1, dims=[1, 2, 3, 0, 4]), dim=1)" in \
+        {to_text(e) for e in r.relations["E"]}, [to_text(e) for e in r.relations["E"]]
+    assert r.r_o_lines() == ["Z = concat(Z@0, Z@1, dim=1)"], r.r_o_lines()
+    assert r.replay["ok"]
+
+
+@pytest.mark.parametrize("rel,first_head_only", [
+    ("concat(C@1, C@0, dim=2)", False),  # the ranks' KV heads in the other order
+    ("concat(C@0, C@1, dim=2)", True),  # each rank repeats its first KV head for all its query heads
+])
+def test_an_expand_against_a_broadcast_of_other_entries_is_flagged(plugins, rel, first_head_only):
+    r = _repeat_kv(plugins, rel, first_head_only)
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.outputs == ["E"], r.render()

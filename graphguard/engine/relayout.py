@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import itertools
+
 import numpy as np
 
 from ..ir.expr import App, Leaf, Term, app, base_name, flat_args, leaves, rank_of, size, substitute
@@ -174,6 +176,31 @@ def chunks(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term]) -> list[Ter
     return out
 
 
+MAX_PERMUTED_RANK = 6  # permutations tried per part in _permuted_parts (6! = 720)
+
+
+def _permuted_parts(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term]) -> list[Term]:
+    """``concat(permute(y_0, p_0), permute(y_1, p_1), ..., dim=d)`` equal to ``x`` where the y hold copied entries
+    (broadcasts: no entry has one position, so no layout is read off positions): each part tried against each
+    permutation of its y's dims, label array against label array."""
+    w = len(ys)
+    for d in range(x.ndim):
+        if x.shape[d] % w or x.shape[d] == 0:
+            continue
+        parts = []
+        for chunk, y, t in zip(np.split(x, w, axis=d), ys, y_terms):
+            if y.ndim != chunk.ndim or y.ndim > MAX_PERMUTED_RANK:
+                break
+            p = next((p for p in itertools.permutations(range(y.ndim))
+                      if tuple(y.shape[i] for i in p) == chunk.shape and np.array_equal(y.transpose(p), chunk)), None)
+            if p is None:
+                break
+            parts.append(t if p == tuple(range(y.ndim)) else app("core.permute", t, dims=tuple(p)))
+        else:
+            return [app("core.concat", *parts, dim=d)]
+    return []
+
+
 def solve(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term], y_shapes: list[tuple]) -> list[Term]:
     """Terms over ``y_terms`` equal to ``x`` (label arrays): ``concat(L_0(y_a), L_1(y_b), ..., dim=d)`` with
     each ``y`` used once, else the ranks' rows interleaved (:func:`chunks`) or a layout of their concatenation;
@@ -202,6 +229,8 @@ def solve(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term], y_shapes: li
             parts.append(t)
         else:
             out.append(app("core.concat", *parts, dim=d))
+    if not out and w > 1 and any(i not in {v[0] for v in where.values()} for i in range(w)):
+        out += _permuted_parts(x, ys, y_terms)
     if not out and w > 1:
         out += [t for t in chunks(x, ys, y_terms) if len(set(leaves(t))) > 1]  # (one tensor's rows: below)
         for d in range(ys[0].ndim if not out else 0):  # x a layout of the ranks' tensors concatenated (chunks interleaved)
@@ -246,11 +275,20 @@ def _reach(g_d, y: str, known: set[str], limit: int = 6) -> list[Node] | None:
     return chain
 
 
-def _counterparts(g_d, v: Node, keep=lambda n: True) -> list[list[Node]]:
-    """v's G_d counterparts: operators of v's op and arity, grouped by output name across ranks (rank order)."""
+def _is_broadcast(op) -> bool:
+    """A broadcast of its one input (``aten.expand``, ``hlo.broadcast``): data movement, any dialect."""
+    return op is not None and op.arity == 1 and op.data_movement and bool(op.broadcast or op.broadcast_to)
+
+
+def _counterparts(g_d, v: Node, keep=lambda n: True, reg=None) -> list[list[Node]]:
+    """v's G_d counterparts: operators of v's op and arity, grouped by output name across ranks (rank order);
+    with ``reg``, for a broadcast v, every dialect's broadcasts (PyTorch's ``expand`` beside XLA's
+    ``broadcast``: both are data movement, which the labels compare)."""
     groups: dict[str, list[Node]] = {}
+    wide = reg is not None and _is_broadcast(reg.get(v.op))
     for n in g_d.nodes:
-        if n.op == v.op and len(n.inputs) == len(v.inputs) and len(n.outputs) == len(v.outputs) and keep(n):
+        same = n.op == v.op or (wide and _is_broadcast(reg.get(n.op)))
+        if same and len(n.inputs) == len(v.inputs) and len(n.outputs) == len(v.outputs) and keep(n):
             groups.setdefault(base_name(n.outputs[0]), []).append(n)
     return [sorted(ns, key=lambda n: rank_of(n.outputs[0]) or 0) for ns in groups.values()]
 
@@ -551,7 +589,8 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
     if len(v.outputs) != 1 or not v.inputs:
         return none
     terms = g_s.node_terms(v)
-    if len(terms) != 1 or not isinstance(terms[0], App) or not is_movement(terms[0]):
+    if len(terms) != 1 or not isinstance(terms[0], App) or not (
+            is_movement(terms[0]) or (_is_broadcast(reg.get(terms[0].op)) and all(map(is_movement, terms[0].args)))):
         return none
     rels = []
     for x in v.inputs:
@@ -562,7 +601,7 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
     out_shape = _concrete(g_s.shape(v.outputs[0]))
     if out_shape is None or not 0 < int(np.prod(out_shape, dtype=np.int64)) <= MAX_MOVED:
         return none
-    groups = _counterparts(g_d, v)
+    groups = _counterparts(g_d, v, reg=reg)
     combos = [[e] for e in rels[0]]
     for rx in rels[1:]:
         combos = [c + [e] for c in combos for e in rx]
@@ -570,6 +609,7 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
         return none
     out: list[Term] = []
     aliases: list = []
+    crossing = not is_movement(terms[0])
     for picked in combos:
         lab = labelled(sorted({leaf for e in picked for leaf in leaves(e)}), g_d.shape)
         if lab is None or sum(a.size for a in lab.values()) > MAX_MOVED:
@@ -585,6 +625,9 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
             for a in ctx.aliases.get(n, ()):
                 if a not in lab and _concrete(g_d.shape(a)) == lab[n].shape:
                     lab[a] = lab[n]
+            p = g_d.producer.get(n)  # (an output that is a copy of a tensor: the tensor its readers read)
+            if p is not None and p.op == "core.identity" and p.inputs[0] not in lab:
+                lab[p.inputs[0]] = lab[n]
         prop = Propagated(ctx, lab, const_of)
         known, near = set(lab), []
         for g in groups:  # (the counterparts reading labelled tensors or views of them, nearest first)
@@ -592,6 +635,8 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
                      if all(c is not None for c in cs)]
             if steps:
                 near.append((min(steps), len(near), g))
+            elif crossing and all(prop.get(n.outputs[0]) is not None for n in g):  # (through a concat: farther)
+                near.append((MAX_MOVED, len(near), g))
         found: list[Term] = []
         for _, _, nodes in sorted(near):
             kept = [(n, y) for n, y in ((n, prop.get(n.outputs[0])) for n in nodes) if y is not None]
@@ -599,6 +644,8 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
                 found += solve(xs, [y for _, y in kept], [Leaf(n.outputs[0]) for n, _ in kept],
                                [tuple(y.shape) for _, y in kept])
         if not found:
+            if crossing:  # (a broadcast: the combinations the labels answer, the others left to the e-graph)
+                continue
             return none
         best = min(found, key=size)
         op_form = substitute(terms[0], dict(zip(v.inputs, picked)))
@@ -607,6 +654,8 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
         if best not in out:
             out.append(best)
         aliases += _label_aliases(ctx, prop, list(leaves(best)))
+    if not out:
+        return none
     op_form = substitute(terms[0], {x: rx[0] for x, rx in zip(v.inputs, rels)})
     return out + ([op_form] if op_form not in out else []), aliases
 

@@ -9,7 +9,7 @@ from .engine.egraph import Budget, EGraph
 from .engine.explain import diverging_ranks, explain
 from .engine.infer import Context, compute_out_rel, is_held
 from .engine.layers import layer_table
-from .engine.normalise import (bias_after_rows, drop_identities, fold_constants, fuse_expressions, round_fills, widen_fills,
+from .engine.normalise import (bias_after_rows, drop_identities, fold_constants, fuse_expressions, round_fills, widen_fills, masked_softmax,
                                scalar_forms, slices_of_concats)
 from .engine.result import VerifyResult
 from .errors import InputError, ShapeError
@@ -66,6 +66,8 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
         # the HLO frontend folds them, beside a program that holds such literals (engine/normalise.py)
         fuse_expressions(g, reg, cx, other=g_d if g is g_s else g_s)  # HF's RMSNorm spelt out in ATen ops, where
         # the other program does not spell it out alike -> aten.hf_rms_norm (engine/normalise.py)
+        g.assumed = masked_softmax(g, reg, cx, value_ranges(g, rel.ranges if g is g_s else rel.leaf_ranges(), reg),
+                                   rel.assume.get("masked_scores_within"))  # an added mask as selected (normalise.py)
         widen_fills(g, reg, cx, other=g_d if g is g_s else g_s)  # where(m, full([], 0), ...) beside HLO's select
         # of fills of the mask's shape: the fills widened (engine/normalise.py)
         drop_identities(g, reg, cx)  # x + 0, x * 1 (engine/normalise.py)
@@ -175,6 +177,7 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
     ctx = Context(g_s, g_d, eg, budget or Budget(), progress=progress)
     result = compute_out_rel(ctx, rel.inputs, partial_allowed(rel, allow_partial))
     result.layers = layer_table(g_s, result.node_stats)
+    result.assumed = [f"{role}: {a}" for role, g in (("G_s", g_s), ("G_d", g_d)) for a in getattr(g, "assumed", [])]
     result.repeat = {k: g.repeat for k, g in (("spec", g_s), ("impl", g_d)) if g.repeat is not None}
     t_end = time.monotonic()
     result.timings = {"load": t_load - t0, "infer": t_end - t_load, "total": t_end - t0,

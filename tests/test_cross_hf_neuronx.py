@@ -244,8 +244,10 @@ def _line(text):  # hf_model.py:N of the glue line holding text
 def _check(r, tp=2):
     from graphguard.ir.expr import to_text
     rel = lambda t: [to_text(e) for e in r.relations.get(t, [])]  # noqa: E731
-    if tp == 8:  # the search runs out of budget (at the additive mask)
-        assert r.verdict == "inconclusive", r.failure
+    # the additive mask read as selected (the relation's ranges and assume:), stated with the verdict
+    assert len(r.assumed) == 1 and r.assumed[0].startswith("G_s: modeling_llama.py:206"), r.assumed
+    if tp == 8:  # each KV head on two ranks: HF's repeat of a KV head is the two ranks' copies -- not yet matched
+        assert (r.verdict, r.failure.node) == ("does-not-refine", "expand_1"), r.failure
         return
     # the RoPE tables: the positions' cast, the angles (HF's mm = NeuronX's dot), the full-width cos / sin
     assert rel("_to_copy")[0] == "rope.pos.f32@0"
@@ -259,9 +261,12 @@ def _check(r, tp=2):
     # HF's input RMSNorm (module layer.input_layernorm) is NeuronX's AwsNeuronRmsNorm, permuted to HF's layout
     assert rel("_to_copy_3")[0] == "permute(ln1.f32@0, dims=[2, 1, 0])"
     assert "permute(ln1@0, dims=[2, 1, 0])" in rel("mul_2")
+    # HF's repeat_kv (unsqueeze, expand) is NeuronX's broadcast of the KV heads, matched on labels (TP 4: the
+    # search's form, the expand of the ranks' caches)
+    assert tp == 4 or any("values.wide@0" in e for e in rel("expand_1")), rel("expand_1")
     assert r.verdict == "does-not-refine"
-    # ... and it stops at the additive mask: NeuronX never computes one (it selects the scores against -30000)
-    assert (r.failure.op, r.failure.loc) == ("aten.where.self", _line("torch.where(allowed")), r.failure
+    # ... and it stops at the scores: HF scales q @ k^T by 1 / sqrt(D), NeuronX scales q before the dot
+    assert (r.failure.op, r.failure.loc) == ("aten.bmm", "modeling_llama.py:204"), r.failure
     if tp > 1:  # the projections: the ranks' column shards of the replicated activations
         assert rel("mm_1")[0].startswith("reshape(permute(reshape(concat(q.cols@0, q.cols@1"), rel("mm_1")
         return
@@ -277,8 +282,27 @@ def _check(r, tp=2):
 
 
 @pytest.mark.slow  # (suite time: test_kv_caches_refine_at_tp1 runs the same capture by default)
-def test_tp1_rope_tables_mask_projections_verify_then_stops_at_the_additive_mask(tmp_path):
+def test_tp1_rope_tables_mask_projections_verify_then_stops_at_the_scores(tmp_path):
     _check(_verify(1, tmp_path), 1)
+
+
+def test_without_the_assumption_the_additive_mask_stays_a_difference(tmp_path):
+    """Must not prove: the relation without ``assume: masked_scores_within`` -- scores of any size, where
+    s - 30000 and -30000 need not both vanish in the softmax -- stops at the additive mask, as NeuronX never
+    computes one; nothing is assumed."""
+    import yaml
+
+    import graphguard
+    sys.path.insert(0, str(HERE))
+    import capture
+    paths = capture.capture(2, tmp_path)
+    rel = yaml.safe_load(paths["relation"].read_text())
+    del rel["assume"]
+    paths["relation"].write_text(yaml.safe_dump(rel))
+    r = graphguard.verify(paths["spec"], paths["impl"], paths["relation"], spec_frontend="ir", impl_frontend="hlo",
+                          world_size=2)
+    assert r.assumed == [] and r.verdict == "does-not-refine"
+    assert (r.failure.op, r.failure.loc) == ("aten.where.self", _line("torch.where(allowed")), r.failure
 
 
 def test_kv_caches_refine_at_tp1(tmp_path):  # HF's modules returning the updated caches only: R_o

@@ -407,3 +407,104 @@ def test_widen_fills(plugins, beside, extra_reader, widened):
     for o in before.outputs:  # the same values
         np.testing.assert_array_equal(got[o], want[o])
         assert got[o].dtype == want[o].dtype
+
+
+# -- masked_softmax: a mask added to the scores, or selected in their place (engine/normalise.py) -----------------
+
+def _masked_softmax_graph(fill=-30000, mask="interval"):
+    """HF's eager attention over a causal and left-padding mask: softmax(S + where(key <= q & key >= start, 0,
+    fill)) in float32 of float16 scores S [B, H, Sq, T]."""
+    from graphguard.ir.builder import GraphBuilder
+    B, H, Sq, T = 2, 2, 2, 6
+    g = GraphBuilder("g")
+    g.input("S", [B, H, Sq, T], "float16")
+    g.input("q", [Sq], "int32")
+    g.input("start", [B], "int32")
+    g.op("aten.arange", [], "k", end=T, dtype="int32")
+    g.op("core.reshape", ["k"], "k3", shape=[1, 1, T])
+    g.op("core.reshape", ["q"], "q3", shape=[1, Sq, 1])
+    g.op("core.reshape", ["start"], "s3", shape=[B, 1, 1])
+    g.op("aten.le.Tensor", ["k3", "q3"], "causal")
+    if mask == "interval":
+        g.op("aten.ge.Tensor", ["k3", "s3"], "started")
+    else:  # the padding read from a tensor of the data: no bound on the key index known
+        g.input("pad", [B, 1, T], "bool")
+        g.op("core.identity", ["pad"], "started")
+    g.op("aten.bitwise_and.Tensor", ["causal", "started"], "allowed")
+    g.op("core.reshape", ["allowed"], "m", shape=[B, 1, Sq, T])
+    g.op("aten.full", [], "zero", size=[], fill_value=0, dtype="float16")
+    g.op("aten.full", [], "low", size=[], fill_value=fill, dtype="float16")
+    g.op("aten.where.self", ["m", "zero", "low"], "mask")
+    g.op("aten.add.Tensor", ["S", "mask"], "scores", alpha=1)
+    g.op("aten._to_copy", ["scores"], "s32", dtype="float32")
+    g.op("aten._softmax", ["s32"], "p", dim=-1, half_to_float=False)
+    g.output("p")
+    return g
+
+
+@pytest.mark.parametrize("bound,ranges,fill,mask,rewritten", [
+    (14000, {"q": (4, 6), "start": (0, 5)}, -30000, "interval", True),  # every row keeps a key (start <= 4 <= q)
+    (None, {"q": (4, 6), "start": (0, 5)}, -30000, "interval", False),  # no assumption on the scores
+    (14000, {"q": (4, 6), "start": (0, 6)}, -30000, "interval", False),  # start 5 > q 4: a padding row keeps none
+    (14000, {"q": (4, 6)}, -30000, "interval", False),  # start's range unknown
+    (14000, {"q": (4, 6), "start": (0, 5)}, -20000, "interval", False),  # -20000: a masked exp need not vanish
+    (20000, {"q": (4, 6), "start": (0, 5)}, -30000, "interval", False),  # scores up to 20000: idem
+    (14000, {"q": (4, 6), "start": (0, 5)}, -30000, "data", False),  # part of the mask is data: unknown rows
+])
+def test_masked_softmax(plugins, bound, ranges, fill, mask, rewritten):
+    """Rewritten only where exact: then the same probabilities bit for bit (run_graph on both graphs, scores
+    within the bound, positions within the ranges), the additive mask's where gone, the site reported."""
+    import numpy as np
+
+    from graphguard.api import value_ranges
+    from graphguard.engine.normalise import masked_softmax
+    from graphguard.engine.replay import run_graph
+    from graphguard.ir.scalar import Constraints
+    reg, cx = plugins.registry, Constraints()
+    before = _masked_softmax_graph(fill, mask).build(reg, cx)
+    after = _masked_softmax_graph(fill, mask).build(reg, cx)
+    done = masked_softmax(after, reg, cx, value_ranges(after, ranges, reg), bound)
+    assert len(done) == int(rewritten), done
+    ops = [n.op for n in after.nodes]
+    if not rewritten:
+        assert ops == [n.op for n in before.nodes]
+        return
+    assert ops.count("aten.where.self") == 1 and "aten.add.Tensor" not in ops
+    assert "scores within [-14000, 14000]" in done[0]
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        env = {"S": (rng.uniform(-1, 1, [2, 2, 2, 6]) * rng.choice([1, 100, 14000])).astype(np.float16),
+               "q": np.array([4, 5], dtype=np.int32), "start": rng.integers(0, 5, [2]).astype(np.int32)}
+        want, got = run_graph(before, env, reg, {}), run_graph(after, env, reg, {})
+        np.testing.assert_array_equal(got["p"], want["p"])
+
+
+def test_masked_softmax_differs_on_a_padding_row_without_a_key(plugins):
+    """Why the ranges matter: a row whose padding start is past its query position keeps no key -- HF's added
+    mask gives softmax(S - 30000) there, the selected one a uniform row. The rewrite would be wrong: it is not
+    made (above), and here is the difference it would hide."""
+    import numpy as np
+
+    from graphguard.engine.normalise import masked_softmax
+    from graphguard.engine.replay import run_graph
+    from graphguard.ir.scalar import Constraints
+    reg, cx = plugins.registry, Constraints()
+    before = _masked_softmax_graph().build(reg, cx)
+    forced = _masked_softmax_graph().build(reg, cx)
+    assert masked_softmax(forced, reg, cx, {"q3": (4, 6), "s3": (0, 5)}, 14000)  # (told a range that is false)
+    env = {"S": np.random.default_rng(1).uniform(-3, 3, [2, 2, 2, 6]).astype(np.float16),
+           "q": np.array([4, 5], dtype=np.int32), "start": np.array([0, 5], dtype=np.int32)}
+    want, got = run_graph(before, env, reg, {})["p"], run_graph(forced, env, reg, {})["p"]
+    assert np.array_equal(want[0], got[0]) and np.array_equal(want[1, :, 1], got[1, :, 1])  # rows keeping a key
+    assert not np.allclose(want[1, :, 0], got[1, :, 0])  # batch row 1, query 0 (position 4 < start 5): none
+
+
+def test_the_relation_states_assumptions_by_name(plugins):
+    from graphguard.errors import InputError
+    from graphguard.ir.relation import parse_relation_text
+    rel = parse_relation_text("inputs:\n  x: x@0\nassume:\n  masked_scores_within: 14000\n", "r", plugins.registry)
+    assert rel.assume == {"masked_scores_within": 14000}
+    for bad in ("assume:\n  scores_are_small: 1\n", "assume:\n  masked_scores_within: -3\n",
+                "assume:\n  masked_scores_within: big\n", "assume: [masked_scores_within]\n"):
+        with pytest.raises(InputError, match="assum"):
+            parse_relation_text("inputs:\n  x: x@0\n" + bad, "r", plugins.registry)

@@ -32,6 +32,8 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import numpy as np
+
 from ..ir import scalar as S
 from ..ir.graph import Graph, Node
 from ..ir.ops import Registry, normalize_attrs
@@ -497,3 +499,174 @@ def _flat_literals(g: Graph, reg: Registry, cx: S.Constraints) -> int:
         g.nodes = [y for x in g.nodes for y in ((x, extra[id(x)]) if id(x) in extra else (x,))]
         g.validate(reg, cx)
     return len(extra)
+
+
+# -- the masked softmax: a mask added to the scores, or selected in their place --------------------------------
+
+# exp(x) rounds to 0 below -UNDERFLOW[dtype] (round to nearest: ln of half the smallest subnormal), with a margin
+UNDERFLOW = {"float64": 746, "float32": 105, "bfloat16": 94, "float16": 18}
+SOFTMAX_OPS = ("aten._softmax", "aten.softmax.int")
+
+
+def _fn(reg: Registry, n) -> str | None:
+    """The elementwise function node ``n`` computes (``OpDef.computes``, its attributes matched), or None."""
+    op = reg.get(n.op)
+    c = op.computes if op is not None else ""
+    if isinstance(c, str):
+        return c or None
+    for name, fixed in c.items():
+        if all(n.attrs.get(k) == v for k, v in fixed.items()):
+            return name
+    return None
+
+
+def _unit_dim_map(src: tuple, dst: tuple, k: int) -> int | None:
+    """For a reshape from ``src`` to ``dst`` that only adds or drops dims of size 1: the dim of ``src`` that
+    dst's dim ``k`` (not of size 1) is; None for another reshape."""
+    a = [d for d in src if d != 1]
+    b = [d for d in dst if d != 1]
+    if a != b or dst[k] == 1:
+        return None
+    i = sum(1 for d in dst[:k] if d != 1)
+    return [j for j, d in enumerate(src) if d != 1][i]
+
+
+def _aligned(rank_out: int, shape: tuple, k: int) -> int:
+    return k - (rank_out - len(shape))
+
+
+def _is_iota(g: Graph, reg: Registry, t: str, k: int, n: int, depth: int = 8) -> bool:
+    """Whether tensor ``t`` holds 0, 1, ..., n - 1 along its dim ``k`` and is constant along the others."""
+    shape = tuple(g.shape(t))
+    if depth < 0 or not 0 <= k < len(shape) or shape[k] != n or any(d != 1 for j, d in enumerate(shape) if j != k):
+        return False
+    p = g.producer.get(t)
+    if p is None:
+        return False
+    if p.op == "core.reshape":
+        j = _unit_dim_map(tuple(g.shape(p.inputs[0])), shape, k)
+        return j is not None and _is_iota(g, reg, p.inputs[0], j, n, depth - 1)
+    if p.op == "aten.arange":
+        return len(shape) == 1 and number(p.attrs.get("end")) == n
+    if p.op == "hlo.iota":
+        return int(p.attrs.get("dimension", -1)) == k
+    if p.op == "hlo.literal" and not p.inputs:  # (an arange folded beside an HLO program: fold_constants)
+        vals = [number(v) for v in str(p.attrs.get("values", "")).split(",")]
+        return vals == list(range(n))
+    return False
+
+
+FLIP = {"le": "ge", "lt": "gt", "ge": "le", "gt": "lt"}
+
+
+def _key_bounds(g: Graph, reg: Registry, t: str, k: int, n: int, depth: int = 8) -> list[tuple[str, str]] | None:
+    """Boolean tensor ``t`` as a conjunction of comparisons of the key index (0 .. n - 1 along dim ``k``) with
+    bounds constant along it: [(relation, bound tensor)] read ``key <relation> bound``; None where it is not
+    one (a mask of another form: nothing is claimed)."""
+    shape = tuple(g.shape(t))
+    p = g.producer.get(t)
+    if depth < 0 or p is None or not 0 <= k < len(shape):
+        return None
+    if p.op == "core.reshape":
+        j = _unit_dim_map(tuple(g.shape(p.inputs[0])), shape, k)
+        return None if j is None else _key_bounds(g, reg, p.inputs[0], j, n, depth - 1)
+    fn = _fn(reg, p)
+    if fn == "and" and len(p.inputs) == 2:
+        parts = [_key_bounds(g, reg, x, _aligned(len(shape), tuple(g.shape(x)), k), n, depth - 1) for x in p.inputs]
+        return None if None in parts else parts[0] + parts[1]
+    if fn in FLIP and len(p.inputs) == 2:
+        a, b = p.inputs
+        ka, kb = (_aligned(len(shape), tuple(g.shape(x)), k) for x in (a, b))
+        const = lambda x, kx: kx < 0 or tuple(g.shape(x))[kx] == 1  # noqa: E731
+        if _is_iota(g, reg, a, ka, n) and const(b, kb):
+            return [(fn, b)]
+        if _is_iota(g, reg, b, kb, n) and const(a, ka):
+            return [(FLIP[fn], a)]
+    return None
+
+
+def rows_keep_a_key(g: Graph, reg: Registry, mask: str, k: int, ranges: dict) -> bool:
+    """Whether every row of boolean ``mask`` along its dim ``k`` holds a true entry: the mask is the key index
+    compared with bounds (causal: key <= query position; left padding: key >= the row's start) and the bounds'
+    value ranges (a relation's ``ranges:``) leave every row a key -- the largest lower bound at most the smallest
+    upper bound, within 0 .. n - 1."""
+    n = tuple(g.shape(mask))[k]
+    if not isinstance(n, int) or n < 1:
+        return False
+    bounds = _key_bounds(g, reg, mask, k, n)
+    if not bounds:
+        return False
+    lo, hi = 0, n - 1
+    for rel, t in bounds:
+        r = ranges.get(t)
+        if r is None:
+            return False
+        if rel in ("ge", "gt"):  # key >= b: b's largest value (+ 1 if strict)
+            lo = max(lo, r[1] - 1 + (rel == "gt"))
+        else:  # key <= b: b's smallest value (- 1 if strict)
+            hi = min(hi, r[0] - (rel == "lt"))
+    return lo <= hi
+
+
+def masked_softmax(g: Graph, reg: Registry, cx: S.Constraints, ranges: dict, bound) -> list[str]:
+    """``softmax(scores + where(mask, 0, c))`` -> ``softmax(where(mask, scores, c))`` (the scores cast to the
+    softmax's dtype before it or not): HF's eager attention adds a mask filled with a large negative c, XLA (and
+    NeuronX) select c in the masked places. Exact -- the same probabilities, bit for bit -- where every row of the
+    mask keeps a key (:func:`rows_keep_a_key`, from the relation's ``ranges:``) and every score lies in
+    [-bound, bound] (the relation's ``assume: masked_scores_within``): then c <= -(2 bound + U) makes every
+    masked entry's exp round to 0 on both sides (U: exp's underflow in the softmax's dtype) while the allowed
+    entries, scores + 0, are the scores. Rows of padding with no key differ (HF averages the scores shifted by c,
+    XLA weighs every key alike): no rewrite there, nor without the assumption. The sites rewritten."""
+    if bound is None:
+        return []
+    done, dropped = [], []
+    for sm in list(g.nodes):
+        if sm.op not in SOFTMAX_OPS or len(sm.inputs) != 1:
+            continue
+        x = sm.inputs[0]
+        p = g.producer.get(x)
+        cast = None
+        if p is not None and p.op == "aten._to_copy" and len(g.consumers.get(x, [])) == 1:
+            cast, x, p = p, p.inputs[0], g.producer.get(p.inputs[0])
+        if p is None or p.op != "aten.add.Tensor" or number(p.attrs.get("alpha", 1)) != 1 or \
+                len(g.consumers.get(x, [])) != 1 or x in g.outputs:
+            continue
+        out = tuple(g.shape(x))
+        d = int(sm.attrs.get("dim", -1)) % len(out)
+        for w, s in ((p.inputs[1], p.inputs[0]), (p.inputs[0], p.inputs[1])):
+            wn = g.producer.get(w)
+            if wn is None or _fn(reg, wn) != "where" or len(wn.inputs) != 3:
+                continue
+            m, z, c = wn.inputs
+            cv, zv = filled_with(g, reg, c), filled_with(g, reg, z)
+            sdt = g.tensors[s].dtype
+            if zv != 0 or cv is None or g.tensors[c].dtype != sdt or g.tensors[x].dtype != sdt or \
+                    tuple(g.shape(s)) != out:
+                continue
+            fdt = g.tensors[sm.inputs[0]].dtype
+            big = float(np.finfo(np.dtype(sdt)).max) if sdt in ("float16", "float32", "float64") else None
+            if fdt not in UNDERFLOW or big is None or not cv <= -(2 * bound + UNDERFLOW[fdt]) or \
+                    bound + abs(cv) > big:
+                continue
+            km = _aligned(len(out), tuple(g.shape(m)), d)
+            if km < 0 or not rows_keep_a_key(g, reg, m, km, ranges):
+                continue
+            p.op, p.inputs, p.attrs = "aten.where.self", [m, s, c], {}
+            dropped.append(wn)
+            done.append(f"{p.loc or p.name}: the mask added to the scores read as selected in their place "
+                        f"(every row keeps a key; scores within [-{bound}, {bound}])")
+            break
+    if done:  # (the additive masks' wheres, and what only they read, are read by nothing now: dropped)
+        g.validate(reg, cx)  # (readers' table rebuilt)
+        gone: set[int] = set()
+        todo = list(dropped)
+        while todo:
+            n = todo.pop()
+            if id(n) in gone or any(o in g.outputs for o in n.outputs) or \
+                    any(id(r) not in gone for o in n.outputs for r in g.consumers.get(o, [])):
+                continue
+            gone.add(id(n))
+            todo += [g.producer[i] for i in n.inputs if i in g.producer]
+        g.nodes = [n for n in g.nodes if id(n) not in gone]
+        g.validate(reg, cx)
+    return done

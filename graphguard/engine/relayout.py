@@ -179,25 +179,47 @@ def chunks(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term]) -> list[Ter
 MAX_PERMUTED_RANK = 6  # permutations tried per part in _permuted_parts (6! = 720)
 
 
+def _dims_permuted(y: np.ndarray, c: np.ndarray) -> tuple[int, ...] | None:
+    """The permutation p of y's dims with ``y.transpose(p) == c`` (labels), or None."""
+    if y.ndim != c.ndim or y.ndim > MAX_PERMUTED_RANK:
+        return None
+    return next((p for p in itertools.permutations(range(y.ndim))
+                 if tuple(y.shape[i] for i in p) == c.shape and np.array_equal(y.transpose(p), c)), None)
+
+
 def _permuted_parts(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term]) -> list[Term]:
-    """``concat(permute(y_0, p_0), permute(y_1, p_1), ..., dim=d)`` equal to ``x`` where the y hold copied entries
-    (broadcasts: no entry has one position, so no layout is read off positions): each part tried against each
-    permutation of its y's dims, label array against label array."""
+    """``concat(L(y_0), L(y_1), ..., dim=d)`` equal to ``x`` where the y hold copied entries (broadcasts: no entry
+    has one position, so no layout is read off positions), each L a permutation of y's dims (unit dims dropped
+    and restored by reshapes); the parts cut along one dim of x, or along two adjacent dims merged (each rank one
+    query head of one KV head: heads x repeats). Label arrays compared, part by part."""
     w = len(ys)
-    for d in range(x.ndim):
-        if x.shape[d] % w or x.shape[d] == 0:
-            continue
-        parts = []
-        for chunk, y, t in zip(np.split(x, w, axis=d), ys, y_terms):
-            if y.ndim != chunk.ndim or y.ndim > MAX_PERMUTED_RANK:
-                break
-            p = next((p for p in itertools.permutations(range(y.ndim))
-                      if tuple(y.shape[i] for i in p) == chunk.shape and np.array_equal(y.transpose(p), chunk)), None)
-            if p is None:
-                break
-            parts.append(t if p == tuple(range(y.ndim)) else app("core.permute", t, dims=tuple(p)))
-        else:
-            return [app("core.concat", *parts, dim=d)]
+    views = [(x, None)] + [(x.reshape(x.shape[:d] + (x.shape[d] * x.shape[d + 1],) + x.shape[d + 2:]), d)
+                           for d in range(x.ndim - 1)]
+    for view, merged in views:
+        for d in range(view.ndim):
+            if view.shape[d] % w or view.shape[d] == 0:
+                continue
+            parts = []
+            for chunk, y, t in zip(np.split(view, w, axis=d), ys, y_terms):
+                p = _dims_permuted(y, chunk)  # (the same dims; else with the unit dims dropped and restored)
+                if p is not None:
+                    parts.append(t if p == tuple(range(y.ndim)) else app("core.permute", t, dims=p))
+                    continue
+                cs = tuple(n for n in chunk.shape if n != 1)
+                ysq = y.reshape(tuple(n for n in y.shape if n != 1))
+                p = _dims_permuted(ysq, chunk.reshape(cs))
+                if p is None:
+                    break
+                if ysq.shape != y.shape:
+                    t = app("core.reshape", t, shape=tuple(ysq.shape))
+                if p != tuple(range(ysq.ndim)):
+                    t = app("core.permute", t, dims=p)
+                if cs != chunk.shape:
+                    t = app("core.reshape", t, shape=tuple(chunk.shape))
+                parts.append(t)
+            else:
+                out = app("core.concat", *parts, dim=d) if w > 1 else parts[0]
+                return [out if merged is None else app("core.reshape", out, shape=tuple(x.shape))]
     return []
 
 
@@ -229,7 +251,7 @@ def solve(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term], y_shapes: li
             parts.append(t)
         else:
             out.append(app("core.concat", *parts, dim=d))
-    if not out and w > 1 and any(i not in {v[0] for v in where.values()} for i in range(w)):
+    if not out and any(i not in {v[0] for v in where.values()} for i in range(w)):
         out += _permuted_parts(x, ys, y_terms)
     if not out and w > 1:
         out += [t for t in chunks(x, ys, y_terms) if len(set(leaves(t))) > 1]  # (one tensor's rows: below)
@@ -592,10 +614,12 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
     if len(terms) != 1 or not isinstance(terms[0], App) or not (
             is_movement(terms[0]) or (_is_broadcast(reg.get(terms[0].op)) and all(map(is_movement, terms[0].args)))):
         return none
+    crossing = not is_movement(terms[0])  # (a broadcast, against any dialect's)
+    ranks = 1 if crossing and g_d.world_size == 1 else 2  # (one rank: its tensors are all there is)
     rels = []
     for x in v.inputs:
         rx = list(R.get(x, ()))
-        if not rx or not all(is_movement(e) and len({rank_of(n) for n in leaves(e)}) > 1 for e in rx):
+        if not rx or not all(is_movement(e) and len({rank_of(n) for n in leaves(e)}) >= ranks for e in rx):
             return none
         rels.append(rx)
     out_shape = _concrete(g_s.shape(v.outputs[0]))
@@ -609,7 +633,6 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
         return none
     out: list[Term] = []
     aliases: list = []
-    crossing = not is_movement(terms[0])
     for picked in combos:
         lab = labelled(sorted({leaf for e in picked for leaf in leaves(e)}), g_d.shape)
         if lab is None or sum(a.size for a in lab.values()) > MAX_MOVED:
@@ -635,7 +658,7 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
                      if all(c is not None for c in cs)]
             if steps:
                 near.append((min(steps), len(near), g))
-            elif crossing and all(prop.get(n.outputs[0]) is not None for n in g):  # (through a concat: farther)
+            elif crossing and any(prop.get(n.outputs[0]) is not None for n in g):  # (through a concat: farther)
                 near.append((MAX_MOVED, len(near), g))
         found: list[Term] = []
         for _, _, nodes in sorted(near):
@@ -649,7 +672,7 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
             return none
         best = min(found, key=size)
         op_form = substitute(terms[0], dict(zip(v.inputs, picked)))
-        if size(best) > size(op_form) or len({rank_of(n) for n in leaves(best)}) < 2:
+        if size(best) > size(op_form) or len({rank_of(n) for n in leaves(best)}) < ranks:
             return none  # (the ranks' rows interleaved, or one rank's copy: the search's)
         if best not in out:
             out.append(best)

@@ -54,6 +54,7 @@ class VerifyResult:
     replay: dict | None = None
     expect: dict | None = None
     sizes: list[tuple[str, str]] = field(default_factory=list)  # data-decided sizes proved equal (old, new name)
+    assumed: list[str] = field(default_factory=list)  # where a proof step rests on the relation's assume:
     layers: list[dict] = field(default_factory=list)  # per model layer: its G_s operators, reused, seconds (layers.py)
     repeat: dict = field(default_factory=dict)  # "spec" / "impl" -> (layers' path, count) traced once (fx repeat)
 
@@ -120,6 +121,9 @@ class VerifyResult:
                 lines.append("with sizes that equal data decides (nonzero counts, slice lengths at bounds read from "
                              "tensors):")
                 lines += [f"  {a} = {b}" for a, b in self.sizes]
+        if self.assumed:  # part of the certificate: what it rests on beyond the input relation
+            lines.append("under the relation's assumptions (assume:), at:")
+            lines += [f"  {a}" for a in self.assumed]
         if self.layers:
             lines.append(self.layers_line())
         lines += [self.repeat_line(k) for k in self.repeat]

@@ -342,6 +342,7 @@ class RelationFile:
     allow_partial: dict[str, tuple[int, int]] = field(default_factory=dict)  # output -> (line, column)
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # input -> [lo, hi) of its values
     range_positions: dict[str, tuple[int, int]] = field(default_factory=dict)  # input -> (line, column)
+    assume: dict[str, Fraction] = field(default_factory=dict)  # named assumption -> its number (ASSUMPTIONS)
 
     def constraints(self) -> Constraints:
         cx = Constraints()
@@ -466,7 +467,14 @@ def _exprs(node, source: str, reg: Registry) -> list[Term]:
     return out
 
 
-SECTIONS = ("inputs", "symbols", "expect", "allow_partial", "ranges")
+SECTIONS = ("inputs", "symbols", "expect", "allow_partial", "ranges", "assume")
+# assumptions a relation file may state about values the programs compute (not only their inputs), each a number;
+# a proof that uses one says so with its verdict
+ASSUMPTIONS = {
+    "masked_scores_within": "every score a masked softmax reads lies in [-N, N] (a mask filled with a large "
+                            "negative number: added to the scores, or selected in their place, gives the same "
+                            "probabilities where every row keeps a key; engine/normalise.py masked_softmax)",
+}
 
 
 def parse_relation_text(text: str, source: str, reg: Registry, need_inputs: bool = True) -> RelationFile:
@@ -478,7 +486,7 @@ def parse_relation_text(text: str, source: str, reg: Registry, need_inputs: bool
                          f"mapping)")
     if not isinstance(root, yaml.MappingNode):
         raise InputError(f"{source}:1:1: a relation file is a mapping with 'inputs:' (and optional 'symbols:', "
-                         f"'expect:', 'allow_partial:', 'ranges:')")
+                         f"'expect:', 'allow_partial:', 'ranges:', 'assume:')")
     sections = {}
     for k, v in root.value:
         key = _key(k, source)
@@ -552,6 +560,20 @@ def parse_relation_text(text: str, source: str, reg: Registry, need_inputs: bool
                                  f"\"[lo, hi]\" of integers (quoted)")
             rel.ranges[name] = r
             rel.range_positions[name] = (k.start_mark.line + 1, k.start_mark.column + 1)
+    if "assume" in sections:
+        node = sections["assume"]
+        if not isinstance(node, yaml.MappingNode):
+            raise InputError(f"{source}:{node.start_mark.line + 1}: 'assume' must map assumption names to numbers "
+                             f"(known: {', '.join(ASSUMPTIONS)})")
+        for k, v in node.value:
+            name = _key(k, source)
+            where = f"{source}:{k.start_mark.line + 1}:{k.start_mark.column + 1}"
+            if name not in ASSUMPTIONS:
+                raise InputError(f"{where}: unknown assumption '{name[:60]}' (known: {', '.join(ASSUMPTIONS)})")
+            text = str(v.value) if isinstance(v, yaml.ScalarNode) else ""
+            if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text.strip()):
+                raise InputError(f"{where}: assumption '{name}' takes a non-negative number, got {text[:40]!r}")
+            rel.assume[name] = Fraction(text.strip())
     if "inputs" not in sections and need_inputs:
         raise InputError(f"{source}: the relation file has no 'inputs:' section")
     return rel

@@ -919,3 +919,27 @@ def test_an_expand_against_a_broadcast_of_other_entries_is_flagged(plugins, rel,
     r = _repeat_kv(plugins, rel, first_head_only)
     assert r.verdict == "does-not-refine", r.render()
     assert r.failure.outputs == ["E"], r.render()
+
+
+def test_solve_matches_broadcast_copies_by_permutation(plugins):
+    """Entries repeated (a broadcast): no entry has one position, each part is matched as a permutation of a
+    rank's tensor -- of the same dims, or with its unit dims dropped and restored, the parts cut along two
+    adjacent dims merged; labels and random values agree; a part of other entries is not matched."""
+    reg = plugins.registry
+    lab = labelled(["A", "B"], {"A": (3, 2, 4), "B": (3, 2, 4)}.__getitem__)
+    ys = [np.broadcast_to(lab[n][:, :, None, :], (3, 2, 2, 4)) for n in "AB"]  # [T, B, g, D], copies along g
+    x = np.concatenate([y.transpose(1, 2, 0, 3) for y in ys], axis=1)  # [B, 2 g, T, D]
+    got = solve(x, ys, [Leaf("Y0"), Leaf("Y1")], [(3, 2, 2, 4)] * 2)
+    assert [to_text(t) for t in got] == \
+        ["concat(permute(Y0, dims=[1, 2, 0, 3]), permute(Y1, dims=[1, 2, 0, 3]), dim=1)"], [to_text(t) for t in got]
+    # each rank one copy of a head ([T, B, 1, 1, D]) of x = [B, heads 1, copies 2, T, D]: cut across heads x copies
+    ys1 = [lab[n][:, :, None, None, :] for n in "AB"]
+    x1 = np.stack([lab["A"].transpose(1, 0, 2), lab["B"].transpose(1, 0, 2)], axis=1)[:, None]  # [B, 1, 2, T, D]
+    got = solve(x1, ys1, [Leaf("Y0"), Leaf("Y1")], [(3, 2, 1, 1, 4)] * 2)
+    assert got, "no layout"
+    env = {"Y0": ys1[0], "Y1": ys1[1]}
+    for t in got:
+        assert np.array_equal(_eval(t, env, reg), x1), to_text(t)
+    # must not: a part holding another tensor's entries
+    wrong = np.concatenate([ys[0].transpose(1, 2, 0, 3), ys[0].transpose(1, 2, 0, 3)], axis=1)
+    assert not [t for t in solve(wrong, ys, [Leaf("Y0"), Leaf("Y1")], [(3, 2, 2, 4)] * 2) if "Y1" in to_text(t)]

@@ -9,7 +9,7 @@ from .engine.egraph import Budget, EGraph
 from .engine.explain import diverging_ranks, explain
 from .engine.infer import Context, compute_out_rel, is_held
 from .engine.layers import layer_table
-from .engine.normalise import (bias_after_rows, drop_identities, fold_constants, fuse_expressions, round_fills, widen_fills, masked_softmax,
+from .engine.normalise import (bias_after_rows, drop_identities, fold_constants, fuse_expressions, round_fills, widen_fills, masked_softmax, scale_into_product,
                                scalar_forms, slices_of_concats)
 from .engine.result import VerifyResult
 from .errors import InputError, ShapeError
@@ -72,6 +72,8 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
         # of fills of the mask's shape: the fills widened (engine/normalise.py)
         drop_identities(g, reg, cx)  # x + 0, x * 1 (engine/normalise.py)
         scalar_forms(g, reg, cx)  # x * c, x / c for a constant c: mul.Scalar
+        scale_into_product(g, reg, cx, other=g_d if g is g_s else g_s)  # (x @ y) * c -> (x * c) @ y beside another
+        # dialect's program (engine/normalise.py)
     check_relation(g_s, g_d, rel, plugins, cx)
     return g_s, g_d, rel, plugins
 

@@ -508,3 +508,65 @@ def test_the_relation_states_assumptions_by_name(plugins):
                 "assume:\n  masked_scores_within: big\n", "assume: [masked_scores_within]\n"):
         with pytest.raises(InputError, match="assum"):
             parse_relation_text("inputs:\n  x: x@0\n" + bad, "r", plugins.registry)
+
+
+# -- scale_into_product: (x @ y) * c -> (x * c) @ y beside another framework's program (engine/normalise.py) -------
+
+def _scaled_scores(read_product_too=False):
+    from graphguard.ir.builder import GraphBuilder
+    g = GraphBuilder("g")
+    g.input("q", [4, 2, 3], "float16")
+    g.input("k", [4, 3, 5], "float16")
+    g.op("aten.bmm", ["q", "k"], "qk")
+    g.op("core.reshape", ["qk"], "v", shape=[2, 2, 2, 5])
+    g.op("aten.mul.Scalar", ["v"], "s", other=0.5)
+    outs = ["s"]
+    if read_product_too:
+        g.op("aten.relu", ["qk"], "r")
+        outs.append("r")
+    g.output(*outs)
+    return g
+
+
+def _hlo_program(scaled=True):
+    """XLA's side: q scaled by a splat constant before its dot with k (NeuronX's attention), or not scaled."""
+    from graphguard.ir.builder import GraphBuilder
+    h = GraphBuilder("h")
+    h.input("q", [4, 2, 3], "float16")
+    h.input("k", [4, 3, 5], "float16")
+    x = "q"
+    if scaled:
+        h.op("hlo.constant", [], "c", shape=[4, 2, 3], value=0.5, dtype="float16")
+        h.op("hlo.multiply", ["q", "c"], "qs")
+        x = "qs"
+    h.op("hlo.dot", [x, "k"], "s", lhs_batch=[0], rhs_batch=[0], lhs_contracting=[2], rhs_contracting=[1])
+    h.output("s")
+    return h
+
+
+@pytest.mark.parametrize("beside,read_product_too,moved", [
+    ("hlo", False, 1),  # HF's scores scaled after q @ k.T, beside XLA's scaling q first: the factor moves onto q
+    ("aten", False, 0),  # beside a program of the same framework: left as written
+    ("hlo", True, 0),  # the product read elsewhere too: left as written
+    ("hlo-unscaled", False, 0),  # beside a program that does not scale before its products: left as written
+])
+def test_scale_into_product(plugins, beside, read_product_too, moved):
+    import numpy as np
+
+    from graphguard.engine.normalise import scale_into_product
+    from graphguard.engine.replay import run_graph
+    from graphguard.ir.scalar import Constraints
+    reg, cx = plugins.registry, Constraints()
+    before = _scaled_scores(read_product_too).build(reg, cx)
+    after = _scaled_scores(read_product_too).build(reg, cx)
+    other = (_hlo_program(beside == "hlo") if beside.startswith("hlo") else _scaled_scores()).build(reg, cx)
+    assert scale_into_product(after, reg, cx, other=other) == moved
+    if moved:
+        bmm = next(n for n in after.nodes if n.op == "aten.bmm")
+        assert after.producer[bmm.inputs[0]].op == "aten.mul.Scalar"
+        assert after.producer["s"].op == "core.identity"
+    rng = np.random.default_rng(0)
+    env = {"q": rng.standard_normal([4, 2, 3]).astype(np.float16), "k": rng.standard_normal([4, 3, 5]).astype(np.float16)}
+    want, got = run_graph(before, env, reg, {}), run_graph(after, env, reg, {})
+    for o in before.outputs:  # 0.5: a power of two, exact in float16 either way
+        np.testing.assert_array_equal(got[o], want[o])

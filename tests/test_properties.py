@@ -837,3 +837,18 @@ def test_fills_of_one_shape_value_and_dtype_are_one_tensor_across_dialects():
                   "hlo.constant(shape=[3, 2], value=-30000, dtype=float16)",
                   "hlo.constant(shape=[2, 3], value=-29999, dtype=float16)"):
         assert not proves("aten.full(size=[2, 3], fill_value=-30000, dtype=float16)", other, {})
+
+
+def test_a_multiply_by_a_splat_is_a_scale_and_moves_through_the_dot():
+    """hlo 886 / 887 and hlo.dot's linearity (family 1204): NeuronX's (q * 0.5) . k is 0.5 (q . k)."""
+    s = {"Q": [2, 2, 4, 4], "K": [6, 2, 4, 4]}
+    d = {"Q": "float16", "K": "float16"}
+    dims = "lhs_batch=[1, 2], rhs_batch=[1, 2], lhs_contracting=[3], rhs_contracting=[3]"
+    half = "hlo.constant(shape=[2, 2, 4, 4], value=1/2, dtype=float16)"
+    assert proves(f"hlo.multiply(Q, {half})", "scale(Q, factor=1/2)", s, dtypes=d)
+    assert proves(f"hlo.multiply({half}, Q)", "scale(Q, factor=1/2)", s, dtypes=d)
+    assert proves(f"hlo.dot(hlo.multiply(Q, {half}), K, {dims})", f"scale(hlo.dot(Q, K, {dims}), factor=1/2)", s,
+                  dtypes=d)
+    # must not: another factor, a constant of another dtype
+    assert not proves(f"hlo.multiply(Q, {half})", "scale(Q, factor=1/4)", s, dtypes=d)
+    assert not proves(f"hlo.multiply(Q, {half})", "scale(Q, factor=1/2)", s, dtypes={"Q": "float32"})

@@ -670,3 +670,65 @@ def masked_softmax(g: Graph, reg: Registry, cx: S.Constraints, ranges: dict, bou
         g.nodes = [n for n in g.nodes if id(n) not in gone]
         g.validate(reg, cx)
     return done
+
+
+def _dialects(g: Graph) -> set[str]:
+    """The dialects of g's operators that read tensors (constants aside: a folded literal is HLO's in any program)."""
+    return {n.op.split(".")[0] for n in g.nodes if n.inputs} - {"core"}
+
+
+PRODUCTS = ("aten.bmm", "aten.mm")
+
+
+def scale_into_product(g: Graph, reg: Registry, cx: S.Constraints, other: Graph | None = None) -> int:
+    """``(x @ y) * c`` -> ``(x * c) @ y`` (views of the product between them kept): HF's attention scales its
+    scores after ``q @ k.T``, XLA's and NeuronX's before it (``q * c``); the factor has one place in both programs.
+    Exact over the reals (the product is linear in x), as the engine reads every linear op. Only beside a program
+    of other dialects that scales an operand of its own products (one framework's programs keep their own forms,
+    and so does a pair where neither moves the factor), and only where the product and its views are read by
+    nothing else. The number of factors moved."""
+    if other is None or _dialects(g) & _dialects(other) or not _scales_before_products(other, reg):
+        return 0  # (two frameworks, no dialect in common, the other scaling an operand of its products)
+    changed = 0
+    for m in list(g.nodes):
+        c = number(m.attrs.get("other")) if m.op == "aten.mul.Scalar" else None
+        if not isinstance(c, Fraction) or c == 0:
+            continue
+        p, t = g.producer.get(m.inputs[0]), m.inputs[0]
+        while p is not None and p.op == "core.reshape" and len(g.consumers.get(t, [])) == 1 and t not in g.outputs:
+            t = p.inputs[0]
+            p = g.producer.get(t)
+        if p is None or p.op not in PRODUCTS or len(g.consumers.get(t, [])) != 1 or t in g.outputs or \
+                len(g.consumers.get(m.inputs[0], [])) != 1:
+            continue
+        x = p.inputs[0]
+        scaled = _fresh(g, x, ".scaled")
+        g.add_node("aten.mul.Scalar", [x], [scaled], {"other": c}, name=_fresh_name(g, m.name + ".into"), loc=m.loc,
+                   func=m.func, module=m.module)
+        p.inputs = [scaled] + p.inputs[1:]
+        m.op, m.inputs, m.attrs = "core.identity", [m.inputs[0]], {}
+        changed += 1
+    if changed:
+        g.validate(reg, cx)
+    return changed
+
+
+def _scales_before_products(g: Graph, reg: Registry) -> bool:
+    """Whether ``g`` multiplies an operand of a bilinear product by a constant (NeuronX's ``q * scale`` before
+    its ``dot``)."""
+    for n in g.nodes:
+        op = reg.get(n.op)
+        if op is None or not n.inputs or not {(0,), (1,)} <= set(op.linear_groups()):
+            continue
+        p = g.producer.get(n.inputs[0])
+        pop = reg.get(p.op) if p is not None else None
+        if pop is not None and pop.scaling and any(filled_with(g, reg, i) is not None for i in p.inputs):
+            return True
+    return False
+
+
+def _fresh_name(g: Graph, name: str) -> str:
+    names = {n.name for n in g.nodes}
+    while name in names:
+        name += "_"
+    return name

@@ -193,4 +193,17 @@ PARTIAL_SUMS = [
     L(874, "negate-of-partial-sum", "hlo.negate(sum(?a, ?b)) => sum(hlo.negate(?a), hlo.negate(?b))"),
 ]
 
-LEMMAS = BRIDGES + MOVEMENT + SPLITS + DOT + REDUCE + PARTIAL_SUMS
+# a multiply by a splat constant is a scale (XLA's and NeuronX's attention scale q before the dot; the factor then
+# moves through the products: family 1204, hlo.dot being linear in each operand)
+SCALES = [
+    L(886, "multiply-by-splat-is-scale",
+      "hlo.multiply(?x, hlo.constant(shape=?s, value=?c, dtype=?t)) => scale(?x, factor=?c)",
+      "?s == shape(?x) and floating(?t) and dtype(?x) == ?t and finite(?c)",
+      examples=({"x": [2, 3], "s": [2, 3], "c": 0.5, "t": "float32"},)),
+    L(887, "splat-multiply-is-scale",
+      "hlo.multiply(hlo.constant(shape=?s, value=?c, dtype=?t), ?x) => scale(?x, factor=?c)",
+      "?s == shape(?x) and floating(?t) and dtype(?x) == ?t and finite(?c)",
+      examples=({"x": [2, 3], "s": [2, 3], "c": 0.5, "t": "float32"},)),
+]
+
+LEMMAS = BRIDGES + MOVEMENT + SPLITS + DOT + REDUCE + PARTIAL_SUMS + SCALES

@@ -264,9 +264,12 @@ def _check(r, tp=2):
     # HF's repeat_kv (unsqueeze, expand) is NeuronX's broadcast of the KV heads, matched on labels (TP 4: the
     # search's form, the expand of the ranks' caches)
     assert tp == 4 or any("values.wide@0" in e for e in rel("expand_1")), rel("expand_1")
+    # the scores: HF's (q @ k.T) * scaling, its factor moved onto q, is NeuronX's dot of the scaled q, matched on
+    # the pairs of entries the products sum (TP 1: one rank's scores; TP n: the ranks' heads)
+    assert "scores@0" in " ".join(rel("mul_7")), rel("mul_7")
     assert r.verdict == "does-not-refine"
-    # ... and it stops at the scores: HF scales q @ k^T by 1 / sqrt(D), NeuronX scales q before the dot
-    assert (r.failure.op, r.failure.loc) == ("aten.bmm", "modeling_llama.py:204"), r.failure
+    # ... and it stops at the mask selected in the scores' place: NeuronX's select of a constant of -30000
+    assert (r.failure.op, r.failure.loc) == ("aten.where.self", "modeling_llama.py:206"), r.failure
     if tp > 1:  # the projections: the ranks' column shards of the replicated activations
         assert rel("mm_1")[0].startswith("reshape(permute(reshape(concat(q.cols@0, q.cols@1"), rel("mm_1")
         return
@@ -282,7 +285,7 @@ def _check(r, tp=2):
 
 
 @pytest.mark.slow  # (suite time: test_kv_caches_refine_at_tp1 runs the same capture by default)
-def test_tp1_rope_tables_mask_projections_verify_then_stops_at_the_scores(tmp_path):
+def test_tp1_rope_tables_mask_projections_scores_verify_then_stops_at_the_select(tmp_path):
     _check(_verify(1, tmp_path), 1)
 
 

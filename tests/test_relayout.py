@@ -943,3 +943,57 @@ def test_solve_matches_broadcast_copies_by_permutation(plugins):
     # must not: a part holding another tensor's entries
     wrong = np.concatenate([ys[0].transpose(1, 2, 0, 3), ys[0].transpose(1, 2, 0, 3)], axis=1)
     assert not [t for t in solve(wrong, ys, [Leaf("Y0"), Leaf("Y1")], [(3, 2, 2, 4)] * 2) if "Y1" in to_text(t)]
+
+
+# -- a product of views against another dialect's product (relayout.products_first) ----------------------------
+
+def _scores(plugins, key_perm=(1, 2, 3, 0)):
+    """G_s (HF): bmm(q viewed [B * h, S, D], k viewed [B * h, D, T]); G_d (XLA, one rank): dot(q [S, B, h, D],
+    k [T, B, h, D]) with batch dims (B, h), then exp on both. ``key_perm``: how G_s reads the keys (the right
+    one, or a bug)."""
+    S_, B_, H_, D_, T_ = 2, 2, 2, 3, 4
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=1)
+    s.input("Q", [S_, B_, H_, D_], "float32")
+    s.input("K", [T_, B_, H_, D_], "float32")
+    s.op("core.permute", ["Q"], "qp", dims=[1, 2, 0, 3])
+    s.op("core.reshape", ["qp"], "qv", shape=[B_ * H_, S_, D_])
+    s.op("core.permute", ["K"], "kp", dims=list(key_perm))
+    s.op("core.reshape", ["kp"], "kv", shape=[B_ * H_, D_, T_])
+    s.op("aten.bmm", ["qv", "kv"], "sc")
+    s.op("aten.exp", ["sc"], "Z")
+    s.output("Z")
+    d.input("Q@0", [S_, B_, H_, D_], "float32")
+    d.input("K@0", [T_, B_, H_, D_], "float32")
+    d.op("hlo.dot", ["Q@0", "K@0"], "sc@0", lhs_batch=[1, 2], rhs_batch=[1, 2], lhs_contracting=[3],
+         rhs_contracting=[3])
+    d.op("hlo.exponential", ["sc@0"], "Z@0")
+    d.output("Z@0")
+    rel = parse_relation_text("inputs:\n  Q: Q@0\n  K: K@0\n", "rel", plugins.registry)
+    cx = rel.constraints()
+    return graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, replay=True)
+
+
+def test_a_product_of_views_is_matched_to_another_dialects_product_on_the_pairs_it_sums(plugins):
+    r = _scores(plugins)
+    assert r.verdict == "refines", r.render()
+    assert "reshape(sc@0, shape=[4, 2, 4])" in {to_text(e) for e in r.relations["sc"]}, \
+        [to_text(e) for e in r.relations["sc"]]
+    assert r.replay["ok"]
+
+
+def test_a_product_of_other_entries_is_flagged(plugins):
+    """Must not prove: the keys read with T and D swapped and B, h swapped -- the same shapes, other pairs summed."""
+    r = _scores(plugins, key_perm=(2, 1, 3, 0))
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.outputs == ["sc"], r.render()
+
+
+def test_product_signatures_pair_the_entries_summed():
+    from graphguard.engine.relayout import product_signatures
+    x = np.arange(6).reshape(2, 3)
+    y = np.arange(6, 12).reshape(3, 2)
+    sig = product_signatures("aten.mm", {}, x, y)
+    assert sig[1, 0] == ((3, 6), (4, 8), (5, 10))  # row 1 of x with column 0 of y
+    d = product_signatures("hlo.dot", {"lhs_contracting": [1], "rhs_contracting": [0]}, x, y)
+    assert (d == sig).all()
+    assert product_signatures("aten.add.Tensor", {}, x, y) is None

@@ -19,7 +19,7 @@ from ..ir.expr import App, Leaf, Term, flat_args, leaves, rename_symbols, size, 
 from ..ir.graph import Graph, Node
 from .egraph import Budget, BudgetExceeded, EGraph, Snapshot
 from .memo import Memo, Problem
-from .relayout import elementwise_outputs, movement_first, moved_outputs, relayouts, rows_through, sum_outputs, summed_outputs
+from .relayout import elementwise_outputs, movement_first, products_first, moved_outputs, relayouts, rows_through, sum_outputs, summed_outputs
 from .result import Failure, NodeStat, VerifyResult
 
 Relation = dict[str, list[Term]]
@@ -579,6 +579,8 @@ def _by_labels_first(ctx: Context, v: Node, R: Relation):
     _, _, d_outputs, s_outputs = _structure(ctx)
     const_of = functools.partial(constant_term, ctx)
     exprs, aliases = movement_first(ctx, v, R, const_of)
+    if not exprs:  # (a product of views: matched on the pairs of entries it sums)
+        exprs = products_first(ctx, v, R, const_of)[:1]
     # (a G_s output needs an expression over G_d's outputs: where the labels find none, the search runs)
     if not exprs or (v.outputs[0] in s_outputs and not any(set(leaves(e)) <= d_outputs for e in exprs)):
         exprs, aliases = [], []

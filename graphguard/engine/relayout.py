@@ -1454,3 +1454,109 @@ def _sum_of(lhs: Term, xs: np.ndarray, nodes: list[Node], zs: list[np.ndarray], 
             return []
         terms.append(t)
     return [(lhs, terms[0] if len(terms) == 1 else app("core.sum", *terms))]
+
+
+# -- products on labels: a bilinear product of views of G_d tensors, against another dialect's product ----------
+
+def _product_axes(op: str, attrs: dict, rx: int, ry: int):
+    """(lhs batch, lhs contracting, rhs batch, rhs contracting) dims of a product op; None for another op. Its
+    output: the batch dims, then lhs's free dims, then rhs's (in order) -- ``mm``, ``bmm``, XLA's ``dot``."""
+    if op == "aten.mm" and rx == ry == 2:
+        return [], [1], [], [0]
+    if op == "aten.bmm" and rx == ry == 3:
+        return [0], [2], [0], [1]
+    if op == "hlo.dot":
+        return ([int(d) for d in attrs.get("lhs_batch", ())], [int(d) for d in attrs.get("lhs_contracting", ())],
+                [int(d) for d in attrs.get("rhs_batch", ())], [int(d) for d in attrs.get("rhs_contracting", ())])
+    return None
+
+
+def product_signatures(op: str, attrs: dict, x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """Each output entry of the product of label arrays x, y as the pairs of entries it sums (x's label, y's
+    label), sorted: an object array of the output's shape; None for an op not a product."""
+    ax = _product_axes(op, attrs, x.ndim, y.ndim)
+    if ax is None:
+        return None
+    lb, lc, rb, rc = ax
+    lf = [d for d in range(x.ndim) if d not in lb + lc]
+    rf = [d for d in range(y.ndim) if d not in rb + rc]
+    if len(lb) != len(rb) or len(lc) != len(rc):
+        return None
+    xt = x.transpose(lb + lf + lc)
+    yt = y.transpose(rb + rf + rc)
+    nb = len(lb)
+    bshape, fl, fr = xt.shape[:nb], xt.shape[nb:nb + len(lf)], yt.shape[nb:nb + len(rf)]
+    if bshape != yt.shape[:nb] or xt.shape[nb + len(lf):] != yt.shape[nb + len(rf):]:
+        return None
+    k = int(np.prod(xt.shape[nb + len(lf):], dtype=np.int64))
+    if int(np.prod(bshape + fl + fr, dtype=np.int64)) * max(k, 1) > MAX_PRODUCT_TERMS:
+        return None  # (too many pairs to enumerate: the search's)
+    xs = xt.reshape(bshape + fl + (k,))
+    ys = yt.reshape(bshape + fr + (k,))
+    out = np.empty(bshape + fl + fr, dtype=object)
+    for idx in np.ndindex(*out.shape):
+        b, i, j = idx[:nb], idx[nb:nb + len(fl)], idx[nb + len(fl):]
+        out[idx] = tuple(sorted(zip(xs[b + i].tolist(), ys[b + j].tolist())))
+    return out
+
+
+MAX_PRODUCT_TERMS = 1 << 16  # (output entries x summands) a product on labels may enumerate
+
+
+def products_first(ctx, v: Node, R: dict, const_of) -> list[Term]:
+    """The output of a G_s product (``mm``, ``bmm``) of inputs related as data movement of G_d tensors, as a layout
+    of G_d products' outputs (any dialect's: XLA's ``dot`` with two batch dims beside PyTorch's ``bmm`` of their
+    merged views): every entry of the relations' G_d tensors labelled, each product's output entry written as the
+    pairs of input entries it sums (:func:`product_signatures`), and the G_s output solved over the G_d
+    counterparts' outputs on those (``solve``). Equal pairs, equal sums: exact over the reals. [] where nothing is
+    found (the search runs)."""
+    g_s, g_d, reg = ctx.g_s, ctx.g_d, ctx.egraph.reg
+    if len(v.inputs) != 2 or len(v.outputs) != 1 or _product_axes(v.op, v.attrs, len(g_s.shape(v.inputs[0])),
+                                                                   len(g_s.shape(v.inputs[1]))) is None:
+        return []
+    if any(n.op == v.op for n in g_d.nodes):  # (G_d computes the same op: the search relates them, every form)
+        return []
+    picked = []
+    for x in v.inputs:
+        rx = [e for e in R.get(x, ()) if is_movement(e)]
+        if not rx:
+            return []
+        picked.append(rx[0])
+    lab = labelled(sorted({leaf for e in picked for leaf in leaves(e)}), g_d.shape)
+    if lab is None:
+        return []
+    try:
+        xs = [term_eval(e, lab.__getitem__, reg) for e in picked]
+    except Exception:  # noqa: BLE001 -- shapes the references refuse: nothing is claimed
+        return []
+    sig = product_signatures(v.op, v.attrs, xs[0], xs[1])
+    if sig is None:
+        return []
+    prop = Propagated(ctx, dict(lab), const_of)
+    cands = []
+    for n in g_d.nodes:
+        if len(n.inputs) != 2 or len(n.outputs) != 1 or _product_axes(n.op, n.attrs, 0, 0) is None and n.op != v.op:
+            continue
+        if g_d.tensors[n.outputs[0]].dtype != g_s.tensors[v.outputs[0]].dtype:
+            continue
+        a, b = prop.get(n.inputs[0]), prop.get(n.inputs[1])
+        if a is None or b is None:
+            continue
+        s = product_signatures(n.op, n.attrs, a, b)
+        if s is not None:
+            cands.append((n, s))
+    if not cands:
+        return []
+    ids: dict[tuple, int] = {}
+    x = np.vectorize(lambda t: ids.setdefault(t, len(ids)), otypes=[np.int64])(sig)
+    ys, names = [], []
+    for n, s in cands:
+        ys.append(np.vectorize(lambda t: ids.setdefault(t, len(ids)), otypes=[np.int64])(s))
+        names.append(Leaf(n.outputs[0]))
+    # (the counterparts holding x's entries: by rank order, those whose entries x uses)
+    need = set(x.reshape(-1).tolist())
+    keep = [i for i, y in enumerate(ys) if set(y.reshape(-1).tolist()) & need]
+    if not keep:
+        return []
+    ys, names = [ys[i] for i in keep], [names[i] for i in keep]
+    return solve(x, ys, names, [tuple(y.shape) for y in ys])

@@ -997,3 +997,51 @@ def test_product_signatures_pair_the_entries_summed():
     d = product_signatures("hlo.dot", {"lhs_contracting": [1], "rhs_contracting": [0]}, x, y)
     assert (d == sig).all()
     assert product_signatures("aten.add.Tensor", {}, x, y) is None
+
+
+# -- a constant operand labelled by value (relayout.const_label): HF's where against XLA's select -----------------
+
+def _masked(plugins, fill_d=-30000.0, perm_mask=False):
+    """G_s: where(M viewed [B, 1, S, T], scores [B, h, S, T] transposed from X, full(-30000)); G_d (XLA, one rank):
+    select(broadcast(M@0), transpose(X@0), constant(fill_d)); both exp."""
+    B_, H_, S_, T_ = 2, 2, 2, 3
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=1)
+    s.input("M", [B_, S_, T_], "bool")
+    s.input("X", [B_, S_, H_, T_], "float16")
+    s.op("core.reshape", ["M"], "m4", shape=[B_, 1, S_, T_])
+    s.op("core.permute", ["X"], "sc", dims=[0, 2, 1, 3])
+    s.op("aten.full", [], "low", size=[B_, H_, S_, T_], fill_value=-30000, dtype="float16")
+    s.op("aten.where.self", ["m4", "sc", "low"], "w")
+    s.op("aten.exp", ["w"], "Z")
+    s.output("Z")
+    d.input("M@0", [B_, S_, T_], "bool")
+    d.input("X@0", [B_, S_, H_, T_], "float16")
+    d.op("hlo.broadcast", ["M@0"], "mb@0", shape=[B_, H_, S_, T_], dimensions=[0, 3, 2] if perm_mask else [0, 2, 3])
+    d.op("core.permute", ["X@0"], "sc@0", dims=[0, 2, 1, 3])
+    d.op("hlo.constant", [], "low@0", shape=[B_, H_, S_, T_], value=fill_d, dtype="float16")
+    d.op("hlo.select", ["mb@0", "sc@0", "low@0"], "w@0")
+    d.op("hlo.exponential", ["w@0"], "Z@0")
+    d.output("Z@0")
+    rel = parse_relation_text("inputs:\n  M: M@0\n  X: X@0\n", "rel", plugins.registry)
+    cx = rel.constraints()
+    return graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, replay=True)
+
+
+def test_a_select_of_a_constant_is_matched_on_labels_by_value(plugins):
+    r = _masked(plugins)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines() == ["Z = Z@0"], r.r_o_lines()
+    assert r.replay["ok"]
+
+
+@pytest.mark.parametrize("fill_d,perm_mask", [(-20000.0, False), (-30000.0, True)])
+def test_a_select_of_another_constant_or_mask_is_flagged(plugins, fill_d, perm_mask):
+    """Must not prove: another fill value; the mask broadcast with the query and key dims swapped (a [2, 2, 3]
+    mask read as [B, T, S] is another mask only where S != T: here S = 2, T = 3, so shapes refuse it)."""
+    try:
+        r = _masked(plugins, fill_d, perm_mask)
+    except Exception as e:  # (the swapped broadcast does not fit: rejected as bad input, nothing proven)
+        assert perm_mask and "broadcast" in str(e), e
+        return
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.outputs == ["w"], r.render()

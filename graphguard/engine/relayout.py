@@ -386,11 +386,12 @@ class Propagated:
     (``const_of``), evaluated by :func:`_moves` (its reference on labels, checked on values). Anything else
     (a reduction, arithmetic, an input not labelled) leaves the tensor without labels."""
 
-    def __init__(self, ctx, labels: dict[str, np.ndarray], const_of):
+    def __init__(self, ctx, labels: dict[str, np.ndarray], const_of, const_labels: dict | None = None):
         self.ctx, self.reg, self.const_of = ctx, ctx.egraph.reg, const_of
         self.memo: dict[str, np.ndarray | None] = dict(labels)
         self.evaluated = 0
         self.rng = np.random.default_rng(0)
+        self.const_labels = const_labels  # (given: a constant G_d tensor's entries labelled by value, see const_label)
 
     def get(self, t: str) -> np.ndarray | None:
         if t in self.memo:
@@ -404,7 +405,11 @@ class Propagated:
         term = g_d.node_terms(n)[n.outputs.index(t)]
         op = self.reg.get(n.op)
         got = None
-        if is_movement(term) and all(self.get(leaf) is not None for leaf in set(leaves(term))):
+        if not n.inputs and self.const_labels is not None and self.const_of is not None:
+            c = self.const_of(t)
+            v = _value(c, self.reg) if c is not None else None
+            got = const_label(v, self.const_labels) if v is not None else None
+        elif is_movement(term) and all(self.get(leaf) is not None for leaf in set(leaves(term))):
             got = term_eval(term, self.memo.__getitem__, self.reg)
         elif op is not None and op.data_movement and len(n.outputs) == 1 and self.get(n.inputs[0]) is not None:
             consts = [self.const_of(i) for i in n.inputs[1:]]
@@ -730,7 +735,16 @@ def _by_base(g_d) -> dict[str, list[str]]:
     return got[1]
 
 
-def _labelled_inputs(ctx, v: Node, R: dict, max_out: int, max_labels: int | None = None, const_of=None):
+def const_label(values: np.ndarray, table: dict) -> np.ndarray:
+    """A constant's entries labelled by value (negative labels, one per distinct value in ``table``): equal values,
+    one label, in both programs -- an entry of ``where(mask, scores, -30000)`` is then the same function of the
+    same labels as XLA's ``select`` of its -30000 constant."""
+    flat = [table.setdefault(float(x), -1 - len(table)) for x in np.asarray(values, dtype=np.float64).reshape(-1)]
+    return np.array(flat, dtype=np.int64).reshape(np.shape(values))
+
+
+def _labelled_inputs(ctx, v: Node, R: dict, max_out: int, max_labels: int | None = None, const_of=None,
+                     const_labels: dict | None = None):
     """The common start of the label searches for v's output: its concrete shape (1 to ``max_out`` entries),
     each input's first relation of data movement over G_d tensors, those tensors labelled (at most
     ``max_labels`` entries) and the inputs' labels; replicated copies of an input (other relations that are one
@@ -740,9 +754,16 @@ def _labelled_inputs(ctx, v: Node, R: dict, max_out: int, max_labels: int | None
     out_shape = _concrete(ctx.g_s.shape(v.outputs[0]))
     if out_shape is None or not 0 < int(np.prod(out_shape, dtype=np.int64)) <= max_out:
         return None
-    rels = []
+    rels, consts = [], {}
     for x in v.inputs:
         e = next((e for e in R.get(x, ()) if is_movement(e) and next(leaves(e), None) is not None), None)
+        if e is None and const_labels is not None:  # (a constant input: its entries labelled by value)
+            c = next((e for e in R.get(x, ()) if next(leaves(e), None) is None), None)
+            val = _value(c, ctx.egraph.reg) if c is not None else None
+            if val is not None:
+                consts[len(rels)] = const_label(val, const_labels)
+                rels.append(c)
+                continue
         if e is None:
             return None
         rels.append(e)
@@ -751,7 +772,7 @@ def _labelled_inputs(ctx, v: Node, R: dict, max_out: int, max_labels: int | None
         return None
     if const_of is not None and len(lab) > 1:
         _derived_labels(ctx, lab, const_of)
-    ev = [term_eval(e, lab.__getitem__, ctx.egraph.reg) for e in rels]
+    ev = [consts[i] if i in consts else term_eval(e, lab.__getitem__, ctx.egraph.reg) for i, e in enumerate(rels)]
     for x, a in zip(v.inputs, ev):
         for e in R.get(x, ()):
             if isinstance(e, Leaf) and e.name not in lab and _concrete(ctx.g_d.shape(e.name)) == a.shape:
@@ -810,7 +831,8 @@ def elementwise_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, c
     if (op is None or len(v.outputs) != 1 or not v.inputs
             or sorted(op.elementwise) != list(range(len(v.inputs)))):
         return []
-    got = _labelled_inputs(ctx, v, R, MAX_ELEMENTWISE, const_of=const_of)
+    const_labels: dict = {}
+    got = _labelled_inputs(ctx, v, R, MAX_ELEMENTWISE, const_of=const_of, const_labels=const_labels)
     if got is None:
         return []
     out_shape, rels, lab, ev = got
@@ -823,7 +845,7 @@ def elementwise_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, c
     nodes = [n for ns in _named_first(_counterparts(g_d, v), v) for n in ns
              if dict(n.attrs) == attrs and [g_d.tensors[t].dtype for t in n.inputs + n.outputs] == dtypes]
     nodes += _renamed_counterparts(ctx, v, dtypes)
-    prop = Propagated(ctx, lab, const_of)
+    prop = Propagated(ctx, lab, const_of, const_labels)
     where: dict[tuple, tuple[int, int]] = {}  # input labels -> (counterpart, flat output index)
     used, ys, base = [], [], 0
     for n in nodes[:MAX_COUNTERPARTS]:

@@ -852,3 +852,12 @@ def test_a_multiply_by_a_splat_is_a_scale_and_moves_through_the_dot():
     # must not: another factor, a constant of another dtype
     assert not proves(f"hlo.multiply(Q, {half})", "scale(Q, factor=1/4)", s, dtypes=d)
     assert not proves(f"hlo.multiply(Q, {half})", "scale(Q, factor=1/2)", s, dtypes={"Q": "float32"})
+
+
+def test_a_maximum_with_the_max_reductions_own_init_is_the_reduction():
+    """hlo 888 (JAX's softmax takes max(reduce_max(x, init), init); NeuronX's the reduction alone)."""
+    s = {"X": [2, 3, 4]}
+    red = "hlo.reduce(X, dims=[2], reducer=max, init=-1000)"
+    assert proves(f"hlo.maximum({red}, hlo.constant(shape=[2, 3], value=-1000, dtype=float32))", red, s)
+    # must not: a maximum with another constant (it may clip the reduction)
+    assert not proves(f"hlo.maximum({red}, hlo.constant(shape=[2, 3], value=-999, dtype=float32))", red, s)

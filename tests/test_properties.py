@@ -861,3 +861,11 @@ def test_a_maximum_with_the_max_reductions_own_init_is_the_reduction():
     assert proves(f"hlo.maximum({red}, hlo.constant(shape=[2, 3], value=-1000, dtype=float32))", red, s)
     # must not: a maximum with another constant (it may clip the reduction)
     assert not proves(f"hlo.maximum({red}, hlo.constant(shape=[2, 3], value=-999, dtype=float32))", red, s)
+
+
+def test_a_dot_of_a_partial_sum_is_the_sum_of_dots_and_only_that():
+    """hlo.dot declared linear in each operand: family 1203 for it; must not pair the summands with other operands."""
+    s = {"A": [2, 3], "B": [2, 3], "W": [3, 4], "V": [3, 4]}
+    dims = "lhs_batch=[], rhs_batch=[], lhs_contracting=[1], rhs_contracting=[0]"
+    assert proves(f"hlo.dot(sum(A, B), W, {dims})", f"sum(hlo.dot(A, W, {dims}), hlo.dot(B, W, {dims}))", s)
+    assert not proves(f"hlo.dot(sum(A, B), W, {dims})", f"sum(hlo.dot(A, W, {dims}), hlo.dot(B, V, {dims}))", s)

@@ -820,6 +820,13 @@ def test_a_shard_reshaped_instead_of_transposed_does_not_verify(plugins):
     assert r.verdict == "does-not-refine", r.render()
 
 
+def _verify(plugins, s: GraphBuilder, d: GraphBuilder, relation: str, replay: bool = False):
+    """Verify the built spec ``s`` against the built implementation ``d`` under ``relation`` (a file's text)."""
+    rel = parse_relation_text(relation, "rel", plugins.registry)
+    cx = rel.constraints()
+    return graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, replay=replay)
+
+
 def _viewed(plugins, rel: str, shape_s, view_s, shape_d, view_d, replay=False):
     """G_s: V = view(X) of ``shape_s`` as ``view_s``, Z = relu(V); each of two ranks views its X@r (``shape_d``)
     as ``view_d`` and takes relu; X related by ``rel``. The verification's result."""
@@ -833,9 +840,7 @@ def _viewed(plugins, rel: str, shape_s, view_s, shape_d, view_d, replay=False):
         d.op("core.reshape", [f"X@{r}"], f"V@{r}", shape=view_d)
         d.op("aten.relu", [f"V@{r}"], f"Z@{r}")
     d.output("Z@0", "Z@1")
-    rel = parse_relation_text(f"inputs:\n  X: {rel}\n", "rel", plugins.registry)
-    cx = rel.constraints()
-    return graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, replay=replay)
+    return _verify(plugins, s, d, f"inputs:\n  X: {rel}\n", replay=replay)
 
 
 def test_a_view_of_a_replicated_tensor_is_left_to_the_search(plugins):
@@ -896,9 +901,7 @@ def _repeat_kv(plugins, rel="concat(C@0, C@1, dim=2)", first_head_only=False):
         d.op("core.permute", [f"W@{r}"], f"Q@{r}", dims=[1, 2, 3, 0, 4])
         d.op("hlo.exponential", [f"Q@{r}"], f"Z@{r}")
     d.output("Z@0", "Z@1")
-    rel = parse_relation_text(f"inputs:\n  C: {rel}\n", "rel", plugins.registry)
-    cx = rel.constraints()
-    return graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, replay=True)
+    return _verify(plugins, s, d, f"inputs:\n  C: {rel}\n", replay=True)
 
 
 def test_an_expand_is_matched_to_another_dialects_broadcast_on_labels(plugins):
@@ -968,9 +971,7 @@ def _scores(plugins, key_perm=(1, 2, 3, 0)):
          rhs_contracting=[3])
     d.op("hlo.exponential", ["sc@0"], "Z@0")
     d.output("Z@0")
-    rel = parse_relation_text("inputs:\n  Q: Q@0\n  K: K@0\n", "rel", plugins.registry)
-    cx = rel.constraints()
-    return graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, replay=True)
+    return _verify(plugins, s, d, "inputs:\n  Q: Q@0\n  K: K@0\n", replay=True)
 
 
 def test_a_product_of_views_is_matched_to_another_dialects_product_on_the_pairs_it_sums(plugins):
@@ -1022,9 +1023,7 @@ def _masked(plugins, fill_d=-30000.0, perm_mask=False):
     d.op("hlo.select", ["mb@0", "sc@0", "low@0"], "w@0")
     d.op("hlo.exponential", ["w@0"], "Z@0")
     d.output("Z@0")
-    rel = parse_relation_text("inputs:\n  M: M@0\n  X: X@0\n", "rel", plugins.registry)
-    cx = rel.constraints()
-    return graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), rel, replay=True)
+    return _verify(plugins, s, d, "inputs:\n  M: M@0\n  X: X@0\n", replay=True)
 
 
 def test_a_select_of_a_constant_is_matched_on_labels_by_value(plugins):

@@ -637,7 +637,7 @@ def test_matmul_of_interleaved_row_slices():
 
 def test_every_derived_rule_is_listed_and_fuzzed(plugins):
     derived = [r for r in plugins.lemmas if r.lemma.variant]
-    assert {r.lemma.ref for r in derived} == set(range(1201, 1222))
+    assert {r.lemma.ref for r in derived} == set(range(1201, 1223))
     assert len({r.id for r in plugins.lemmas}) == len(plugins.lemmas)  # one id per rule
     # every one is in the fuzzed packs (test_lemmas.BUILTIN fuzzes each pack's rules) ...
     from test_lemmas import BUILTIN
@@ -837,6 +837,46 @@ def test_fills_of_one_shape_value_and_dtype_are_one_tensor_across_dialects():
                   "hlo.constant(shape=[3, 2], value=-30000, dtype=float16)",
                   "hlo.constant(shape=[2, 3], value=-29999, dtype=float16)"):
         assert not proves("aten.full(size=[2, 3], fill_value=-30000, dtype=float16)", other, {})
+
+
+# -- family 1222: a function others define (COMPOSITES), spelt in any dialect computing its parts ---------------
+
+def test_silu_is_x_times_the_logistic_of_x_in_any_dialect():
+    """HF's ``silu`` against NeuronX's ``multiply(x, logistic(x))`` and ATen's own ``mul(x, sigmoid(x))``; and
+    not against a product with another tensor's logistic, the logistic squared, or an integer x."""
+    s = {"X": [2, 3], "Y": [2, 3]}
+    d = {"X": "float16", "Y": "float16"}
+    assert proves("aten.silu(X)", "hlo.multiply(X, hlo.logistic(X))", s, dtypes=d)
+    assert proves("aten.silu(X)", "aten.mul.Tensor(X, aten.sigmoid(X))", s, dtypes=d)
+    assert not proves("aten.silu(X)", "hlo.multiply(X, hlo.logistic(Y))", s, dtypes=d)
+    assert not proves("aten.silu(X)", "hlo.multiply(hlo.logistic(X), hlo.logistic(X))", s, dtypes=d)
+    assert not proves("aten.silu(X)", "hlo.multiply(Y, hlo.logistic(X))", s, dtypes=d)
+    assert not proves("aten.silu(X)", "hlo.exponential(X)", s, dtypes=d)
+
+
+def test_composites_are_derived_only_where_the_parts_are_computed(plugins):
+    """Each derived lemma spells the composite in one dialect's ops (the one op computing each part, its
+    attributes all fixed by the function), guarded by its innermost op; every one passes the fuzzer."""
+    from graphguard.engine.fuzz import fuzz_rule
+    rules = [r for r in plugins.lemmas if r.lemma.ref == 1222]
+    texts = {r.lemma.rule for r in rules}
+    assert "aten.silu(?x0) => hlo.multiply(?x0, hlo.logistic(?x0))" in texts, texts
+    assert "aten.silu(?x0) => aten.mul.Tensor(?x0, aten.sigmoid(?x0))" in texts, texts
+    assert all(r.lemma.when.startswith(("hlo.logistic(", "aten.sigmoid(")) for r in rules)
+    for r in rules:
+        assert fuzz_rule(r, plugins.registry).ok, r.lemma.label
+
+
+def test_slice_of_a_transpose_is_the_transpose_of_the_operands_slice():
+    """core 115 (only where the operand's slice exists): HF's h[:, -1:] of [b, s, h] is NeuronX's slice of
+    its [h, s, b] activations, transposed; the slice of another dim or range is not."""
+    s = {"X": [4, 3, 2]}
+    assert proves("slice(permute(X, dims=[2, 1, 0]), dim=1, start=2, end=3)",
+                  "permute(slice(X, dim=1, start=2, end=3), dims=[2, 1, 0])", s)
+    assert not proves("slice(permute(X, dims=[2, 1, 0]), dim=1, start=2, end=3)",
+                      "permute(slice(X, dim=1, start=1, end=2), dims=[2, 1, 0])", s)
+    assert not proves("slice(permute(X, dims=[2, 0, 1]), dim=1, start=0, end=1)",
+                      "permute(slice(X, dim=1, start=0, end=1), dims=[2, 0, 1])", s)
 
 
 def test_a_multiply_by_a_splat_is_a_scale_and_moves_through_the_dot():

@@ -1044,3 +1044,155 @@ def test_a_select_of_another_constant_or_mask_is_flagged(plugins, fill_d, perm_m
         return
     assert r.verdict == "does-not-refine", r.render()
     assert r.failure.outputs == ["w"], r.render()
+
+
+# -- a row-parallel product in another dialect: the ranks' partial products summed (relayout._partial_products) --
+
+def _row_parallel(plugins, w_order=(0, 1), reduce=True):
+    """G_s (PyTorch): Y = mm(X [N, K], W [K, H]); G_d (XLA, two ranks, K split): P@r = dot(W@r, X@r) contracting
+    W's dim 0 with X's dim 1 -> [H, N] (NeuronX's o_proj), summed by an all-reduce (``reduce``). ``w_order``:
+    which rank's shard holds W's first rows (a bug: swapped)."""
+    N, K, H = 3, 4, 5
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("X", [N, K], "float32")
+    s.input("W", [K, H], "float32")
+    s.op("aten.mm", ["X", "W"], "Y")
+    s.output("Y")
+    for r in range(2):
+        d.input(f"X@{r}", [N, K // 2], "float32")
+        d.input(f"W@{r}", [K // 2, H], "float32")
+        d.op("hlo.dot", [f"W@{r}", f"X@{r}"], f"P@{r}", lhs_batch=[], rhs_batch=[], lhs_contracting=[0],
+             rhs_contracting=[1])
+    if reduce:
+        d.op("core.all_reduce", ["P@0", "P@1"], ["S@0", "S@1"], op="sum", group=[0, 1])
+    d.output(*(["S@0", "S@1"] if reduce else ["P@0", "P@1"]))
+    w = ", ".join(f"W@{r}" for r in w_order)
+    return _verify(plugins, s, d, f"inputs:\n  X: concat(X@0, X@1, dim=1)\n  W: concat({w}, dim=0)\n",
+                   replay=reduce and w_order == (0, 1))
+
+
+def test_a_row_parallel_product_is_the_sum_of_the_ranks_products_in_another_layout(plugins):
+    r = _row_parallel(plugins)
+    assert r.verdict == "refines", r.render()
+    assert "sum(permute(P@0, dims=[1, 0]), permute(P@1, dims=[1, 0]))" in {to_text(e) for e in r.relations["Y"]}, \
+        [to_text(e) for e in r.relations["Y"]]
+    assert r.replay["ok"]
+
+
+def test_a_row_parallel_product_of_the_other_shard_order_is_flagged(plugins):
+    """Must not prove: W's shards related in the other rank order -- each rank's product sums other pairs."""
+    r = _row_parallel(plugins, w_order=(1, 0))
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.outputs == ["Y"], r.render()
+
+
+def test_a_row_parallel_product_not_reduced_does_not_refine(plugins):
+    """Must not prove: the partial products left unsummed -- Y is their sum, which no G_d tensor holds."""
+    r = _row_parallel(plugins, reduce=False)
+    assert r.verdict != "refines", r.render()
+
+
+def test_partial_products_need_each_entry_whole():
+    """The decomposition: every G_s entry's pairs the disjoint union of one entry of each counterpart; a
+    counterpart summing a pair the entry does not is no part of it."""
+    from graphguard.engine.relayout import _partial_products
+    from graphguard.ir.graph import Node
+    sig = np.empty((1,), dtype=object)
+    sig[0] = ((0, 4), (1, 5), (2, 6), (3, 7))
+    a, b, c = (np.empty((1,), dtype=object) for _ in range(3))
+    a[0], b[0], c[0] = ((0, 4), (1, 5)), ((2, 6), (3, 7)), ((2, 6), (3, 8))
+    n = lambda t: Node("hlo.dot", [], [t])  # noqa: E731
+    got = _partial_products(sig, [(n("a"), a), (n("b"), b)])
+    assert [to_text(t) for t in got] == ["sum(a, b)"]
+    assert _partial_products(sig, [(n("a"), a), (n("c"), c)]) == []
+
+
+# -- a KV head on two ranks (more ranks than KV heads): replicas labelled, the expand without a broadcast ---------
+
+def _repeat_kv_replicated(plugins, forms=('concat(C@0, C@2, dim=2)', 'concat(C@1, C@3, dim=2)')):
+    """G_s (HF's repeat_kv): E = expand of the cache C [T, B, 2 KV heads, D] to [B, 2, 2 copies, T, D]; four
+    ranks (XLA) each hold one query head and the cache of its KV head, ranks 2j and 2j + 1 the same head
+    (``forms``: the relation's assemblies, one per choice of replica); with one query head per rank nothing is
+    broadcast: each rank views its cache W@r = reshape(C@r), transposes and takes exp."""
+    T, B, D = 3, 2, 2
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=4)
+    s.input("C", [T, B, 2, D], "float16")
+    s.op("core.permute", ["C"], "P", dims=[1, 2, 0, 3])
+    s.op("core.reshape", ["P"], "U", shape=[B, 2, 1, T, D])
+    s.op("aten.expand", ["U"], "E", size=[B, 2, 2, T, D])
+    s.op("aten.exp", ["E"], "Z")
+    s.output("Z")
+    for r in range(4):
+        d.input(f"C@{r}", [T, B, 1, D], "float16")
+        d.op("core.reshape", [f"C@{r}"], f"W@{r}", shape=[T, B, 1, 1, D])
+        d.op("core.permute", [f"W@{r}"], f"Q@{r}", dims=[1, 2, 3, 0, 4])
+        d.op("hlo.exponential", [f"Q@{r}"], f"Z@{r}")
+    d.output(*[f"Z@{r}" for r in range(4)])
+    rel = "[" + ", ".join(f'"{f}"' for f in forms) + "]"
+    return _verify(plugins, s, d, f"inputs:\n  C: {rel}\n", replay=True)
+
+
+def test_an_expand_over_kv_heads_replicated_on_two_ranks_is_the_ranks_copies(plugins):
+    """Ranks 1 and 3 hold the replicas the relation's second assembly names: labelled as the first's, HF's
+    expand is every rank's own copy (no broadcast in G_d to match)."""
+    r = _repeat_kv_replicated(plugins)
+    assert r.verdict == "refines", r.render()
+    got = [to_text(e) for e in r.relations["E"]]
+    assert any(all(f"@{k}" in e for k in range(4)) and "expand" not in e for e in got), got
+    assert r.replay["ok"]
+
+
+def test_an_expand_over_replicas_of_the_wrong_kv_head_is_flagged(plugins):
+    """Must not prove: ranks 1 and 3 hold the KV heads in the other order -- rank 1's query head reads KV head 1
+    where HF's repeat gives it KV head 0."""
+    r = _repeat_kv_replicated(plugins, ('concat(C@0, C@2, dim=2)', 'concat(C@3, C@1, dim=2)'))
+    assert r.verdict == "does-not-refine", r.render()
+
+
+def test_equal_leaves_of_two_assemblies_however_nested(plugins):
+    """Two data-movement forms of one tensor pair their leaves where every entry of one lands where an entry
+    of the other does, in order; nothing is paired through a slice that drops entries, nor across a broadcast."""
+    from graphguard.engine.relayout import equal_leaves
+    from graphguard.ir.expr import app
+    shape = {f"A@{r}": (2, 3) for r in range(4)}.__getitem__
+    reg = plugins.registry
+    e = app("core.concat", app("core.concat", Leaf("A@0"), Leaf("A@2"), dim=1), Leaf("A@0"), dim=1)
+    f = app("core.concat", Leaf("A@1"), app("core.concat", Leaf("A@3"), Leaf("A@1"), dim=1), dim=1)
+    assert sorted(equal_leaves(e, f, shape, reg)) == [("A@0", "A@1"), ("A@2", "A@3")]
+    g = app("core.concat", Leaf("A@1"), Leaf("A@3"), Leaf("A@3"), dim=1)  # (A@3 where A@0 was: not A@0's)
+    assert ("A@0", "A@3") not in equal_leaves(e, g, shape, reg)
+    sl = app("core.slice", Leaf("A@0"), dim=1, start=0, end=2)  # a slice of A@0 equal to one of A@1: no more
+    assert equal_leaves(sl, app("core.slice", Leaf("A@1"), dim=1, start=0, end=2), shape, reg) == []
+    p = app("core.permute", Leaf("A@0"), dims=(1, 0))
+    assert equal_leaves(p, app("core.permute", Leaf("A@1"), dims=(1, 0)), shape, reg) == [("A@0", "A@1")]
+    assert equal_leaves(p, app("core.reshape", Leaf("A@1"), shape=(3, 2)), shape, reg) == []  # (another order)
+
+
+# -- an elementwise op against another dialect's expression of it, on labels (relayout._renamed_counterparts) ----
+
+def _silu_transposed(plugins, other=False):
+    """G_s (PyTorch): Z = silu(X) of X [4, 6]; G_d (XLA, one rank) holds X transposed and computes
+    multiply(X@0, logistic(X@0)) (``other``: the logistic of another tensor, a bug)."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=1)
+    s.input("X", [4, 6], "float32")
+    s.op("aten.silu", ["X"], "Z")
+    s.output("Z")
+    d.input("X@0", [6, 4], "float32")
+    d.input("Y@0", [6, 4], "float32")
+    d.op("hlo.logistic", ["Y@0" if other else "X@0"], "L@0")
+    d.op("hlo.multiply", ["X@0", "L@0"], "Z@0")
+    d.output("Z@0")
+    return _verify(plugins, s, d, "inputs:\n  X: permute(X@0, dims=[1, 0])\n", replay=not other)
+
+
+def test_silu_meets_the_other_dialects_product_with_the_logistic_on_labels(plugins):
+    r = _silu_transposed(plugins)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines() == ["Z = permute(Z@0, dims=[1, 0])"], r.r_o_lines()
+    assert r.replay["ok"]
+
+
+def test_silu_against_a_product_with_another_tensors_logistic_is_flagged(plugins):
+    r = _silu_transposed(plugins, other=True)
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.outputs == ["Z"], r.render()

@@ -546,6 +546,49 @@ def same_function(op, reg):  # A(x0, x1) -> B(bcast(x0), x1) where B(bcast(x0), 
                 yield f"{rhs} => {lhs}", " and ".join(conds), lhs, ex
 
 
+# functions defined by others (dialect-neutral names of OpDef.computes): (function, operands...), an int the op's
+# operand of that index
+COMPOSITES = {
+    "silu": ("mul", 0, ("logistic", 0)),
+}
+
+
+def _computing(dialect: str, fn: str, reg) -> tuple[OpDef, dict] | None:
+    """``dialect``'s one op computing ``fn`` (OpDef.computes) with every attribute fixed by it; None where it has
+    none or several."""
+    found = [(op, _computes(op)[fn]) for op in reg if op.name.split(".")[0] == dialect and fn in _computes(op)
+             and all(a.name in _computes(op)[fn] for a in op.attrs)]
+    return found[0] if len(found) == 1 else None
+
+
+def _spell(e, dialect: str, reg) -> tuple[str, str] | None:
+    """(pattern, its innermost op's pattern) of composite ``e`` in ``dialect``'s ops; None where one is missing."""
+    if isinstance(e, int):
+        return f"?x{e}", ""
+    got = _computing(dialect, e[0], reg)
+    args = [_spell(a, dialect, reg) for a in e[1:]]
+    if got is None or None in args or _n_inputs(got[0]) != len(args):
+        return None
+    me = call(got[0], [a for a, _ in args], got[1])
+    return me, next((i for _, i in args if i), me)
+
+
+@family(1222, "composite-across-dialects")
+def composite(op, reg):  # silu(x) -> mul(x, logistic(x)) in any dialect, where its logistic(x) exists
+    """An op computing a function others define (``COMPOSITES``: SiLU is x times the logistic of x) is that
+    expression in any dialect computing its parts (NeuronX's ``multiply(x, logistic(x))`` beside HF's ``silu``);
+    only where the expression's innermost op exists (§4.3). Floating operands."""
+    n = _n_inputs(op)
+    for fn, fixed in sorted(_computes(op).items()):
+        if fn not in COMPOSITES or any(a.name not in fixed for a in op.attrs):
+            continue
+        for dialect in sorted({o.name.split(".")[0] for o in reg}):
+            got = _spell(COMPOSITES[fn], dialect, reg)
+            if got is not None:
+                cond = " and ".join(f"floating(dtype(?x{i}))" for i in range(n))
+                yield f"{call(op, [f'?x{i}' for i in range(n)], fixed)} => {got[0]}", cond, got[1], ()
+
+
 @family(1221, "same-fill-across-dialects")
 def same_fill(op, reg):  # full(s, v, t) -> constant(s, v, t) where constant(s, v, t) exists
     """Two dialects' constant fills of one shape, value and dtype are one tensor (only where the other exists)."""

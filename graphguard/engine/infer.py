@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 
 from ..ir import scalar as S
-from ..ir.expr import App, Leaf, Term, flat_args, leaves, rename_symbols, size, substitute, to_text
+from ..ir.expr import App, Leaf, Term, base_name, flat_args, leaves, rename_symbols, size, substitute, to_text
 from ..ir.graph import Graph, Node
 from .egraph import Budget, BudgetExceeded, EGraph, Snapshot
 from .memo import Memo, Problem
-from .relayout import elementwise_outputs, movement_first, products_first, moved_outputs, relayouts, rows_through, sum_outputs, summed_outputs
+from .relayout import elementwise_outputs, equal_leaves, is_movement, movement_first, products_first, moved_outputs, relayouts, rows_through, sum_outputs, summed_outputs
 from .result import Failure, NodeStat, VerifyResult
 
 Relation = dict[str, list[Term]]
@@ -581,6 +581,9 @@ def _by_labels_first(ctx: Context, v: Node, R: Relation):
     exprs, aliases = movement_first(ctx, v, R, const_of)
     if not exprs:  # (a product of views: matched on the pairs of entries it sums)
         exprs = products_first(ctx, v, R, const_of)[:1]
+    if exprs and v.outputs[0] in s_outputs and not any(set(leaves(e)) <= d_outputs for e in exprs):
+        # (the ranks' partial products: their sum carried to the outputs of the all-reduce that sums them)
+        exprs += [t for e in exprs[:2] for t in summed_outputs(ctx, e, sorted(d_outputs), const_of)[:2]]
     # (a G_s output needs an expression over G_d's outputs: where the labels find none, the search runs)
     if not exprs or (v.outputs[0] in s_outputs and not any(set(leaves(e)) <= d_outputs for e in exprs)):
         exprs, aliases = [], []
@@ -989,24 +992,22 @@ def _leaf_aliases(ctx: Context, exprs: list[Term]) -> None:
 
 
 def replica_aliases(ctx: Context, R: Relation) -> None:
-    """Two concatenations of G_d leaves equal to one G_s tensor, cut at the same places, have equal
-    pieces: ``k = concat(k@0, k@2, dim=0) = concat(k@1, k@3, dim=0)`` gives ``k@0 = k@1``, ``k@2 = k@3``
-    (a KV head replicated on two ranks)."""
+    """Two data-movement expressions of one G_s tensor over different ranks' copies have equal leaves wherever
+    one leaf's entries all land where another's do (:func:`equal_leaves`): ``k = concat(k@0, k@2, dim=0) =
+    concat(k@1, k@3, dim=0)`` gives ``k@0 = k@1``, ``k@2 = k@3`` (a KV head replicated on two ranks), however
+    differently the two concatenations are nested."""
+    reg = ctx.egraph.reg
     for exprs in R.values():
-        cuts: dict[tuple, list[str]] = {}
-        for e in exprs:
-            if isinstance(e, App) and e.op == "core.concat":
-                parts = flat_args(e)
-                if all(isinstance(p, Leaf) for p in parts):
-                    d = dict(e.attrs)["dim"]
-                    key = (d, tuple(ctx.g_d.shape(p.name)[d] for p in parts))
-                    cuts.setdefault(key, []).append([p.name for p in parts])
-        for same in cuts.values():
-            for other in same[1:]:
-                for a, b in zip(same[0], other):
-                    if a != b:
-                        ctx.aliases.setdefault(a, set()).add(b)
-                        ctx.aliases.setdefault(b, set()).add(a)
+        forms = [e for e in exprs if is_movement(e)]
+        for i, e in enumerate(forms):
+            for f in forms[i + 1:]:
+                le, lf = set(leaves(e)), set(leaves(f))
+                if le == lf or {base_name(n) for n in le} != {base_name(n) for n in lf} or \
+                        isinstance(e, Leaf) and isinstance(f, Leaf):  # (a replicated tensor's copies: one e-class)
+                    continue
+                for x, y in equal_leaves(e, f, ctx.g_d.shape, reg):
+                    ctx.aliases.setdefault(x, set()).add(y)
+                    ctx.aliases.setdefault(y, set()).add(x)
 
 
 # -- helpers --------------------------------------------------------------------------------------

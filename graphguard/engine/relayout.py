@@ -26,6 +26,7 @@ Equal labels, multisets or polynomials mean equal values in real arithmetic, the
 """
 from __future__ import annotations
 
+from collections import Counter
 from fractions import Fraction
 
 import itertools
@@ -136,6 +137,14 @@ def _positions(chunk: np.ndarray, where: dict[int, tuple[int, int]]) -> tuple[in
     return owner[0], np.array([g[1] for g in got], dtype=np.int64).reshape(chunk.shape)
 
 
+def _positions_in(chunk: np.ndarray, i: int, pos: dict[int, int]) -> tuple[int, np.ndarray] | None:
+    """(i, the flat positions of ``chunk``'s labels in tensor i) where it holds them all, else None."""
+    got = [pos.get(int(x)) for x in chunk.reshape(-1)]
+    if not got or any(g is None for g in got):
+        return None
+    return i, np.array(got, dtype=np.int64).reshape(chunk.shape)
+
+
 MAX_CHUNKS = 64
 
 
@@ -228,10 +237,12 @@ def solve(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term], y_shapes: li
     each ``y`` used once, else the ranks' rows interleaved (:func:`chunks`) or a layout of their concatenation;
     and ``L(y)`` or y's rows reordered for each y that holds all of x (replicated copies)."""
     where: dict[int, tuple[int, int]] = {}
+    pos_of: dict[int, dict[int, int]] = {}  # each tensor's labels -> positions (replicas: several hold one)
     for i, y in enumerate(ys):
         flat = y.reshape(-1)
         if len(np.unique(flat)) != flat.size:
             continue  # an entry copied twice (an expand): no unique position
+        pos_of[i] = {lab: p for p, lab in enumerate(flat.tolist())}
         for p, lab in enumerate(flat.tolist()):
             where.setdefault(lab, (i, p))
     out = []
@@ -242,6 +253,9 @@ def solve(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term], y_shapes: li
         parts, used = [], set()
         for chunk in np.split(x, w, axis=d):
             hit = _positions(chunk, where)
+            if hit is not None and hit[0] in used:  # (the first holder taken: a replica on another rank)
+                hit = next((h for h in (_positions_in(chunk, i, pos_of[i]) for i in pos_of if i not in used)
+                            if h is not None), None)
             if hit is None or hit[0] in used:
                 break
             t = layout(y_terms[hit[0]], y_shapes[hit[0]], hit[1])
@@ -282,6 +296,40 @@ def solve(x: np.ndarray, ys: list[np.ndarray], y_terms: list[Term], y_shapes: li
         for t in ([t] if t is not None else []) + chunks(x, [ys[i]], [y_terms[i]])[:1]:
             if t not in out:
                 out.append(t)
+    return out
+
+
+def equal_leaves(e: Term, f: Term, shape_of, reg) -> list[tuple[str, str]]:
+    """Pairs (n, m) of a leaf of ``e`` and a leaf of ``f`` holding equal values, where e and f are data movement
+    equal to one tensor: every entry of m lands, in f, where an entry of n lands in e, and the entries so paired
+    are n's in its own order (then m == n entry by entry). Evaluated on labels; [] where shapes are symbolic or
+    too large."""
+    le, lf = sorted(set(leaves(e))), sorted(set(leaves(f)))
+    lab = labelled(le + [f"\x00{n}" for n in lf], lambda n: shape_of(n.lstrip("\x00")))
+    if lab is None or sum(a.size for a in lab.values()) > MAX_MOVED:
+        return []
+    try:
+        x = term_eval(e, lab.__getitem__, reg)
+        y = term_eval(f, lambda n: lab["\x00" + n], reg)
+    except Exception:  # noqa: BLE001 -- shapes the references refuse: nothing is claimed
+        return []
+    if x.shape != y.shape:
+        return []
+    to_x: dict[int, int] = {}
+    for a, b in zip(y.reshape(-1).tolist(), x.reshape(-1).tolist()):
+        if to_x.setdefault(a, b) != b:
+            return []  # (one entry of f equal to two of e: a broadcast -- nothing paired)
+    owner = {int(a.reshape(-1)[0]): n for n, a in ((n, lab[n]) for n in le) if a.size}
+    out = []
+    for m in lf:
+        ym = lab["\x00" + m].reshape(-1)
+        if not ym.size or int(ym[0]) not in to_x:
+            continue
+        n = owner.get(to_x[int(ym[0])])
+        if n is None or n == m or lab[n].shape != lab["\x00" + m].shape:
+            continue
+        if all(to_x.get(int(a)) == int(b) for a, b in zip(ym.tolist(), lab[n].reshape(-1).tolist())):
+            out.append((n, m))
     return out
 
 
@@ -634,7 +682,7 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
     combos = [[e] for e in rels[0]]
     for rx in rels[1:]:
         combos = [c + [e] for c in combos for e in rx]
-    if not groups or len(combos) > MAX_MOVED_FORMS:
+    if (not groups and not crossing) or len(combos) > MAX_MOVED_FORMS:
         return none
     out: list[Term] = []
     aliases: list = []
@@ -653,9 +701,7 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
             for a in ctx.aliases.get(n, ()):
                 if a not in lab and _concrete(g_d.shape(a)) == lab[n].shape:
                     lab[a] = lab[n]
-            p = g_d.producer.get(n)  # (an output that is a copy of a tensor: the tensor its readers read)
-            if p is not None and p.op == "core.identity" and p.inputs[0] not in lab:
-                lab[p.inputs[0]] = lab[n]
+        replica_labels(ctx, R, lab)
         prop = Propagated(ctx, lab, const_of)
         known, near = set(lab), []
         for g in groups:  # (the counterparts reading labelled tensors or views of them, nearest first)
@@ -671,14 +717,22 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
             if kept:
                 found += solve(xs, [y for _, y in kept], [Leaf(n.outputs[0]) for n, _ in kept],
                                [tuple(y.shape) for _, y in kept])
+        if not found and crossing:  # (no broadcast: the G_d tensors themselves, or their copies moved,
+            for held in _moved_copies(ctx, prop, lab):  # every rank's replica labelled -- more ranks than KV heads)
+                found = solve(xs, [prop.get(n) for n in held], [Leaf(n) for n in held],
+                              [prop.get(n).shape for n in held])
+                if found:
+                    break
         if not found:
             if crossing:  # (a broadcast: the combinations the labels answer, the others left to the e-graph)
                 continue
             return none
         best = min(found, key=size)
         op_form = substitute(terms[0], dict(zip(v.inputs, picked)))
-        if size(best) > size(op_form) or len({rank_of(n) for n in leaves(best)}) < ranks:
-            return none  # (the ranks' rows interleaved, or one rank's copy: the search's)
+        # (the ranks' rows interleaved, or one rank's copy: the search's; a broadcast answered is kept however
+        # long -- its operator form is no clean term)
+        if (size(best) > size(op_form) and not crossing) or len({rank_of(n) for n in leaves(best)}) < ranks:
+            return none
         if best not in out:
             out.append(best)
         aliases += _label_aliases(ctx, prop, list(leaves(best)))
@@ -686,6 +740,30 @@ def movement_first(ctx, v: Node, R: dict, const_of) -> tuple[list[Term], list]:
         return none
     op_form = substitute(terms[0], {x: rx[0] for x, rx in zip(v.inputs, rels)})
     return out + ([op_form] if op_form not in out else []), aliases
+
+
+def _moved_copies(ctx, prop: "Propagated", lab: dict) -> list[list[str]]:
+    """The labelled G_d tensors, then those G_d's data movement makes of them step by step (a cache
+    concatenated from its old entries and the new ones, then viewed), in groups of one base name, nearest
+    first: the tensors a broadcast's output may be written over where G_d broadcasts nothing."""
+    g_d = ctx.g_d
+    layers = [sorted(n for n in lab if rank_of(n) is not None)]
+    known = set(lab)
+    for _ in range(MAX_ALIAS_STEPS):
+        new = sorted({n.outputs[0] for t in layers[-1] for n in g_d.consumers.get(t, ())
+                      if n.op in MOVES and len(n.outputs) == 1 and n.outputs[0] not in known
+                      and all(i in known for i in n.inputs) and prop.get(n.outputs[0]) is not None})
+        if not new:
+            break
+        known |= set(new)
+        layers.append(new)
+    out = [layers[0]]
+    for names in layers[1:]:
+        groups: dict[str, list[str]] = {}
+        for n in names:
+            groups.setdefault(base_name(n), []).append(n)
+        out += list(groups.values())
+    return out
 
 
 def _label_aliases(ctx, prop: "Propagated", names) -> list[tuple[str, set[str]]]:
@@ -777,14 +855,27 @@ def _labelled_inputs(ctx, v: Node, R: dict, max_out: int, max_labels: int | None
         for e in R.get(x, ()):
             if isinstance(e, Leaf) and e.name not in lab and _concrete(ctx.g_d.shape(e.name)) == a.shape:
                 lab[e.name] = a
-    # the other ranks' replicas of a labelled tensor, where the relations show them equal, hold the same labels
-    # (a rank's copy of the RoPE tables, read by that rank's heads)
+    replica_labels(ctx, R, lab)
+    return out_shape, rels, lab, ev
+
+
+def replica_labels(ctx, R: dict, lab: dict[str, np.ndarray]) -> None:
+    """The other ranks' replicas of a labelled tensor, where the relations or G_d's definitions show them equal
+    (:func:`_same_computation`), hold the same labels: a rank's copy of the RoPE tables, read by that rank's
+    heads; a KV head's copy on the next rank (more ranks than KV heads), read by that rank's query heads. So
+    does the tensor a labelled output copies (``identity``), which G_d's readers read."""
     by_base = _by_base(ctx.g_d)
+    memo: dict = {}
+    aliases = getattr(ctx, "aliases", {})
+    for n in list(lab):  # (an output that is a copy of a tensor: the tensor its readers read)
+        p = ctx.g_d.producer.get(n)
+        if p is not None and p.op == "core.identity" and p.inputs[0] not in lab:
+            lab[p.inputs[0]] = lab[n]
     for n in [n for n in lab if rank_of(n) is not None]:
         for m in sorted(t for t in by_base.get(base_name(n), ()) if t != n and t not in lab):
-            if ctx.g_d.shape(m) == ctx.g_d.shape(n) and _same_computation(ctx.g_d, R, n, m, ctx.egraph.reg, {}):
+            if ctx.g_d.shape(m) == ctx.g_d.shape(n) and _same_computation(ctx.g_d, R, n, m, ctx.egraph.reg, memo,
+                                                                           aliases=aliases):
                 lab[m] = lab[n]
-    return out_shape, rels, lab, ev
 
 
 def _derived_labels(ctx, lab: dict[str, np.ndarray], const_of) -> None:
@@ -842,15 +933,18 @@ def elementwise_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, c
         return []
     dtypes = [g_s.tensors[x].dtype for x in v.inputs] + [g_s.tensors[v.outputs[0]].dtype]
     attrs = dict(v.attrs)
-    nodes = [n for ns in _named_first(_counterparts(g_d, v), v) for n in ns
+    nodes = [(n, n.inputs) for ns in _named_first(_counterparts(g_d, v), v) for n in ns
              if dict(n.attrs) == attrs and [g_d.tensors[t].dtype for t in n.inputs + n.outputs] == dtypes]
-    nodes += _renamed_counterparts(ctx, v, dtypes)
+    nodes += [(n, reads) for n, reads in _renamed_counterparts(ctx, v, dtypes)
+              if (n, reads) not in nodes]
     prop = Propagated(ctx, lab, const_of, const_labels)
     where: dict[tuple, tuple[int, int]] = {}  # input labels -> (counterpart, flat output index)
     used, ys, base = [], [], 0
-    for n in nodes[:MAX_COUNTERPARTS]:
+    for n, reads in nodes:
+        if len(used) >= MAX_COUNTERPARTS:
+            break
         z = _concrete(g_d.shape(n.outputs[0]))
-        ins = [prop.get(t) for t in n.inputs]
+        ins = [prop.get(t) for t in reads]
         if z is None or any(a is None for a in ins):
             continue
         try:
@@ -870,50 +964,87 @@ def elementwise_outputs(ctx, snap, v: Node, R: dict, explored: set[str], grow, c
         return []
     flat = [a.reshape(-1) for a in xs]
     got = np.empty(len(flat[0]), dtype=np.int64)
+    hits = set()
     for p, key in enumerate(zip(*flat)):
         hit = where.get(key)
         if hit is None:
             return []
         got[p] = ys[hit[0]].reshape(-1)[hit[1]]
+        hits.add(hit[0])
     lhs = app(v.op, *rels, **attrs)
+    keep = sorted(hits)  # (the counterparts x reads: a replica's copy on another rank computes the same entries)
+    used, ys = [used[k] for k in keep], [ys[k] for k in keep]
     terms = solve(got.reshape(out_shape), ys, [Leaf(n.outputs[0]) for n in used], [tuple(y.shape) for y in ys])
     return [(lhs, t) for t in terms]
 
 
-def _renamed_counterparts(ctx, v: Node, dtypes: list) -> list[Node]:
-    """G_d counterparts of another dialect's op that a lemma says computes the same function: a rule
-    ``f(?a, ?b, attrs) => g(?a, ?b, attrs')`` -- the same variables in the same order, constant attributes
-    (``aten.mul.Tensor(?a, ?b) => hlo.multiply(?a, ?b)``, aten-hlo 836) -- whose condition holds on the G_d node's
-    own inputs: there ``f`` and ``g`` agree (the lemma, fuzzed), and both are elementwise, so each output entry
-    of the G_d node is f of its input entries, as :func:`elementwise_outputs` needs."""
+def _renamed_counterparts(ctx, v: Node, dtypes: list) -> list[tuple[Node, list[str]]]:
+    """G_d counterparts of another dialect's op or expression that a lemma says computes the same function: a
+    rule ``f(?a, ?b, attrs) => g(?a, ?b, attrs')`` -- distinct variables, constant attributes
+    (``aten.mul.Tensor(?a, ?b) => hlo.multiply(?a, ?b)``, aten-hlo 836) -- or ``f(?x) => e`` with ``e`` an
+    expression of elementwise ops over f's variables (``aten.silu(?x) => hlo.multiply(?x, hlo.logistic(?x))``,
+    family 1222), each found spelt out in G_d's definitions (every op of ``e`` the producer of the tensor read
+    there, attributes equal) and the condition holding on the tensors bound: there ``f`` and ``e`` agree (the
+    lemma, fuzzed), and every op of both is elementwise, so each output entry of the G_d node is f of the
+    bound tensors' entries at that position, as :func:`elementwise_outputs` needs. (node, the tensors bound to
+    f's operands) each."""
     from .lemma import EvalContext, check_condition
     from ..ir.expr import AConst, PVar
-    g_d, out = ctx.g_d, []
+    g_d, out, reg = ctx.g_d, [], ctx.egraph.reg
     attrs = dict(v.attrs)
+    producer = {t: n for n in g_d.nodes for t in n.outputs}
+
+    def elementwise(p, bound: dict) -> bool:  # every op of the pattern elementwise in all its operands,
+        if isinstance(p, PVar):  # attributes constants or the lhs's
+            return True
+        op = reg.get(p.op) if isinstance(p, App) else None
+        return (op is not None and sorted(op.elementwise) == list(range(len(p.args)))
+                and all(isinstance(x, AConst) or isinstance(x, PVar) and x.name in bound for _, x in p.attrs)
+                and all(elementwise(a, bound) for a in p.args))
+
+    def match(p, t: str, env: dict, bound: dict) -> bool:
+        if isinstance(p, PVar):
+            return env.setdefault(p.name, t) == t
+        n = producer.get(t)
+        return (n is not None and n.op == p.op and len(n.outputs) == 1 and len(n.inputs) == len(p.args)
+                and dict(n.attrs) == {k: x.value if isinstance(x, AConst) else bound[x.name] for k, x in p.attrs}
+                and all(match(a, u, env, bound) for a, u in zip(p.args, n.inputs)))
+
     for r in getattr(ctx.egraph, "rules", ()):
         lhs, rhs = r.lhs, r.rhs
         if not isinstance(lhs, App) or not isinstance(rhs, App) or lhs.op != v.op or rhs.op == v.op:
             continue
         if len(lhs.args) != len(v.inputs) or not all(isinstance(a, PVar) for a in lhs.args) or \
-                len({a.name for a in lhs.args}) != len(lhs.args) or \
-                [getattr(a, "name", None) for a in rhs.args] != [a.name for a in lhs.args]:
+                len({a.name for a in lhs.args}) != len(lhs.args):
             continue
-        if not all(isinstance(x, AConst) for _, x in lhs.attrs + rhs.attrs) or \
-                {k: x.value for k, x in lhs.attrs} != attrs:
+        bound = {x.name: attrs.get(k) for k, x in lhs.attrs if isinstance(x, PVar)}  # (attribute variables: v's)
+        if set(attrs) != {k for k, _ in lhs.attrs} or any(
+                not (isinstance(x, PVar) or isinstance(x, AConst) and x.value == attrs[k]) for k, x in lhs.attrs):
             continue
-        op = ctx.egraph.reg.get(rhs.op)
-        if op is None or sorted(op.elementwise) != list(range(len(v.inputs))):
+        if not elementwise(rhs, bound) or {a.name for a in leaves_of(rhs)} != {a.name for a in lhs.args}:
             continue
-        want = {k: x.value for k, x in rhs.attrs}
         ec = EvalContext(lambda leaf: g_d.shape(leaf.name), ctx.egraph.cx, ctx.egraph.reg.functions,
                          lambda leaf: g_d.tensors[leaf.name].dtype)
         for n in g_d.nodes:
-            if n.op != rhs.op or len(n.inputs) != len(v.inputs) or len(n.outputs) != 1 or dict(n.attrs) != want \
-                    or [g_d.tensors[t].dtype for t in n.inputs + n.outputs] != dtypes:
+            if n.op != rhs.op or len(n.outputs) != 1 or g_d.tensors[n.outputs[0]].dtype != dtypes[-1]:
                 continue
-            if check_condition(r, {a.name: Leaf(t) for a, t in zip(lhs.args, n.inputs)}, ec):
-                out.append(n)
-    return out[:MAX_COUNTERPARTS]
+            env: dict = {}
+            if not match(rhs, n.outputs[0], env, bound):
+                continue
+            reads = [env[a.name] for a in lhs.args]
+            if [g_d.tensors[t].dtype for t in reads] != dtypes[:-1]:
+                continue
+            if check_condition(r, {**bound, **{a.name: Leaf(t) for a, t in zip(lhs.args, reads)}}, ec):
+                out.append((n, reads))
+    return list({(n.outputs[0], tuple(reads)): (n, reads) for n, reads in out}.values())  # (two rules, one node)
+
+
+def leaves_of(p) -> list:
+    """The pattern variables of a rule's side."""
+    from ..ir.expr import PVar
+    if isinstance(p, PVar):
+        return [p]
+    return [x for a in getattr(p, "args", ()) for x in leaves_of(a)]
 
 
 def _row_dims(op, attrs: dict, ndim: int) -> tuple[int, tuple[int, ...]] | None:
@@ -989,11 +1120,12 @@ def _covers(t: Term, n: str, shape_of, reg) -> bool:
     return bool(np.isin(lab[n], term_eval(t, lab.__getitem__, reg)).all())
 
 
-def _same_computation(g_d, R: dict, n: str, m: str, reg, memo: dict, depth: int = 24) -> bool:
-    """Do the G_d tensors ``n`` and ``m`` hold the same values: replicas shown by the relations (_replica),
-    two outputs of one operator that G_d defines by the same term (an all-gather's on each rank of its group),
-    or computed by the same operator (not a collective), with the same attributes, from such tensors pairwise?"""
-    if n == m:
+def _same_computation(g_d, R: dict, n: str, m: str, reg, memo: dict, depth: int = 24, aliases=None) -> bool:
+    """Do the G_d tensors ``n`` and ``m`` hold the same values: proven equal earlier (``aliases``), replicas
+    shown by the relations (_replica), two outputs of one operator that G_d defines by the same term (an
+    all-gather's on each rank of its group), or computed by the same operator (not a collective), with the same
+    attributes, from such tensors pairwise?"""
+    if n == m or (aliases and m in aliases.get(n, ())):
         return True
     key = (n, m)
     if key in memo:
@@ -1010,7 +1142,8 @@ def _same_computation(g_d, R: dict, n: str, m: str, reg, memo: dict, depth: int 
             and len(a.inputs) == len(b.inputs) and len(a.outputs) == 1 == len(b.outputs):
         op = reg.get(a.op)
         if op is not None and not op.collective and op.meaning is None:
-            ok = all(_same_computation(g_d, R, x, y, reg, memo, depth - 1) for x, y in zip(a.inputs, b.inputs))
+            ok = all(_same_computation(g_d, R, x, y, reg, memo, depth - 1, aliases)
+                     for x, y in zip(a.inputs, b.inputs))
     memo[key] = ok
     return ok
 
@@ -1461,21 +1594,28 @@ def _sum_of(lhs: Term, xs: np.ndarray, nodes: list[Node], zs: list[np.ndarray], 
         ys = [np.arange(base[k], base[k + 1], dtype=np.int64).reshape(z.shape) for k, z in enumerate(zs)]
         x = np.array([base[g[0][0]] + g[0][1] for g in parts], dtype=np.int64).reshape(out_shape)
         return [(lhs, t) for t in solve(x, ys, [Leaf(n.outputs[0]) for n in nodes], [z.shape for z in zs])]
+    t = summed_layouts(parts, [Leaf(n.outputs[0]) for n in nodes], [tuple(z.shape) for z in zs], out_shape)
+    return [(lhs, t)] if t is not None else []
+
+
+def summed_layouts(parts: list, names: list[Term], shapes: list[tuple], out_shape) -> Term | None:
+    """An output whose every entry is the sum of one entry of each of the same tensors ``names[k]`` (``parts``:
+    per output entry, the sorted (k, flat position) it sums) as the sum of a layout of each; None where the
+    entries sum other tensors or a position map is no layout."""
     ks = [k for k, _ in parts[0]] if parts else []
     if not ks or any([k for k, _ in g] != ks for g in parts):
-        return []
+        return None
     terms = []
     for j, k in enumerate(ks):
         pos = np.array([g[j][1] for g in parts], dtype=np.int64).reshape(out_shape)
-        z_shape = tuple(zs[k].shape)
-        t = layout(Leaf(nodes[k].outputs[0]), z_shape, pos)
+        t = layout(names[k], shapes[k], pos)
         if t is None:
-            whole = np.arange(int(np.prod(z_shape, dtype=np.int64)), dtype=np.int64).reshape(z_shape)
-            t = next(iter(chunks(pos, [whole], [Leaf(nodes[k].outputs[0])])), None)
+            whole = np.arange(int(np.prod(shapes[k], dtype=np.int64)), dtype=np.int64).reshape(shapes[k])
+            t = next(iter(chunks(pos, [whole], [names[k]])), None)
         if t is None:
-            return []
+            return None
         terms.append(t)
-    return [(lhs, terms[0] if len(terms) == 1 else app("core.sum", *terms))]
+    return terms[0] if len(terms) == 1 else app("core.sum", *terms)
 
 
 # -- products on labels: a bilinear product of views of G_d tensors, against another dialect's product ----------
@@ -1494,8 +1634,9 @@ def _product_axes(op: str, attrs: dict, rx: int, ry: int):
 
 
 def product_signatures(op: str, attrs: dict, x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
-    """Each output entry of the product of label arrays x, y as the pairs of entries it sums (x's label, y's
-    label), sorted: an object array of the output's shape; None for an op not a product."""
+    """Each output entry of the product of label arrays x, y as the pairs of entries it sums, sorted (each pair
+    its two labels in order: products commute -- XLA's ``dot(w, x)`` beside PyTorch's ``x @ w.T``): an object
+    array of the output's shape; None for an op not a product."""
     ax = _product_axes(op, attrs, x.ndim, y.ndim)
     if ax is None:
         return None
@@ -1518,7 +1659,7 @@ def product_signatures(op: str, attrs: dict, x: np.ndarray, y: np.ndarray) -> np
     out = np.empty(bshape + fl + fr, dtype=object)
     for idx in np.ndindex(*out.shape):
         b, i, j = idx[:nb], idx[nb:nb + len(fl)], idx[nb + len(fl):]
-        out[idx] = tuple(sorted(zip(xs[b + i].tolist(), ys[b + j].tolist())))
+        out[idx] = tuple(sorted((min(p), max(p)) for p in zip(xs[b + i].tolist(), ys[b + j].tolist())))
     return out
 
 
@@ -1554,6 +1695,7 @@ def products_first(ctx, v: Node, R: dict, const_of) -> list[Term]:
     sig = product_signatures(v.op, v.attrs, xs[0], xs[1])
     if sig is None:
         return []
+    replica_labels(ctx, R, lab)  # (a replicated activation: every rank's copy labelled)
     prop = Propagated(ctx, dict(lab), const_of)
     cands = []
     for n in g_d.nodes:
@@ -1569,16 +1711,44 @@ def products_first(ctx, v: Node, R: dict, const_of) -> list[Term]:
             cands.append((n, s))
     if not cands:
         return []
+    # (the counterparts summing pairs x's entries sum: by rank order)
+    need = {pr for pairs in sig.reshape(-1) for pr in pairs}
+    cands = [(n, s) for n, s in cands if any(pr in need for pairs in s.reshape(-1) for pr in pairs)]
+    if not cands:
+        return []
     ids: dict[tuple, int] = {}
     x = np.vectorize(lambda t: ids.setdefault(t, len(ids)), otypes=[np.int64])(sig)
-    ys, names = [], []
-    for n, s in cands:
-        ys.append(np.vectorize(lambda t: ids.setdefault(t, len(ids)), otypes=[np.int64])(s))
-        names.append(Leaf(n.outputs[0]))
-    # (the counterparts holding x's entries: by rank order, those whose entries x uses)
-    need = set(x.reshape(-1).tolist())
-    keep = [i for i, y in enumerate(ys) if set(y.reshape(-1).tolist()) & need]
-    if not keep:
+    ys = [np.vectorize(lambda t: ids.setdefault(t, len(ids)), otypes=[np.int64])(s) for _, s in cands]
+    return (solve(x, ys, [Leaf(n.outputs[0]) for n, _ in cands], [tuple(y.shape) for y in ys])
+            or _partial_products(sig, cands))
+
+
+def _partial_products(sig: np.ndarray, cands: list) -> list[Term]:
+    """The G_s product as the sum over G_d products of a layout of each: every G_s entry's pairs (``sig``) are
+    the disjoint union of one entry's pairs of each of the same counterparts (``cands``: the ranks' partial
+    products of a contraction dim they split, summed by an all-reduce after). Equal multisets of pairs, equal
+    sums over the reals. [] where the pairs decompose otherwise."""
+    where: dict[tuple, tuple[int, int]] = {}  # a pair -> the first counterpart entry holding it
+    flat = [s.reshape(-1) for _, s in cands]
+    for k, f in enumerate(flat):
+        for q, pairs in enumerate(f):
+            for pr in pairs:
+                where.setdefault(pr, (k, q))
+    parts = []
+    for pairs in sig.reshape(-1):
+        rest, got = Counter(pairs), []
+        while rest:
+            hit = where.get(next(iter(rest)))
+            if hit is None or any(k == hit[0] for k, _ in got):
+                return []
+            held = Counter(flat[hit[0]][hit[1]])
+            if held - rest:  # (the counterpart's entry sums a pair this entry does not)
+                return []
+            rest -= held
+            got.append(hit)
+        parts.append(sorted(got))
+    if not parts or len(parts[0]) < 2:  # (one counterpart each: solve's case, not found there)
         return []
-    ys, names = [ys[i] for i in keep], [names[i] for i in keep]
-    return solve(x, ys, names, [tuple(y.shape) for y in ys])
+    t = summed_layouts(parts, [Leaf(n.outputs[0]) for n, _ in cands], [tuple(s.shape) for _, s in cands],
+                       sig.shape)
+    return [t] if t is not None else []

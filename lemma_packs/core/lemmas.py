@@ -46,6 +46,10 @@ CLEAN = [
       "permute(concat(?a, ?b, dim=?d), dims=?p) => concat(permute(?a, dims=?p), permute(?b, dims=?p), dim=index(?p, ?d))"),
     L(111, "permute-slice",
       "permute(slice(?x, dim=?d, start=?s, end=?e), dims=?p) => slice(permute(?x, dims=?p), dim=index(?p, ?d), start=?s, end=?e)"),
+    # (and back, only where the operand's slice exists: the slice a program takes before its transpose)
+    L(115, "slice-of-permute",
+      "slice(permute(?x, dims=?p), dim=?d, start=?s, end=?e) => permute(slice(?x, dim=?k, start=?s, end=?e), dims=?p)",
+      "?k == at(?p, ?d)", when="slice(?x, dim=?k, start=?s, end=?e)"),
     L(112, "reshape-reshape", "reshape(reshape(?x, shape=?s), shape=?t) => reshape(?x, shape=?t)"),
     L(113, "reshape-identity", "reshape(?x, shape=?s) => ?x", "?s == shape(?x)"),
     L(114, "identity", "identity(?x) => ?x"),

@@ -173,7 +173,7 @@ DTYPE = AttrSpec("dtype", "str")
 ELEMENTWISE = [
     _bin("add", np.add, "a + b (same shapes).", linear=((0, 1),), **COMM),
     _bin("subtract", np.subtract, "a - b (same shapes).", linear=((0, 1),)),
-    _bin("multiply", np.multiply, "a * b (same shapes).", scaling=True, linear=(0, 1), **COMM),
+    _bin("multiply", np.multiply, "a * b (same shapes).", scaling=True, linear=(0, 1), computes="mul", **COMM),
     _bin("divide", _divide, "a / b (same shapes; integers truncate toward zero).", scaling=True),
     _bin("remainder", lambda x, y: np.fmod(x, y), "Remainder with the sign of a (C fmod; same shapes)."),
     _bin("maximum", np.maximum, "Elementwise max (same shapes).", **COMM),

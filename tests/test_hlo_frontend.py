@@ -792,3 +792,38 @@ b {
   ROOT n = f32[5] negate(x)""", header="HloModule m")
     with pytest.raises(InputError, match="declared shape"):
         load_text(reg, tmp_path, wrong_shape, role="spec")
+
+
+def test_folded_float_ops_round_each_result_to_its_type(reg, tmp_path):
+    """A constant subgraph folded while loading computes each op in its type, as the program does: NeuronX's
+    ``exponential(iota * c)`` in float32 rounds the product before the exponential -- torch's float32
+    ``exp(arange * c)`` bit for bit (float64 throughout differs in the last bit at i = 6, 7: Llama-3.2-1B's
+    inverse frequencies); a float16 sum rounds to float16."""
+    torch = pytest.importorskip("torch")
+    import math
+    c = -2.0 * math.log(500000.0) / 64
+    text = f"""HloModule m
+
+ENTRY main {{
+  x = f32[1,32] parameter(0)
+  i = f32[32] iota(), iota_dimension=0
+  k = f32[] constant({c!r})
+  kb = f32[32] broadcast(k), dimensions={{}}
+  e = f32[32] multiply(i, kb)
+  inv = f32[32] exponential(e)
+  r = f32[1,32] reshape(inv)
+  h = f16[] constant(0.1)
+  hh = f16[] add(h, h)
+  hb = f16[1,32] broadcast(hh), dimensions={{}}
+  y = f32[1,32] multiply(x, r)
+  yh = f16[1,32] convert(y)
+  ROOT z = f16[1,32] add(yh, hb)
+}}
+"""
+    g = load_text(reg, tmp_path, text, world=1)
+    lit = next(n for n in g.nodes if n.op == "hlo.literal")
+    got = np.array([float(v) for v in lit.attrs["values"].split(",")], dtype=np.float32)
+    want = torch.exp(torch.arange(32, dtype=torch.float32) * c).numpy()
+    assert np.array_equal(got, want), np.nonzero(got != want)
+    fill = next(n for n in g.nodes if n.op == "hlo.constant" and n.attrs.get("dtype") == "float16")
+    assert float(fill.attrs["value"]) == float(np.float16(np.float16(0.1) + np.float16(0.1)))

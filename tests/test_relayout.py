@@ -1196,3 +1196,24 @@ def test_silu_against_a_product_with_another_tensors_logistic_is_flagged(plugins
     r = _silu_transposed(plugins, other=True)
     assert r.verdict == "does-not-refine", r.render()
     assert r.failure.outputs == ["Z"], r.render()
+
+
+@pytest.mark.parametrize("build,ok", [
+    (lambda p: _row_parallel(p), True), (lambda p: _row_parallel(p, w_order=(1, 0)), False),
+    (lambda p: _scores(p), True), (lambda p: _scores(p, key_perm=(2, 1, 3, 0)), False)])
+def test_products_on_positions_decide_as_the_pairs_do(plugins, monkeypatch, build, ok):
+    """Where the pairs are too many to enumerate (a production layer's projections), the same equality is decided
+    on the entries' positions (relayout._products_by_positions): forced here on the small cases, the verdicts
+    and relations are the pairs' -- the row-parallel sum, the batched dot of views -- and the twins still fail."""
+    import graphguard.engine.relayout as rl
+    want = build(plugins)
+    monkeypatch.setattr(rl, "MAX_PRODUCT_TERMS", 0)
+    calls, real = [], rl._products_by_positions
+    monkeypatch.setattr(rl, "_products_by_positions", lambda *a: calls.append(1) or real(*a))
+    got = build(plugins)
+    assert calls
+    assert (got.verdict == "refines") == ok, got.render()
+    assert got.verdict == want.verdict
+    if ok:
+        assert got.r_o_lines() == want.r_o_lines()
+        assert got.replay["ok"]

@@ -4,6 +4,7 @@ NeuronX-style HLO of examples/neuronx-llama-tp/make.py at tensor-parallel degree
 the relation between them.
 
     python3 capture.py --tp N --out DIR [--make PATH] [--variant ok|k-slice|rope-offset|rope-rotation] [--outputs all|cache]
+                       [--size tiny|llama-3.2-1b]
         # DIR/spec.gg.json, DIR/impl.hlo.pb, DIR/relation.yaml
 
 The relation is two steps composed: each HF input as an expression of the sequential NeuronX parameter it is
@@ -28,36 +29,47 @@ MAKE = HERE.parent / "neuronx-llama-tp" / "make.py"
 sys.path.insert(0, str(HERE))
 import hf_model  # noqa: E402
 
-NH, NKV, D, H = hf_model.NH, hf_model.NKV, hf_model.D, hf_model.H
 # HF input -> expression over NeuronX's sequential parameters ({} is the parameter's sequential expression)
 T2 = "permute({}, dims=[1, 0])"
-HF_OF_NEURONX = {
-    "hidden": ("hidden", "permute({}, dims=[2, 1, 0])"),  # [B, S, H] <- [H, S, B]
-    "cache_ids": ("cache_ids", "{}"),
-    "start_ids": ("start_ids", "{}"),
-    "cache_k": ("cache_k", "permute({}, dims=[1, 2, 0, 3])"),  # [B, kv, T, D] <- [T, B, kv, D]
-    "cache_v": ("cache_v", "permute({}, dims=[1, 2, 0, 3])"),
-    "layer.input_layernorm.weight": ("ln1_weight", "{}"),
-    "layer.self_attn.q_proj.weight": ("qkv_weight", f"permute(slice({{}}, dim=1, start=0, end={NH * D}), dims=[1, 0])"),
-    "layer.self_attn.k_proj.weight": ("qkv_weight", f"permute(slice({{}}, dim=1, start={NH * D}, end={(NH + NKV) * D}),"
-                                                    " dims=[1, 0])"),
-    "layer.self_attn.v_proj.weight": ("qkv_weight", f"permute(slice({{}}, dim=1, start={(NH + NKV) * D}, "
-                                                    f"end={(NH + 2 * NKV) * D}), dims=[1, 0])"),
-    "layer.self_attn.o_proj.weight": ("o_weight", T2),
-    "layer.post_attention_layernorm.weight": ("ln2_weight", "{}"),
-    "layer.mlp.gate_proj.weight": ("gate_weight", T2),
-    "layer.mlp.up_proj.weight": ("up_weight", T2),
-    "layer.mlp.down_proj.weight": ("down_weight", T2),
-    "norm.weight": ("norm_weight", "{}"),
-    "lm_head.weight": ("lm_head_weight", T2),
-}
 
 
-def _load_make(path: Path):
+def hf_of_neuronx() -> dict:
+    """Each HF input as (NeuronX's sequential parameter, its expression), at hf_model's dimensions."""
+    NH, NKV, D = hf_model.NH, hf_model.NKV, hf_model.D
+    return {
+        "hidden": ("hidden", "permute({}, dims=[2, 1, 0])"),  # [B, S, H] <- [H, S, B]
+        "cache_ids": ("cache_ids", "{}"),
+        "start_ids": ("start_ids", "{}"),
+        "cache_k": ("cache_k", "permute({}, dims=[1, 2, 0, 3])"),  # [B, kv, T, D] <- [T, B, kv, D]
+        "cache_v": ("cache_v", "permute({}, dims=[1, 2, 0, 3])"),
+        "layer.input_layernorm.weight": ("ln1_weight", "{}"),
+        "layer.self_attn.q_proj.weight": ("qkv_weight", f"permute(slice({{}}, dim=1, start=0, end={NH * D}), dims=[1, 0])"),
+        "layer.self_attn.k_proj.weight": ("qkv_weight", f"permute(slice({{}}, dim=1, start={NH * D}, "
+                                                        f"end={(NH + NKV) * D}), dims=[1, 0])"),
+        "layer.self_attn.v_proj.weight": ("qkv_weight", f"permute(slice({{}}, dim=1, start={(NH + NKV) * D}, "
+                                                        f"end={(NH + 2 * NKV) * D}), dims=[1, 0])"),
+        "layer.self_attn.o_proj.weight": ("o_weight", T2),
+        "layer.post_attention_layernorm.weight": ("ln2_weight", "{}"),
+        "layer.mlp.gate_proj.weight": ("gate_weight", T2),
+        "layer.mlp.up_proj.weight": ("up_weight", T2),
+        "layer.mlp.down_proj.weight": ("down_weight", T2),
+        "norm.weight": ("norm_weight", "{}"),
+        "lm_head.weight": ("lm_head_weight", T2),
+    }
+
+
+# --size: make.py's dimensions (tiny: its defaults, what the tests use; llama-3.2-1b: hidden 2048, 32 heads, 8 KV
+# heads, MLP 8192, vocab 128256)
+SIZES = {"tiny": dict(hidden=hf_model.H, heads=hf_model.NH, kv_heads=hf_model.NKV, mlp=hf_model.F, vocab=hf_model.V),
+         "llama-3.2-1b": dict(hidden=2048, heads=32, kv_heads=8, mlp=8192, vocab=128256)}
+
+
+def _load_make(path: Path, size: str = "tiny"):
     spec = importlib.util.spec_from_file_location("neuronx_make", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # (its dataclasses look their module up)
     spec.loader.exec_module(mod)
+    mod.set_dims(**SIZES[size])
     return mod
 
 
@@ -91,11 +103,11 @@ def rope_rotation(m):
 BUGS = {"rope-offset": rope_offset, "rope-rotation": rope_rotation}
 
 
-def relation(tp: int, make: Path = MAKE, kv_map=None) -> dict:
+def relation(tp: int, make: Path = MAKE, kv_map=None, size: str = "tiny") -> dict:
     """The HF-to-NeuronX input relation at degree ``tp`` (``kv_map``: a bug twin's wrong K/V weight mapping)."""
-    seq = yaml.safe_load(_load_make(make).relation(tp))["inputs"]
+    seq = yaml.safe_load(_load_make(make, size).relation(tp))["inputs"]
     out = {}
-    for name, (param, form) in HF_OF_NEURONX.items():
+    for name, (param, form) in hf_of_neuronx().items():
         exprs = seq[param] if isinstance(seq[param], list) else [seq[param]]
         if kv_map and name in kv_map:
             form = kv_map[name]
@@ -104,22 +116,24 @@ def relation(tp: int, make: Path = MAKE, kv_map=None) -> dict:
     return {"inputs": out}
 
 
-def capture(tp: int, out, make: Path = MAKE, variant: str = "ok", kv_map=None, outputs: str = "all") -> dict:
+def capture(tp: int, out, make: Path = MAKE, variant: str = "ok", kv_map=None, outputs: str = "all",
+            size: str = "tiny") -> dict:
     import graphguard.torch
     from graphguard.ir.relation import relation_yaml
+    hf_model.set_dims(**SIZES[size])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model = hf_model.build(outputs)
     spec = graphguard.torch.capture(lambda r: model, hf_model.example_inputs(), world_size=1, name="hf-llama-layer")
     spec.save(out / "spec.gg.json")
     if variant in BUGS:  # a bug of this example's own: make.py's module, post-processed
-        (out / "impl.hlo.pb").write_bytes(BUGS[variant](_load_make(make).build(tp)).proto())
+        (out / "impl.hlo.pb").write_bytes(BUGS[variant](_load_make(make, size).build(tp)).proto())
     else:
         hlo = out / "hlo"
-        subprocess.run([sys.executable, str(make), "--tp", str(tp), "--out", str(hlo)]
+        subprocess.run([sys.executable, str(make), "--tp", str(tp), "--out", str(hlo), "--size", size]
                        + (["--variant", variant] if variant != "ok" else []), check=True)
         (out / "impl.hlo.pb").write_bytes((hlo / "impl.hlo.pb").read_bytes())
-    rel = relation(tp, make, kv_map)
+    rel = relation(tp, make, kv_map, size)
     used = {i["name"] for i in json.loads((out / "spec.gg.json").read_text())["inputs"]}
     rel["inputs"] = {k: v for k, v in rel["inputs"].items() if k in used}  # (--outputs cache reads fewer inputs)
     # a decode step's positions: the new tokens at P.. (after the cache), every row's padding within the cache
@@ -143,8 +157,10 @@ def main():
     ap.add_argument("--variant", default="ok", help="ok, make.py's k-slice, rope-offset (RoPE angles at "
                     "cache_ids + 1) or rope-rotation (rotate-half's halves swapped): the last two make.py's module "
                     "post-processed here")
+    ap.add_argument("--size", choices=sorted(SIZES), default="tiny", help="make.py's dimensions (both sides)")
     a = ap.parse_args()
-    print(json.dumps({k: str(v) for k, v in capture(a.tp, a.out, a.make, a.variant, outputs=a.outputs).items()}))
+    print(json.dumps({k: str(v) for k, v in capture(a.tp, a.out, a.make, a.variant, outputs=a.outputs,
+                                                    size=a.size).items()}))
 
 
 if __name__ == "__main__":

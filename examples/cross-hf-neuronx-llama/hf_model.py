@@ -26,9 +26,16 @@ MASK_FILL = -30000.0
 LOG_THETA = -2.0 * math.log(THETA) / D  # NeuronX's fill for masked scores (see README)
 
 
+def set_dims(hidden: int = H, heads: int = NH, kv_heads: int = NKV, mlp: int = F, vocab: int = V) -> None:
+    """make.py's ``set_dims``: the model dimensions every function below reads (``capture.py --size``)."""
+    global NH, NKV, D, H, F, V, LOG_THETA
+    NH, NKV, D, H, F, V = heads, kv_heads, hidden // heads, hidden, mlp, vocab
+    LOG_THETA = -2.0 * math.log(THETA) / D
+
+
 def config() -> LlamaConfig:
     c = LlamaConfig(hidden_size=H, intermediate_size=F, num_attention_heads=NH, num_key_value_heads=NKV,
-                    head_dim=D, rms_norm_eps=EPS, vocab_size=V, num_hidden_layers=1, max_position_embeddings=64,
+                    head_dim=D, rms_norm_eps=EPS, vocab_size=V, num_hidden_layers=1, max_position_embeddings=max(64, T),
                     rope_theta=THETA)
     c._attn_implementation = "eager"
     return c

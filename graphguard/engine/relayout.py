@@ -50,7 +50,7 @@ def _concrete(shape) -> tuple[int, ...] | None:
     return tuple(shape) if all(type(d) is int for d in shape) else None
 
 
-def labelled(names, shape_of) -> dict[str, np.ndarray] | None:
+def labelled(names, shape_of, limit: int = MAX_ENTRIES) -> dict[str, np.ndarray] | None:
     """Every entry of every named tensor its own integer (None where a shape is symbolic or too big)."""
     out, start = {}, 0
     for n in names:
@@ -58,7 +58,7 @@ def labelled(names, shape_of) -> dict[str, np.ndarray] | None:
         if shp is None:
             return None
         k = int(np.prod(shp, dtype=np.int64))
-        if start + k > MAX_ENTRIES:
+        if start + k > limit:
             return None
         out[n] = np.arange(start, start + k, dtype=np.int64).reshape(shp)
         start += k
@@ -1664,6 +1664,8 @@ def product_signatures(op: str, attrs: dict, x: np.ndarray, y: np.ndarray) -> np
 
 
 MAX_PRODUCT_TERMS = 1 << 16  # (output entries x summands) a product on labels may enumerate
+MAX_PRODUCT_LABELS = 1 << 25  # labelled entries of a product's inputs (a production layer's weight shards)
+MAX_PRODUCT_CHUNK = 1 << 22  # (output entries x summands) checked at once on positions
 
 
 def products_first(ctx, v: Node, R: dict, const_of) -> list[Term]:
@@ -1685,7 +1687,7 @@ def products_first(ctx, v: Node, R: dict, const_of) -> list[Term]:
         if not rx:
             return []
         picked.append(rx[0])
-    lab = labelled(sorted({leaf for e in picked for leaf in leaves(e)}), g_d.shape)
+    lab = labelled(sorted({leaf for e in picked for leaf in leaves(e)}), g_d.shape, MAX_PRODUCT_LABELS)
     if lab is None:
         return []
     try:
@@ -1693,10 +1695,10 @@ def products_first(ctx, v: Node, R: dict, const_of) -> list[Term]:
     except Exception:  # noqa: BLE001 -- shapes the references refuse: nothing is claimed
         return []
     sig = product_signatures(v.op, v.attrs, xs[0], xs[1])
-    if sig is None:
-        return []
     replica_labels(ctx, R, lab)  # (a replicated activation: every rank's copy labelled)
     prop = Propagated(ctx, dict(lab), const_of)
+    if sig is None:  # (too many pairs to enumerate: the same proof on the positions of the entries)
+        return _products_by_positions(ctx, v, xs, prop)
     cands = []
     for n in g_d.nodes:
         if len(n.inputs) != 2 or len(n.outputs) != 1 or _product_axes(n.op, n.attrs, 0, 0) is None and n.op != v.op:
@@ -1721,6 +1723,159 @@ def products_first(ctx, v: Node, R: dict, const_of) -> list[Term]:
     ys = [np.vectorize(lambda t: ids.setdefault(t, len(ids)), otypes=[np.int64])(s) for _, s in cands]
     return (solve(x, ys, [Leaf(n.outputs[0]) for n, _ in cands], [tuple(y.shape) for y in ys])
             or _partial_products(sig, cands))
+
+
+def _as_bik(a: np.ndarray, batch, free, contracting) -> np.ndarray:
+    """A product operand's labels as [batch, free, contracting], each group of dims flattened."""
+    t = a.transpose(list(batch) + list(free) + list(contracting))
+    nb, nf = len(batch), len(free)
+    size = lambda dims: int(np.prod(dims, dtype=np.int64))  # noqa: E731
+    return t.reshape(size(t.shape[:nb]), size(t.shape[nb:nb + nf]), size(t.shape[nb + nf:]))
+
+
+def _products_by_positions(ctx, v: Node, xs: list[np.ndarray], prop: "Propagated") -> list[Term]:
+    """:func:`products_first` where the pairs are too many to enumerate (a production layer's projections): the
+    same equality of pair multisets, decided on positions. With v = X[b, i, k] Y[b, j, k] summed over k and each
+    G_d product r = A_r[b', p, c] B_r[b', q, c] summed over c, the pair (X[b, i, k], Y[b, j, k]) is a term of r's
+    entry (b', p, q) exactly where Y's entry sits in B_r at (b', q, c) and X's in A_r at (b', p, c) -- the same
+    b' and c (or the two operands the other way round: products commute). Every Y label located once (no
+    replicas on that side), every X label located in the rank Y's says; then v's entry (b, i, j) is the sum over
+    the ranks it meets of their entries, provided each rank's k's cover its c's once with p and q fixed. Exact:
+    the multisets of pairs are equal. [] where anything else holds."""
+    g_d, g_s = ctx.g_d, ctx.g_s
+    ax = _product_axes(v.op, v.attrs, xs[0].ndim, xs[1].ndim)
+    if ax is None:
+        return []
+    lb, lc, rb, rc = ax
+    lf = [d for d in range(xs[0].ndim) if d not in lb + lc]
+    rf = [d for d in range(xs[1].ndim) if d not in rb + rc]
+    X, Y = _as_bik(xs[0], lb, lf, lc), _as_bik(xs[1], rb, rf, rc)
+    out_shape = tuple(xs[0].shape[d] for d in lb) + tuple(xs[0].shape[d] for d in lf) + \
+        tuple(xs[1].shape[d] for d in rf)
+    cands = []
+    for n in g_d.nodes:
+        axn = _product_axes(n.op, n.attrs, 0, 0) if len(n.inputs) == 2 and len(n.outputs) == 1 else None
+        if axn is None or g_d.tensors[n.outputs[0]].dtype != g_s.tensors[v.outputs[0]].dtype:
+            continue
+        a, b = prop.get(n.inputs[0]), prop.get(n.inputs[1])
+        z = _concrete(g_d.shape(n.outputs[0]))
+        if a is None or b is None or z is None:
+            continue
+        alb, alc, arb, arc = _product_axes(n.op, n.attrs, a.ndim, b.ndim)
+        af = [d for d in range(a.ndim) if d not in alb + alc]
+        bf = [d for d in range(b.ndim) if d not in arb + arc]
+        cands.append((n, _as_bik(a, alb, af, alc), _as_bik(b, arb, bf, arc), z))
+    if not cands:
+        return []
+    top = 1 + max(int(max(X.max(initial=0), Y.max(initial=0))),
+                  max(int(max(A.max(initial=0), B.max(initial=0))) for _, A, B, _ in cands))
+    for swap in (False, True):
+        got = _located_products(X, Y, [(A, B) if not swap else (B, A) for _, A, B, _ in cands], top, swap)
+        if got is None:
+            continue
+        pos, ranks = got  # pos[r]: each v entry's flat position in rank r's output ([b, i, j]), -1 where none
+        names = [Leaf(cands[r][0].outputs[0]) for r in ranks]
+        shapes = [tuple(cands[r][3]) for r in ranks]
+        if len(ranks) == 1 or not all((pos[r] >= 0).all() for r in ranks):
+            # (each entry one rank's: the ranks' outputs laid out, as solve finds them)
+            base = np.cumsum([0] + [int(np.prod(z, dtype=np.int64)) for z in shapes])
+            where = np.full(pos[ranks[0]].shape, -1, dtype=np.int64)
+            for k, r in enumerate(ranks):
+                hit = pos[r] >= 0
+                if (where[hit] >= 0).any():
+                    return []
+                where[hit] = base[k] + pos[r][hit]
+            if (where < 0).any():
+                return []
+            ys = [np.arange(base[k], base[k + 1], dtype=np.int64).reshape(z) for k, z in enumerate(shapes)]
+            return solve(where.reshape(out_shape), ys, names, shapes)
+        terms = []
+        for r, name, z in zip(ranks, names, shapes):
+            t = layout(name, z, pos[r].reshape(out_shape))
+            if t is None:
+                return []
+            terms.append(t)
+        return [app("core.sum", *terms)]
+    return []
+
+
+def _located_products(X, Y, ops: list[tuple[np.ndarray, np.ndarray]], top: int, swap: bool):
+    """:func:`_products_by_positions` for one pairing of operands (``ops``: per G_d product, the operand meeting
+    X's labels, then Y's, each [b', free, c]): per rank, v's entries' flat positions in its output (-1 where the
+    entry meets it not), and the ranks met; None where the pairs do not decompose."""
+    nb, ni, nk = X.shape
+    nj = Y.shape[1]
+    # Y's labels, each in one rank's operand: rank, batch, free index, contraction index
+    y_rank = np.full(top, -1, dtype=np.int64)
+    y_at = np.full(top, -1, dtype=np.int64)
+    for r, (_, B) in enumerate(ops):
+        flat = B.reshape(-1)
+        if (y_rank[flat] >= 0).any():
+            return None  # (a label in two places: a replica on this side)
+        y_rank[flat] = r
+        y_at[flat] = np.arange(flat.size)
+        if (y_at[flat] != np.arange(flat.size)).any():
+            return None  # (a label twice in one operand: a broadcast)
+    R, at = y_rank[Y], y_at[Y]
+    if (R < 0).any():
+        return None
+    shapes_b = [B.shape for _, B in ops]
+    Bp, Q, C = (np.empty_like(at) for _ in range(3))
+    for r, (bn, qn, cn) in enumerate(shapes_b):
+        m = R == r
+        Bp[m], Q[m], C[m] = np.unravel_index(at[m], (bn, qn, cn))
+    ranks = sorted(set(np.unique(R).tolist()))
+    # each (b, j): per rank, one batch entry and one free index, its k's covering the rank's c's once
+    rep = np.empty_like(R)  # the first k of (b, j) meeting the same rank
+    for r in ranks:
+        m = R == r
+        first = np.argmax(m, axis=2)  # [nb, nj]
+        rep[m] = np.broadcast_to(first[:, :, None], m.shape)[m]
+        count = m.sum(axis=2)
+        if ((count != 0) & (count != shapes_b[r][2])).any():
+            return None
+    take = lambda a: np.take_along_axis(a, rep, axis=2)  # noqa: E731
+    if (take(Bp) != Bp).any() or (take(Q) != Q).any():
+        return None
+    # X's labels in each rank's operand (replicas allowed: each rank's own copy)
+    Xb, Xp, Xc = (np.full((len(ops),) + X.shape, -1, dtype=np.int64) for _ in range(3))
+    for r, (A, _) in enumerate(ops):
+        inv = np.full(top, -1, dtype=np.int64)
+        flat = A.reshape(-1)
+        inv[flat] = np.arange(flat.size)
+        if (inv[flat] != np.arange(flat.size)).any():
+            return None  # (a label twice in one operand: a broadcast)
+        hit = inv[X]
+        ok = hit >= 0
+        b_, p_, c_ = np.unravel_index(np.where(ok, hit, 0), A.shape)
+        Xb[r], Xp[r], Xc[r] = np.where(ok, b_, -1), np.where(ok, p_, -1), np.where(ok, c_, -1)
+    pos = {r: np.full((nb, ni, nj), -1, dtype=np.int64) for r in ranks}
+    step = max(1, MAX_PRODUCT_CHUNK // max(1, nb * ni * nk))
+    bi = np.arange(nb)[:, None, None, None]
+    ii = np.arange(ni)[None, :, None, None]
+    ki = np.arange(nk)[None, None, None, :]
+    for j0 in range(0, nj, step):
+        js = slice(j0, min(nj, j0 + step))
+        r4 = R[:, None, js, :]  # [nb, 1, jc, nk]
+        xb, xp, xc = Xb[r4, bi, ii, ki], Xp[r4, bi, ii, ki], Xc[r4, bi, ii, ki]  # [nb, ni, jc, nk]
+        if (xp < 0).any() or (xb != Bp[:, None, js, :]).any() or (xc != C[:, None, js, :]).any():
+            return None
+        rep4 = np.broadcast_to(rep[:, None, js, :], xp.shape)
+        if (np.take_along_axis(xp, rep4, axis=3) != xp).any():
+            return None
+        for r in ranks:
+            m = R[:, js, :] == r  # [nb, jc, nk]
+            has = m.any(axis=2)  # [nb, jc]
+            k0 = np.argmax(m, axis=2)  # [nb, jc]
+            bq = np.take_along_axis(Bp[:, js, :], k0[:, :, None], axis=2)[:, :, 0]
+            qq = np.take_along_axis(Q[:, js, :], k0[:, :, None], axis=2)[:, :, 0]
+            pp = np.take_along_axis(xp, np.broadcast_to(k0[:, None, :, None], xp.shape[:3] + (1,)), axis=3)[..., 0]
+            _, pn, _ = ops[r][0].shape
+            qn = shapes_b[r][1]
+            p_flat = (bq[:, None, :] * pn + pp) * qn + qq[:, None, :] if not swap else \
+                (bq[:, None, :] * qn + qq[:, None, :]) * pn + pp
+            pos[r][:, :, js] = np.where(has[:, None, :], p_flat, -1)
+    return pos, ranks
 
 
 def _partial_products(sig: np.ndarray, cands: list) -> list[Term]:

@@ -33,7 +33,7 @@ from graphguard.errors import InputError, ShapeError
 from graphguard.ir.ops import Registry, normalize_attrs, number_text
 
 from ..stitch import Collective, RankGraph
-from .module import ELIDED, Computation, Instruction, Module, Shape, numpy_dtype
+from .module import ELIDED, Computation, Instruction, Module, Shape, numpy_dtype, stored
 
 KNOWN_MAX = 4096  # values up to this many elements are tracked (and folded) while converting
 LITERAL_MAX = 64  # folded values up to this size are emitted as hlo.literal; larger ones as the ops computing them
@@ -163,7 +163,7 @@ class Converter:
         return v.name
 
     def known(self, shape: Shape, value, build=None, hint: str = "c") -> Val:
-        value = np.asarray(value).astype(numpy_dtype(shape.dtype), copy=False)
+        value = stored(np.asarray(value).astype(numpy_dtype(shape.dtype), copy=False), shape.dtype)
         if value.shape != tuple(shape.dims):
             value = value.reshape(shape.dims)
         if value.size > KNOWN_MAX:
@@ -291,8 +291,10 @@ class Converter:
         if xs and all(x.const is not None for x in xs) and opdef.ref is not None:
             norm = dict(normalize_attrs(opdef, attrs, self.where(ins)))
             if all(x.splat for x in xs) and ins.opcode in ELEMENTWISE:
-                value = np.asarray(opdef.ref([x.const for x in xs], norm))
-                return Val(shape, const=value.astype(numpy_dtype(shape.dtype)), splat=True, build=build, hint=name)
+                with np.errstate(all="ignore"):
+                    value = np.asarray(opdef.ref([x.const for x in xs], norm))
+                return Val(shape, const=stored(value.astype(numpy_dtype(shape.dtype)), shape.dtype), splat=True,
+                           build=build, hint=name)
             if sum(x.const.size if not x.splat else int(np.prod(x.shape.dims)) for x in xs) <= KNOWN_MAX \
                     and int(np.prod(shape.dims)) <= KNOWN_MAX:
                 with np.errstate(all="ignore"):

@@ -224,6 +224,20 @@ def numpy_dtype(dtype: str):
     return np.float64
 
 
+def stored(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Float values rounded to what their type stores, held as float64 (:func:`numpy_dtype`): a printed constant
+    (``f32[] constant(1e-05)`` holds the float32 nearest 1e-05, as a binary module does), and each folded op's
+    result, as the program computes it in its type (``exponential(iota * c)`` in float32: the product rounded
+    before the exponential). Other dtypes as they are."""
+    if dtype in ("float16", "float32"):
+        return np.asarray(x).astype(dtype).astype(np.float64)
+    if dtype == "bfloat16":  # round to nearest even on the upper 16 bits of the float32
+        u = np.asarray(x).astype(np.float32).view(np.uint32).astype(np.uint64)
+        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+        return u.astype(np.uint32).view(np.float32).astype(np.float64)
+    return x
+
+
 def loc_of(source_file: str, line: int) -> str | None:
     if not source_file:
         return None

@@ -17,7 +17,8 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from graphguard.errors import InputError
 from graphguard.inputfile import MAX_DEPTH, malformed, nesting
 
-from .module import DTYPES, ELIDED, Computation, Instruction, Module, Shape, iota_groups, loc_of, mesh_groups, numpy_dtype
+from .module import (DTYPES, ELIDED, Computation, Instruction, Module, Shape, iota_groups, loc_of, mesh_groups,
+                     numpy_dtype, stored)
 
 
 class Atom(str):
@@ -272,19 +273,7 @@ def _literal(pieces, shape: Shape, where: str):
     n = int(np.prod(shape.dims)) if shape.dims else 1
     if len(nums) != n:
         raise InputError(f"{where}: constant holds {len(nums)} values for shape {shape}")
-    return _stored(np.asarray(nums, dtype=numpy_dtype(shape.dtype)), shape.dtype).reshape(shape.dims)
-
-
-def _stored(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Printed float constants rounded to the values their type stores (``f32[] constant(1e-05)`` holds the
-    float32 nearest 1e-05), as a binary module holds them."""
-    if dtype in ("float16", "float32"):
-        return x.astype(dtype).astype(np.float64)
-    if dtype == "bfloat16":  # round to nearest even on the upper 16 bits of the float32
-        u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-        return u.astype(np.uint32).view(np.float32).astype(np.float64)
-    return x
+    return stored(np.asarray(nums, dtype=numpy_dtype(shape.dtype)), shape.dtype).reshape(shape.dims)
 
 
 def _mesh_groups(pieces, where: str) -> list[list[int]]:

@@ -15,7 +15,7 @@ For each case: G_s/G_d op counts, capture time (lowering, XLA's SPMD partitioner
 time (loading the HLO included) and milliseconds per G_d node. Targets from issue 4 (this 2-core machine): a
 Llama layer at degree 2 <= 2 s, degree 8 <= 10 s (cross-fx-hlo-llama: a PyTorch Llama layer against its JAX
 tensor-parallel version; forward only; cross-hf-neuronx-llama: HF's Llama modules against the NeuronX HLO of
-neuronx-llama-tp's make.py, forward, its relation's ``assume:`` applied).
+neuronx-llama-tp's make.py, forward, its relation's ``assume:`` applied; ``--size`` too).
 """
 import argparse
 import statistics
@@ -53,8 +53,9 @@ def main():
           f"{'verify s':>9} {'cpu s':>7} {'ms/G_d node':>11} {'engine s':>8}", flush=True)
     for ex, size in [(ex, size) for ex in a.examples.split(",") for size in sizes]:
         shipped = (ROOT / "examples" / ex / "impl.hlo.pb").is_file()  # HLO files as NeuronX writes them
-        if size != sizes[0] and not shipped:
-            continue  # only the generated example has sizes
+        sized = ex == "cross-hf-neuronx-llama"  # (its capture.py takes make.py's sizes)
+        if size != sizes[0] and not (shipped or sized):
+            continue  # only the generated examples have sizes
         for deg in [int(x) for x in a.degrees.split(",")]:
             for p in a.passes.split(","):
                 backward = p == "fwd+bwd"
@@ -64,7 +65,7 @@ def main():
                 with tempfile.TemporaryDirectory() as tmp:
                     t = time.perf_counter()
                     if cross:
-                        f = _cross(ex)(deg, tmp)
+                        f = _cross(ex)(deg, tmp, **({"size": size} if sized else {}))
                     elif shipped:
                         d = _shipped(ex, deg, tmp, size)
                         if d is None:
@@ -85,7 +86,7 @@ def main():
                         infer.append(r.timings["infer"])
                 med = statistics.median(times)
                 n_d = r.timings["n_impl_ops"]
-                name = ex if not shipped or size == "tiny" else f"{ex}@{size}"
+                name = ex if not (shipped or sized) or size == "tiny" else f"{ex}@{size}"
                 print(f"{name:30} {deg:>3} {p:8} {r.verdict:16} {r.timings['n_spec_ops']:>5} {n_d:>5} {cap:>9.2f} "
                       f"{med:>9.2f} {statistics.median(cpu):>7.2f} {1000 * med / n_d:>11.2f} "
                       f"{statistics.median(infer):>8.2f}", flush=True)

@@ -222,12 +222,12 @@ def test_hf_rms_norm_collapsed_before_proving(tmp_path):
     assert fuse_expressions(g1, reg, S.Constraints(), other=g_d) == 3
 
 
-def _verify(tp, tmp_path, variant="ok", outputs="all", literals=False):
+def _verify(tp, tmp_path, variant="ok", outputs="all", literals=False, size="tiny"):
     sys.path.insert(0, str(HERE))
     import capture
     import graphguard
     from graphguard.api import load_inputs
-    paths = capture.capture(tp, tmp_path, variant=variant, outputs=outputs)
+    paths = capture.capture(tp, tmp_path, variant=variant, outputs=outputs, size=size)
     if literals:  # the inverse frequencies: HF's exp(arange * c), folded, and the literal NeuronX's was folded into
         g_s, g_d = load_inputs(paths["spec"], paths["impl"], paths["relation"], spec_frontend="ir",
                                impl_frontend="hlo", world_size=tp)[:2]
@@ -368,3 +368,16 @@ def test_k_read_from_the_q_columns_is_flagged_where_k_is_first_used(tmp_path):
     r = _verify(2, tmp_path, "k-slice")
     assert r.verdict == "does-not-refine"
     assert (r.failure.op, r.failure.loc) == ("aten.mul.Tensor", "modeling_llama.py:159"), r.failure
+
+
+@pytest.mark.slow  # (about 30 s: Llama-3.2-1B's shapes, the projections checked on 16.8M-entry shards)
+def test_llama_3_2_1b_dims_verify_to_the_lm_head(tmp_path):
+    """At production dims the layer and the final norm verify (the row-parallel projections as the sum of the
+    ranks' products, decided on positions); the LM head's 262M-entry weight is past what a product is checked
+    on, and the walk stops there -- a limit, said as such (README)."""
+    from graphguard.ir.expr import to_text
+    r = _verify(2, tmp_path, size="llama-3.2-1b")
+    assert r.verdict == "does-not-refine"
+    assert (r.failure.op, r.failure.node, r.failure.loc) == ("aten.mm", "mm_8", _line("self.lm_head(")), r.failure
+    assert any(to_text(e).startswith("sum(") and "o_proj@1" in to_text(e) for e in r.relations["mm_4"])
+    assert any("silu@0" in to_text(e) for e in r.relations["silu"])

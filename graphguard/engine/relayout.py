@@ -1805,38 +1805,56 @@ def _located_products(X, Y, ops: list[tuple[np.ndarray, np.ndarray]], top: int, 
     entry meets it not), and the ranks met; None where the pairs do not decompose."""
     nb, ni, nk = X.shape
     nj = Y.shape[1]
+    probe = int(Y.reshape(-1)[0]) if Y.size else -1  # (the other pairing, cheaply told apart: Y's first label
+    if not any((B == probe).any() for _, B in ops):  # in no operand of this side)
+        return None
     # Y's labels, each in one rank's operand: rank, batch, free index, contraction index
-    y_rank = np.full(top, -1, dtype=np.int64)
-    y_at = np.full(top, -1, dtype=np.int64)
+    small = np.int32 if top < (1 << 31) else np.int64
+    y_rank = np.full(top, -1, dtype=np.int8 if len(ops) < 127 else np.int64)
+    y_at = np.full(top, -1, dtype=small)
     for r, (_, B) in enumerate(ops):
         flat = B.reshape(-1)
         if (y_rank[flat] >= 0).any():
             return None  # (a label in two places: a replica on this side)
         y_rank[flat] = r
-        y_at[flat] = np.arange(flat.size)
-        if (y_at[flat] != np.arange(flat.size)).any():
+        y_at[flat] = np.arange(flat.size, dtype=small)
+        if (y_at[flat] != np.arange(flat.size, dtype=small)).any():
             return None  # (a label twice in one operand: a broadcast)
-    R, at = y_rank[Y], y_at[Y]
+    R, at = y_rank[Y].astype(np.int64), y_at[Y].astype(np.int64)
     if (R < 0).any():
         return None
     shapes_b = [B.shape for _, B in ops]
-    Bp, Q, C = (np.empty_like(at) for _ in range(3))
-    for r, (bn, qn, cn) in enumerate(shapes_b):
-        m = R == r
-        Bp[m], Q[m], C[m] = np.unravel_index(at[m], (bn, qn, cn))
-    ranks = sorted(set(np.unique(R).tolist()))
-    # each (b, j): per rank, one batch entry and one free index, its k's covering the rank's c's once
-    rep = np.empty_like(R)  # the first k of (b, j) meeting the same rank
-    for r in ranks:
-        m = R == r
-        first = np.argmax(m, axis=2)  # [nb, nj]
-        rep[m] = np.broadcast_to(first[:, :, None], m.shape)[m]
-        count = m.sum(axis=2)
-        if ((count != 0) & (count != shapes_b[r][2])).any():
+    if len(set(shapes_b)) == 1:  # (the ranks' operands of one shape: one unravel)
+        Bp, Q, C = np.unravel_index(at, shapes_b[0])
+    else:
+        Bp, Q, C = (np.empty_like(at) for _ in range(3))
+        for r, (bn, qn, cn) in enumerate(shapes_b):
+            m = R == r
+            Bp[m], Q[m], C[m] = np.unravel_index(at[m], (bn, qn, cn))
+    ranks = np.nonzero(np.bincount(R.reshape(-1), minlength=len(ops)))[0].tolist()
+    # each (b, j): per rank, one batch entry and one free index, its k's covering the rank's c's once; rep: the
+    # first k of (b, j) meeting the same rank (computed on one column where every column meets the ranks alike)
+    if (R == R[:, :, :1]).all():  # (each column one rank's: column-parallel)
+        if any(nk != shapes_b[r][2] for r in ranks):
             return None
-    take = lambda a: np.take_along_axis(a, rep, axis=2)  # noqa: E731
-    if (take(Bp) != Bp).any() or (take(Q) != Q).any():
-        return None
+        rep = np.zeros_like(R)
+        if (Bp != Bp[:, :, :1]).any() or (Q != Q[:, :, :1]).any():
+            return None
+    else:
+        alike = (R == R[:, :1]).all()
+        Rc = R[:, :1] if alike else R
+        rep = np.empty_like(Rc)
+        for r in ranks:
+            m = Rc == r
+            first = np.argmax(m, axis=2)
+            rep[m] = np.broadcast_to(first[:, :, None], m.shape)[m]
+            count = m.sum(axis=2)
+            if ((count != 0) & (count != shapes_b[r][2])).any():
+                return None
+        rep = np.broadcast_to(rep, R.shape)
+        take = lambda a: np.take_along_axis(a, rep, axis=2)  # noqa: E731
+        if (take(Bp) != Bp).any() or (take(Q) != Q).any():
+            return None
     # X's labels in each rank's operand (replicas allowed: each rank's own copy)
     Xb, Xp, Xc = (np.full((len(ops),) + X.shape, -1, dtype=np.int64) for _ in range(3))
     for r, (A, _) in enumerate(ops):
@@ -1850,6 +1868,23 @@ def _located_products(X, Y, ops: list[tuple[np.ndarray, np.ndarray]], top: int, 
         b_, p_, c_ = np.unravel_index(np.where(ok, hit, 0), A.shape)
         Xb[r], Xp[r], Xc[r] = np.where(ok, b_, -1), np.where(ok, p_, -1), np.where(ok, c_, -1)
     pos = {r: np.full((nb, ni, nj), -1, dtype=np.int64) for r in ranks}
+    groups = _column_groups(R, Bp, C)
+    if groups is not None:  # (columns alike along k -- row- or column-parallel: X checked once per group)
+        for b, js, j0 in groups:
+            rk, ki1 = R[b, j0], np.arange(nk)
+            xb, xp, xc = Xb[rk, b, :, ki1].T, Xp[rk, b, :, ki1].T, Xc[rk, b, :, ki1].T  # [ni, nk]
+            if (xp < 0).any() or (xb != Bp[b, j0][None]).any() or (xc != C[b, j0][None]).any():
+                return None
+            if (xp[:, rep[b, j0]] != xp).any():
+                return None
+            for r in sorted(set(rk.tolist())):
+                k0 = int(np.argmax(rk == r))
+                _, pn, _ = ops[r][0].shape
+                qn = shapes_b[r][1]
+                bq, qq, pp = Bp[b, js, k0], Q[b, js, k0], xp[:, k0]
+                pos[r][b][:, js] = (bq[None] * pn + pp[:, None]) * qn + qq[None] if not swap else \
+                    (bq[None] * qn + qq[None]) * pn + pp[:, None]
+        return pos, ranks
     step = max(1, MAX_PRODUCT_CHUNK // max(1, nb * ni * nk))
     bi = np.arange(nb)[:, None, None, None]
     ii = np.arange(ni)[None, :, None, None]
@@ -1876,6 +1911,26 @@ def _located_products(X, Y, ops: list[tuple[np.ndarray, np.ndarray]], top: int, 
                 (bq[:, None, :] * qn + qq[:, None, :]) * pn + pp
             pos[r][:, :, js] = np.where(has[:, None, :], p_flat, -1)
     return pos, ranks
+
+
+def _column_groups(R: np.ndarray, Bp: np.ndarray, C: np.ndarray) -> list | None:
+    """Columns j of v (per batch entry b) whose k's meet the same ranks, batch entries and contraction indices:
+    (b, their j's, one of them) each -- one group per b where every column is alike (a row-parallel product:
+    the ranks split k), one per b and rank where each column meets one rank (column-parallel); None otherwise."""
+    nb = R.shape[0]
+    if (R == R[:, :1]).all() and (Bp == Bp[:, :1]).all() and (C == C[:, :1]).all():
+        return [(b, np.arange(R.shape[1]), 0) for b in range(nb)]
+    if not (R == R[:, :, :1]).all():
+        return None
+    out = []
+    for b in range(nb):
+        for r in np.unique(R[b, :, 0]).tolist():
+            js = np.nonzero(R[b, :, 0] == r)[0]
+            j0 = int(js[0])
+            if (Bp[b, js] != Bp[b, j0][None]).any() or (C[b, js] != C[b, j0][None]).any():
+                return None
+            out.append((b, js, j0))
+    return out
 
 
 def _partial_products(sig: np.ndarray, cands: list) -> list[Term]:

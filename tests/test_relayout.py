@@ -1217,3 +1217,48 @@ def test_products_on_positions_decide_as_the_pairs_do(plugins, monkeypatch, buil
     if ok:
         assert got.r_o_lines() == want.r_o_lines()
         assert got.replay["ok"]
+
+
+# -- a column-parallel weight too large to label, its shards read whole (relayout._products_of_whole_shards) -----
+
+def _vocab_parallel(plugins, monkeypatch, rotate_rank1=False):
+    """G_s: Y = mm(X [3, 4], W = concat(W@0, W@1, dim=1)); each rank (XLA) computes dot(W@r, X@r) contracting
+    W's dim 0 with X's dim 1 -> [5, 3] (NeuronX's vocab-major LM head); X replicated. The weight is made 'too
+    large to label' (MAX_PRODUCT_LABELS below its entries). ``rotate_rank1``: rank 1 reads X's columns in
+    another order (a bug)."""
+    import graphguard.engine.relayout as rl
+    monkeypatch.setattr(rl, "MAX_PRODUCT_LABELS", 30)
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
+    s.input("X", [3, 4], "float32")
+    s.input("W", [4, 10], "float32")
+    s.op("aten.mm", ["X", "W"], "Y")
+    s.output("Y")
+    for r in range(2):
+        d.input(f"X@{r}", [3, 4], "float32")
+        d.input(f"W@{r}", [4, 5], "float32")
+        x = f"X@{r}"
+        if rotate_rank1 and r == 1:
+            d.op("core.slice", [x], "Xa@1", dim=1, start=2, end=4)
+            d.op("core.slice", [x], "Xb@1", dim=1, start=0, end=2)
+            d.op("core.concat", ["Xa@1", "Xb@1"], "Xr@1", dim=1)
+            x = "Xr@1"
+        d.op("hlo.dot", [f"W@{r}", x], f"P@{r}", lhs_batch=[], rhs_batch=[], lhs_contracting=[0],
+             rhs_contracting=[1])
+    d.output("P@0", "P@1")
+    return _verify(plugins, s, d, "inputs:\n  X: [X@0, X@1]\n  W: concat(W@0, W@1, dim=1)\n",
+                   replay=not rotate_rank1)
+
+
+def test_a_vocab_parallel_product_of_unlabelled_shards_is_the_ranks_products(plugins, monkeypatch):
+    r = _vocab_parallel(plugins, monkeypatch)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines() == ["Y = concat(permute(P@0, dims=[1, 0]), permute(P@1, dims=[1, 0]), dim=1)"], \
+        r.r_o_lines()
+    assert r.replay["ok"]
+
+
+def test_a_vocab_parallel_product_reading_the_rows_otherwise_is_flagged(plugins, monkeypatch):
+    """Must not prove: rank 1 contracts its shard with X's columns in another order -- other terms summed."""
+    r = _vocab_parallel(plugins, monkeypatch, rotate_rank1=True)
+    assert r.verdict == "does-not-refine", r.render()
+    assert r.failure.outputs == ["Y"], r.render()

@@ -1425,7 +1425,7 @@ def same_entries(a: Term, b: Term, shape_of, reg) -> bool:
 # 1 << 16: its verify then peaks at 2.0 GB and takes 47 s; at 1 << 18 / 1 << 14 it was refused)
 MAX_MONOMIALS = 1 << 21  # monomials one polynomial evaluation may hold (estimated first: 8 x that)
 MAX_POLY_ENTRIES = 1 << 16  # output entries of one polynomial problem (Python objects; its labelled entries: 32 x)
-MAX_ELEMENTWISE = 1 << 17  # output entries of one elementwise problem
+MAX_ELEMENTWISE = 1 << 19  # output entries of one elementwise problem (Llama-3.2-1B's logits: 256k)
 
 
 class Poly:
@@ -1688,8 +1688,8 @@ def products_first(ctx, v: Node, R: dict, const_of) -> list[Term]:
             return []
         picked.append(rx[0])
     lab = labelled(sorted({leaf for e in picked for leaf in leaves(e)}), g_d.shape, MAX_PRODUCT_LABELS)
-    if lab is None:
-        return []
+    if lab is None:  # (a weight too large to label: its shards read whole, each by one G_d product)
+        return _products_of_whole_shards(ctx, v, picked, R, const_of)
     try:
         xs = [term_eval(e, lab.__getitem__, reg) for e in picked]
     except Exception:  # noqa: BLE001 -- shapes the references refuse: nothing is claimed
@@ -1723,6 +1723,74 @@ def products_first(ctx, v: Node, R: dict, const_of) -> list[Term]:
     ys = [np.vectorize(lambda t: ids.setdefault(t, len(ids)), otypes=[np.int64])(s) for _, s in cands]
     return (solve(x, ys, [Leaf(n.outputs[0]) for n, _ in cands], [tuple(y.shape) for y in ys])
             or _partial_products(sig, cands))
+
+
+def _products_of_whole_shards(ctx, v: Node, picked: list[Term], R: dict, const_of) -> list[Term]:
+    """``mm(x, concat(W_0, ..., W_n, dim=1))`` -- a column-parallel weight too large to label (an LM head's
+    vocabulary) -- where each shard W_r is read whole by one G_d product (any dialect's) contracting W_r's dim 0:
+    with only x's entries labelled, each row of x must be a row of that product's other operand, its entries in
+    the contraction's order (the replicated activation on each rank, ``replica_labels``). Then v's entry (i, j),
+    j in shard r at j', is ``sum_k x[i, k] W_r[k, j']`` -- the G_d product's entry (p_i, j'), term for term.
+    The concatenation of the products' outputs, laid out; [] where anything else holds."""
+    g_d, g_s, reg = ctx.g_d, ctx.g_s, ctx.egraph.reg
+    if v.op != "aten.mm" or len(picked) != 2:
+        return []
+    xe, ye = picked
+    parts = flat_args(ye) if isinstance(ye, App) and ye.op == "core.concat" and ye.attrd.get("dim") == 1 else [ye]
+    if not all(isinstance(w, Leaf) for w in parts) or {w.name for w in parts} & set(leaves(xe)):
+        return []
+    lab = labelled(sorted(set(leaves(xe))), g_d.shape)
+    if lab is None:
+        return []
+    try:
+        X = term_eval(xe, lab.__getitem__, reg)
+    except Exception:  # noqa: BLE001 -- shapes the references refuse: nothing is claimed
+        return []
+    if X.ndim != 2:
+        return []
+    replica_labels(ctx, R, lab)
+    prop = Propagated(ctx, dict(lab), const_of)
+    rows_x = [tuple(r) for r in X.tolist()]
+    want = g_s.tensors[v.outputs[0]].dtype
+    terms = []
+    for w in parts:
+        ws = _concrete(g_d.shape(w.name))
+        if ws is None or len(ws) != 2 or ws[0] != X.shape[1]:
+            return []
+        found = None
+        for n in g_d.consumers.get(w.name, ()):
+            if len(n.inputs) != 2 or len(n.outputs) != 1 or n.inputs.count(w.name) != 1 \
+                    or g_d.tensors[n.outputs[0]].dtype != want:
+                continue
+            wi = n.inputs.index(w.name)
+            other = prop.get(n.inputs[1 - wi])
+            ax = _product_axes(n.op, n.attrs, 2 if wi == 0 else (other.ndim if other is not None else 0),
+                               2 if wi == 1 else (other.ndim if other is not None else 0))
+            if ax is None or other is None or other.ndim != 2:
+                continue
+            lb, lc, rb, rc = ax
+            (wb, wc), (ob, oc) = ((lb, lc), (rb, rc)) if wi == 0 else ((rb, rc), (lb, lc))
+            if wb or ob or wc != [0] or len(oc) != 1:
+                continue
+            A = other.transpose([1 - oc[0], oc[0]])  # [P, K]: its rows, entries in the contraction's order
+            where = {}
+            for p_, row in enumerate(A.tolist()):
+                where.setdefault(tuple(row), p_)
+            ps = [where.get(r) for r in rows_x]
+            if None in ps:
+                continue
+            pn, jn = A.shape[0], ws[1]
+            p_of = np.array(ps, dtype=np.int64)[:, None]
+            q = np.arange(jn, dtype=np.int64)[None, :]
+            pos = q * pn + p_of if wi == 0 else p_of * jn + q  # (its output: lhs free dims, then rhs free)
+            t = layout(Leaf(n.outputs[0]), _concrete(g_d.shape(n.outputs[0])), pos)
+            if t is not None:
+                found = t
+                break
+        if found is None:
+            return []
+        terms.append(found)
+    return [terms[0] if len(terms) == 1 else app("core.concat", *terms, dim=1)]
 
 
 def _as_bik(a: np.ndarray, batch, free, contracting) -> np.ndarray:

@@ -1031,6 +1031,9 @@ def test_a_select_of_a_constant_is_matched_on_labels_by_value(plugins):
     assert r.verdict == "refines", r.render()
     assert r.r_o_lines() == ["Z = Z@0"], r.r_o_lines()
     assert r.replay["ok"]
+    # HF's where, which G_d spells only as XLA's select, is answered on labels before the search (infer's
+    # _other_dialects: the 1220 broadcast variants of a three-operand op grow the search with the operands' forms)
+    assert r.stats.get("labels_first", 0) >= 1, r.stats
 
 
 @pytest.mark.parametrize("fill_d,perm_mask", [(-20000.0, False), (-30000.0, True)])

@@ -587,7 +587,7 @@ def _by_labels_first(ctx: Context, v: Node, R: Relation):
     # (a G_s output needs an expression over G_d's outputs: where the labels find none, the search runs)
     if not exprs or (v.outputs[0] in s_outputs and not any(set(leaves(e)) <= d_outputs for e in exprs)):
         exprs, aliases = [], []
-        if any(R.get(x) and all(_interleaved(e) for e in R[x]) for x in v.inputs):
+        if any(R.get(x) and all(_interleaved(e) for e in R[x]) for x in v.inputs) or _other_dialects(ctx, v):
             eqs = elementwise_outputs(ctx, None, v, R, set(), None, const_of)
             exprs = list(dict.fromkeys(t for _, t in eqs))
     if not exprs:
@@ -595,6 +595,17 @@ def _by_labels_first(ctx: Context, v: Node, R: Relation):
     ctx.stats["labels_first"] = ctx.stats.get("labels_first", 0) + 1
     explored = {leaf for e in exprs for leaf in leaves(e)}
     return {v.outputs[0]: exprs}, explored, set(explored), aliases
+
+
+def _other_dialects(ctx: Context, v: Node) -> bool:
+    """Is v a selection (``where``) that G_d spells only in another dialect? Its lemmas then state it with every
+    operand's broadcast made explicit, each way (family 1220), and the search over them grows with the operands'
+    forms (HF's masked scores against XLA's select at Llama-3.2-1B's dims, TP 1: 38 s); its G_d counterpart is
+    found on labels instead (``elementwise_outputs``, its other-dialect counterparts by the same lemmas)."""
+    op = ctx.egraph.reg.get(v.op)
+    if op is None or op.computes != "where" or sorted(op.elementwise) != list(range(len(v.inputs))):
+        return False
+    return not any(n.op == v.op for n in ctx.g_d.nodes)
 
 
 def _clean_outputs(ctx: Context, snap: Snapshot, v: Node, roots: list[Term]) -> tuple[Relation, list]:

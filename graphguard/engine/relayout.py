@@ -33,7 +33,7 @@ import itertools
 
 import numpy as np
 
-from ..ir.expr import App, Leaf, Term, app, base_name, flat_args, leaves, rank_of, size, substitute
+from ..ir.expr import AConst, App, Leaf, PVar, Term, app, base_name, flat_args, leaves, rank_of, size, substitute
 from ..ir.graph import Node
 from ..ir.semantics import term_eval
 from .normalise import identities
@@ -989,10 +989,8 @@ def _renamed_counterparts(ctx, v: Node, dtypes: list) -> list[tuple[Node, list[s
     bound tensors' entries at that position, as :func:`elementwise_outputs` needs. (node, the tensors bound to
     f's operands) each."""
     from .lemma import EvalContext, check_condition
-    from ..ir.expr import AConst, PVar
     g_d, out, reg = ctx.g_d, [], ctx.egraph.reg
     attrs = dict(v.attrs)
-    producer = {t: n for n in g_d.nodes for t in n.outputs}
 
     def elementwise(p, bound: dict) -> bool:  # every op of the pattern elementwise in all its operands,
         if isinstance(p, PVar):  # attributes constants or the lhs's
@@ -1005,7 +1003,7 @@ def _renamed_counterparts(ctx, v: Node, dtypes: list) -> list[tuple[Node, list[s
     def match(p, t: str, env: dict, bound: dict) -> bool:
         if isinstance(p, PVar):
             return env.setdefault(p.name, t) == t
-        n = producer.get(t)
+        n = g_d.producer.get(t)
         return (n is not None and n.op == p.op and len(n.outputs) == 1 and len(n.inputs) == len(p.args)
                 and dict(n.attrs) == {k: x.value if isinstance(x, AConst) else bound[x.name] for k, x in p.attrs}
                 and all(match(a, u, env, bound) for a, u in zip(p.args, n.inputs)))
@@ -1021,7 +1019,7 @@ def _renamed_counterparts(ctx, v: Node, dtypes: list) -> list[tuple[Node, list[s
         if set(attrs) != {k for k, _ in lhs.attrs} or any(
                 not (isinstance(x, PVar) or isinstance(x, AConst) and x.value == attrs[k]) for k, x in lhs.attrs):
             continue
-        if not elementwise(rhs, bound) or {a.name for a in leaves_of(rhs)} != {a.name for a in lhs.args}:
+        if not elementwise(rhs, bound) or {a.name for a in _pattern_vars(rhs)} != {a.name for a in lhs.args}:
             continue
         ec = EvalContext(lambda leaf: g_d.shape(leaf.name), ctx.egraph.cx, ctx.egraph.reg.functions,
                          lambda leaf: g_d.tensors[leaf.name].dtype)
@@ -1039,12 +1037,11 @@ def _renamed_counterparts(ctx, v: Node, dtypes: list) -> list[tuple[Node, list[s
     return list({(n.outputs[0], tuple(reads)): (n, reads) for n, reads in out}.values())  # (two rules, one node)
 
 
-def leaves_of(p) -> list:
-    """The pattern variables of a rule's side."""
-    from ..ir.expr import PVar
+def _pattern_vars(p) -> list:
+    """The tensor variables of a rule's side."""
     if isinstance(p, PVar):
         return [p]
-    return [x for a in getattr(p, "args", ()) for x in leaves_of(a)]
+    return [x for a in getattr(p, "args", ()) for x in _pattern_vars(a)]
 
 
 def _row_dims(op, attrs: dict, ndim: int) -> tuple[int, tuple[int, ...]] | None:
@@ -1589,13 +1586,21 @@ def _sum_of(lhs: Term, xs: np.ndarray, nodes: list[Node], zs: list[np.ndarray], 
             got.append(hit)
             rest = rest - zs[hit[0]].reshape(-1)[hit[1]]
         parts.append(sorted(got))
+    names, shapes = [Leaf(n.outputs[0]) for n in nodes], [tuple(z.shape) for z in zs]
     if parts and all(len(g) == 1 for g in parts):  # each entry one counterpart's: the ranks' outputs laid out
-        base = np.cumsum([0] + [z.size for z in zs])
-        ys = [np.arange(base[k], base[k + 1], dtype=np.int64).reshape(z.shape) for k, z in enumerate(zs)]
-        x = np.array([base[g[0][0]] + g[0][1] for g in parts], dtype=np.int64).reshape(out_shape)
-        return [(lhs, t) for t in solve(x, ys, [Leaf(n.outputs[0]) for n in nodes], [z.shape for z in zs])]
-    t = summed_layouts(parts, [Leaf(n.outputs[0]) for n in nodes], [tuple(z.shape) for z in zs], out_shape)
+        which = np.array([g[0][0] for g in parts], dtype=np.int64)
+        at = np.array([g[0][1] for g in parts], dtype=np.int64)
+        return [(lhs, t) for t in laid_out(which, at, names, shapes, out_shape)]
+    t = summed_layouts(parts, names, shapes, out_shape)
     return [(lhs, t)] if t is not None else []
+
+
+def laid_out(which: np.ndarray, at: np.ndarray, names: list[Term], shapes: list[tuple], out_shape) -> list[Term]:
+    """An output whose every entry is one entry of one of the tensors ``names`` (entry e: tensor ``which[e]``,
+    flat position ``at[e]``) as a layout of them (``solve`` on labels: the tensors' entries numbered in turn)."""
+    base = np.cumsum([0] + [int(np.prod(z, dtype=np.int64)) for z in shapes])
+    ys = [np.arange(base[k], base[k + 1], dtype=np.int64).reshape(z) for k, z in enumerate(shapes)]
+    return solve((base[which] + at).reshape(out_shape), ys, names, shapes)
 
 
 def summed_layouts(parts: list, names: list[Term], shapes: list[tuple], out_shape) -> Term | None:
@@ -1605,13 +1610,19 @@ def summed_layouts(parts: list, names: list[Term], shapes: list[tuple], out_shap
     ks = [k for k, _ in parts[0]] if parts else []
     if not ks or any([k for k, _ in g] != ks for g in parts):
         return None
+    return sum_of_layouts([np.array([g[j][1] for g in parts], dtype=np.int64).reshape(out_shape)
+                           for j in range(len(ks))], [names[k] for k in ks], [shapes[k] for k in ks])
+
+
+def sum_of_layouts(pos: list[np.ndarray], names: list[Term], shapes: list[tuple]) -> Term | None:
+    """The sum over k of the layout of tensor ``names[k]`` that puts its flat position ``pos[k][e]`` at each
+    output entry e (:func:`layout`, else its rows as slices); None where one is no layout."""
     terms = []
-    for j, k in enumerate(ks):
-        pos = np.array([g[j][1] for g in parts], dtype=np.int64).reshape(out_shape)
-        t = layout(names[k], shapes[k], pos)
+    for p, name, z in zip(pos, names, shapes):
+        t = layout(name, z, p)
         if t is None:
-            whole = np.arange(int(np.prod(shapes[k], dtype=np.int64)), dtype=np.int64).reshape(shapes[k])
-            t = next(iter(chunks(pos, [whole], [names[k]])), None)
+            whole = np.arange(int(np.prod(z, dtype=np.int64)), dtype=np.int64).reshape(z)
+            t = next(iter(chunks(p, [whole], [name])), None)
         if t is None:
             return None
         terms.append(t)
@@ -1764,9 +1775,10 @@ def _products_of_whole_shards(ctx, v: Node, picked: list[Term], R: dict, const_o
                 continue
             wi = n.inputs.index(w.name)
             other = prop.get(n.inputs[1 - wi])
-            ax = _product_axes(n.op, n.attrs, 2 if wi == 0 else (other.ndim if other is not None else 0),
-                               2 if wi == 1 else (other.ndim if other is not None else 0))
-            if ax is None or other is None or other.ndim != 2:
+            if other is None or other.ndim != 2:
+                continue
+            ax = _product_axes(n.op, n.attrs, 2, 2)
+            if ax is None:
                 continue
             lb, lc, rb, rc = ax
             (wb, wc), (ob, oc) = ((lb, lc), (rb, rc)) if wi == 0 else ((rb, rc), (lb, lc))
@@ -1845,25 +1857,15 @@ def _products_by_positions(ctx, v: Node, xs: list[np.ndarray], prop: "Propagated
         names = [Leaf(cands[r][0].outputs[0]) for r in ranks]
         shapes = [tuple(cands[r][3]) for r in ranks]
         if len(ranks) == 1 or not all((pos[r] >= 0).all() for r in ranks):
-            # (each entry one rank's: the ranks' outputs laid out, as solve finds them)
-            base = np.cumsum([0] + [int(np.prod(z, dtype=np.int64)) for z in shapes])
-            where = np.full(pos[ranks[0]].shape, -1, dtype=np.int64)
-            for k, r in enumerate(ranks):
-                hit = pos[r] >= 0
-                if (where[hit] >= 0).any():
-                    return []
-                where[hit] = base[k] + pos[r][hit]
-            if (where < 0).any():
+            # (each entry one rank's: the ranks' outputs laid out)
+            hits = np.stack([pos[r] >= 0 for r in ranks])
+            if (hits.sum(axis=0) != 1).any():
                 return []
-            ys = [np.arange(base[k], base[k + 1], dtype=np.int64).reshape(z) for k, z in enumerate(shapes)]
-            return solve(where.reshape(out_shape), ys, names, shapes)
-        terms = []
-        for r, name, z in zip(ranks, names, shapes):
-            t = layout(name, z, pos[r].reshape(out_shape))
-            if t is None:
-                return []
-            terms.append(t)
-        return [app("core.sum", *terms)]
+            which = hits.argmax(axis=0)
+            at = np.take_along_axis(np.stack([pos[r] for r in ranks]), which[None], axis=0)[0]
+            return laid_out(which.reshape(-1), at.reshape(-1), names, shapes, out_shape)
+        t = sum_of_layouts([pos[r].reshape(out_shape) for r in ranks], names, shapes)
+        return [t] if t is not None else []
     return []
 
 

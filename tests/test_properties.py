@@ -830,6 +830,19 @@ def test_the_same_function_in_two_dialects_is_one_op_up_to_broadcasting():
     assert not proves("aten.sin(K)", "hlo.sine(K)", s, dtypes=d)
 
 
+def test_mul_is_one_op_across_dialects_up_to_broadcasting():
+    """aten.mul.Tensor and hlo.multiply declare ``computes="mul"``: family 1220 relates them with the broadcast
+    made explicit -- and not along another axis, nor another function."""
+    s = {"A": [2, 3, 4], "B": [4], "C": [2, 3, 4]}
+    d = {"A": "float32", "B": "float32", "C": "float32"}
+    assert proves("aten.mul.Tensor(A, B)", "hlo.multiply(A, hlo.broadcast(B, shape=[2, 3, 4], dimensions=[2]))", s,
+                  dtypes=d)
+    sq = {"A": [2, 4, 4], "B": [4]}
+    assert not proves("aten.mul.Tensor(A, B)", "hlo.multiply(A, hlo.broadcast(B, shape=[2, 4, 4], dimensions=[1]))",
+                      sq, dtypes=d)
+    assert not proves("aten.mul.Tensor(A, C)", "hlo.add(A, C)", s, dtypes=d)
+
+
 def test_fills_of_one_shape_value_and_dtype_are_one_tensor_across_dialects():
     assert proves("aten.full(size=[2, 3], fill_value=-30000, dtype=float16)",
                   "hlo.constant(shape=[2, 3], value=-30000, dtype=float16)", {})

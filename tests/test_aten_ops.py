@@ -373,6 +373,11 @@ CASES = [
     ("index_select", [f(5, 3), i(5, 4)], {"dim": 0}),
     ("index_copy", [f(5, 3), np.array([4, 0, 2]), f(3, 3)], {"dim": 0}),
     ("index_copy", [f(2, 5), np.array([1, 3]), f(2, 2)], {"dim": -1}),
+    # grouped products: every row in a group (past offs[-1] the kernel writes nothing: not compared anywhere)
+    ("_grouped_mm", [f(8, 8).astype(np.float32), f(3, 8, 4).astype(np.float32), np.array([2, 2, 8], dtype=np.int32)],
+     {"absent": [3]}),
+    ("_grouped_mm", [f(4, 8).astype(np.float32), f(8, 4).astype(np.float32), np.array([3, 3, 8], dtype=np.int32)],
+     {"absent": [3]}),
     ("histc", [f(20)], {"bins": 5, "min": -1, "max": 1}),
     ("histc", [f(3, 4)], {"bins": 4}),  # min = max = 0: the data's own range
     ("histc", [np.array([0.0, 1.0, 1.0, 3.0, 3.0, 3.0])], {"bins": 4, "min": 0, "max": 3}),  # max: the last bin

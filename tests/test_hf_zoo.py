@@ -150,6 +150,57 @@ def test_moe_experts_without_their_output_all_reduce_are_flagged(monkeypatch):
     assert any(e.startswith("sum(") for exprs in r.failure.input_relations.values() for e in exprs)
 
 
+@pytest.fixture
+def grouped_experts(monkeypatch):
+    """HF's default experts (``grouped_mm``) in bfloat16, as HF runs them compiled: ``torch._grouped_mm``."""
+    monkeypatch.setattr(Z, "EXPERTS", "grouped_mm")
+    monkeypatch.setattr(Z, "DTYPE", torch.bfloat16)
+
+
+def test_hf_default_grouped_experts_verify_forward(grouped_experts):
+    """Qwen3-MoE with HF's default experts, forward (inference): ``_grouped_mm`` column- then row-parallel."""
+    mt = "qwen3_moe"
+    s = ggt.capture(lambda r: Z.spec(mt), lambda r: Z.inputs(None, W, mt))
+    assert any(n["op"] == "aten._grouped_mm" for n in s.doc["nodes"])
+    r = _verify(s, _impl_of(mt), mt)
+    assert r.verdict == "refines", r.failure
+    assert r.r_o_lines() == GATHERED
+
+
+@pytest.mark.slow
+def test_hf_default_grouped_experts_verify_forward_and_backward(grouped_experts):
+    """Qwen3-MoE with HF's default experts: tokens sorted by expert, ``_grouped_mm`` over offsets the routing
+    decides (the same on every rank), the packed gate/up projection column-parallel and the down projection
+    row-parallel (its partial sums through the sentinel ``masked_fill`` and the gather back to token order),
+    then the experts' all-reduce; backward: the grouped weight-gradient products (lemmas 1900-1904)."""
+    mt = "qwen3_moe"
+    s = ggt.capture(lambda r: Z.spec(mt), lambda r: Z.inputs(None, W, mt), backward=True)
+    d = _impl_of(mt, backward=True)
+    assert any(n["op"] == "aten._grouped_mm" for n in s.doc["nodes"])
+    fwd = _verify(_forward(s), _forward(d), mt)
+    assert fwd.verdict == "refines", fwd.failure
+    assert fwd.r_o_lines() == GATHERED
+    r = _verify(s, d, mt, backward=True)
+    assert r.verdict == "refines", r.failure
+    assert r.expect["checked"] > 0 and not r.expect["missing"]
+    g = "grad.lm.model.layers.0.mlp.experts.down_proj"
+    assert f"{g} = concat({g}@0, {g}@1, dim=2)" in r.r_o_lines()
+
+
+def test_hf_grouped_experts_without_their_output_all_reduce_are_flagged(grouped_experts, monkeypatch):
+    """The same experts with moe_tp_experts' all-reduce dropped: each rank keeps its down projection's partial
+    sum; flagged after the experts, not certified."""
+    from transformers.distributed import tensor_parallel as tp
+    mt = "qwen3_moe"
+    s = ggt.capture(lambda r: Z.spec(mt), lambda r: Z.inputs(None, W, mt))
+    monkeypatch.setattr(tp.MoeExpertsParallel, "transform_output_post_forward",
+                        lambda self, module, output, mesh, source=None: output)
+    r = _verify(s, _impl_of(mt), mt)
+    assert r.verdict == "does-not-refine"
+    assert r.failure.loc.startswith("modeling_qwen3_moe.py")
+    assert any(e.startswith("sum(") for exprs in r.failure.input_relations.values() for e in exprs)
+
+
 # -- module backward hooks --------------------------------------------------------------------------
 
 

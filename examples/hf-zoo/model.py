@@ -11,10 +11,13 @@ downloaded, the weights are random with a fixed seed) and ``impl`` distributes i
 
 Word embeddings are untied (``tie_word_embeddings=False``: HF's plan shards lm_head but not the embedding, so
 a tied pair would stop being one tensor), attention is ``eager`` and MoE experts are ``batched_mm`` (every
-token through its experts by one batched matmul: HF's static-shape implementation; the default ``grouped_mm``
-runs, on CPU, an opaque custom op whose backward depends on the routing's data, and ``eager`` loops over the
+token through its experts by one batched matmul: HF's static-shape implementation; ``eager`` loops over the
 experts hit, a data-dependent Python loop TorchDynamo cannot capture whole); whatever else the type's config
 defaults to (RoPE variant, sliding windows, MoE routing, MLA, linear attention layers) is kept.
+``GG_HF_EXPERTS=grouped_mm GG_HF_DTYPE=bfloat16`` runs HF's default experts instead, as HF ships them: tokens
+sorted by expert, one ``torch._grouped_mm`` per projection over offsets the routing decides (under TorchDynamo
+HF calls the kernel in bfloat16 only; in float32 it calls its own opaque fallback op, whose backward loops on
+the offsets' values).
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES, Tensor
 
 BATCH, SEQ = 2, 8
 MODEL = os.environ.get("GG_HF_MODEL", "qwen3")
+EXPERTS = os.environ.get("GG_HF_EXPERTS", "batched_mm")  # HF's experts implementation (MoE models)
+DTYPE = getattr(torch, os.environ.get("GG_HF_DTYPE", "float32"))  # the weights' (and so the compute's) dtype
 OVERRIDE = json.loads(os.environ.get("GG_TP_PLAN") or "{}")  # entries replacing HF's plan's
 
 # Sizes every config field of that name gets (where the type's config has it). Heads: 8 query heads sharing
@@ -102,7 +107,7 @@ def tiny_config(mt: str):
     kw.update(EXTRA.get(mt, {}))
     cfg = cls.config_class(**kw)
     cfg._attn_implementation = "eager"
-    cfg._experts_implementation = "batched_mm"
+    cfg._experts_implementation = EXPERTS
     return cfg
 
 
@@ -119,7 +124,7 @@ class Logits(torch.nn.Module):
 
 def build(mt: str = MODEL):
     torch.manual_seed(0)
-    return model_class(mt)(tiny_config(mt)).eval()
+    return model_class(mt)(tiny_config(mt)).to(DTYPE).eval()
 
 
 def plan(model, override=None) -> dict:

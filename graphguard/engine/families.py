@@ -166,12 +166,14 @@ def elementwise_of_concat_and_broadcast(op, reg):  # f(concat(a0, b0), x1) -> co
         yield from _elementwise(op, False)
 
 
-def _over_reals(op: OpDef, x: str) -> str:
+def _over_reals(op: OpDef, x: str, fixed: dict | None = None) -> str:
     """Linearity is a statement about real numbers: it holds for floating-point inputs and results (a cast to an
     integer ``dtype`` truncates, integers divide by zero, bools add as "or") and finite number attributes
     (``inf * (a + b)`` is NaN where ``inf * a + inf * b`` is not)."""
     conds = [f"floating(dtype({x}))"]
     for s in op.attrs:
+        if s.name in (fixed or {}):
+            continue
         if s.kind == "str" and s.name.endswith("dtype"):  # the result's dtype (as the fuzzer reads such names)
             conds.append(f"(?p_{s.name} == None or floating(?p_{s.name}))")
         elif s.kind == "number":
@@ -186,10 +188,11 @@ def linear_over_sum(op, reg):  # f(sum(a, b), x) -> sum(f(a, x), f(b, x))
     exists (constrained, §4.3): distributing products over every grouping of 8-way partial sums explodes."""
     groups = op.linear_groups()
     n = _n_inputs(op)
+    fx = op.linear_when or {}
     for g in groups if n else ():
-        cond = _over_reals(op, f"?a{g[0]}")
-        lhs = call(op, [f"sum(?a{i}, ?b{i})" if i in g else f"?x{i}" for i in range(n)])
-        a, b = (call(op, [f"?{h}{i}" if i in g else f"?x{i}" for i in range(n)]) for h in "ab")
+        cond = _over_reals(op, f"?a{g[0]}", fx)
+        lhs = call(op, [f"sum(?a{i}, ?b{i})" if i in g else f"?x{i}" for i in range(n)], fx)
+        a, b = (call(op, [f"?{h}{i}" if i in g else f"?x{i}" for i in range(n)], fx) for h in "ab")
         when = b if len(groups) > 1 or len(g) > 1 else ""
         yield f"{lhs} => sum({a}, {b})", cond, when, ()
 
@@ -209,9 +212,11 @@ def scalar_factor_out(op, reg):  # f(c * a, x) -> c * f(a, x)
     for f in sorted((f for f in reg if f.scalar_factor), key=lambda f: f.name):
         for g in groups:
             fac = {f.scalar_factor: "?f"}
-            lhs = call(op, [call(f, [f"?a{i}"], fac) if i in g else f"?x{i}" for i in range(n)])
-            rhs = call(f, [call(op, [f"?a{i}" if i in g else f"?x{i}" for i in range(n)])], fac)
-            cond = "" if op.data_movement and g == (0,) else f"finite(?f) and {_over_reals(op, f'?a{g[0]}')}"
+            fx = {} if op.data_movement and g == (0,) else op.linear_when or {}
+            lhs = call(op, [call(f, [f"?a{i}"], fac) if i in g else f"?x{i}" for i in range(n)], fx)
+            rhs = call(f, [call(op, [f"?a{i}" if i in g else f"?x{i}" for i in range(n)], fx)], fac)
+            cond = ("" if op.data_movement and g == (0,) else
+                    f"finite(?f) and {_over_reals(op, f'?a{g[0]}', fx)}")
             yield f"{lhs} => {rhs}", cond, "", ()
 
 

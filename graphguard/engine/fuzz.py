@@ -1,7 +1,7 @@
 """``graphguard lemmas check``: fuzz every lemma against the NumPy references.
 
 For each rule (each direction of each lemma) random instances are drawn: shapes (size-1 and empty dims,
-unequal concatenation parts, lower-rank operands), attribute values (negative dims as an op accepts them,
+unequal concatenation parts, a seed's concatenation boundary moved, lower-rank operands), attribute values (negative dims as an op accepts them,
 extreme factors: 0, tiny, negative, huge, infinite), dtypes (every float width, integers, bool: the op's
 dtype rule decides what a term computes in) and tensor values (normal draws, some with 0, -0.0, inf, -inf,
 nan, 1e-30, 1e30 mixed in). The left side is built as a loaded graph would be -- dims normalised -- and
@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import scalar as S
-from ..ir.expr import Leaf
+from ..ir.expr import AConst, App, AVar, Leaf, PVar
 from ..ir.ops import Registry
 from ..ir.semantics import term_dtype, term_eval, term_shape
 from .lemma import EvalContext, Rule, check_condition, evaluate, instantiate, match
@@ -147,6 +147,37 @@ def _vary_seed(rng: random.Random, seed: dict, rule: Rule) -> dict:
     return out
 
 
+def _concat_pairs(t, out: list) -> list:
+    """(left part, right part, dim) of every ``concat(?a, ?b, dim=d)`` in a pattern (d a constant or a variable)."""
+    if isinstance(t, App):
+        if t.op == "core.concat" and len(t.args) == 2 and all(isinstance(a, PVar) for a in t.args):
+            d = t.attr("dim")
+            if isinstance(d, (AConst, AVar)):
+                out.append((t.args[0].name, t.args[1].name, d))
+        for a in t.args:
+            _concat_pairs(a, out)
+    return out
+
+
+def _move_split(rng: random.Random, seed: dict, rule: Rule) -> dict:
+    """A seed with the boundary of one concatenation moved (one part a row longer, the other a row shorter, the
+    same total): where two concatenations of a pattern meet (a product of two concats, an elementwise op of
+    two), parts that line up only by their totals are what a lemma's condition must rule out."""
+    a, b, d = rng.choice([(a, b, d) for a, b, d in _concat_pairs(rule.lhs, []) if a in seed and b in seed])
+    d = d.value if isinstance(d, AConst) else seed.get(d.name)
+    sa, sb = list(seed[a]), list(seed[b])
+    if not isinstance(d, int) or not -len(sa) <= d < len(sa) or len(sa) != len(sb):
+        return seed
+    d %= len(sa)
+    if rng.random() < 0.5:
+        sa, sb = sb, sa
+        a, b = b, a
+    if sb[d] < 1:
+        return seed
+    sa[d], sb[d] = sa[d] + 1, sb[d] - 1
+    return {**seed, a: sa, b: sb}
+
+
 def _draw_dtypes(rng: random.Random, names: list[str], complex_too: bool = False) -> dict[str, str]:
     """One dtype for every tensor (any of them), or float widths mixed (references compute every float dtype
     in float64, so a lemma may not rely on a width; integer and bool operands come from the op's rule).
@@ -259,6 +290,8 @@ def _fuzz(rule: Rule, reg: Registry, trials: int, attempts: int, seed: int) -> F
     rep = FuzzReport(rule)
     cx = S.Constraints()
     seeds = list(rule.lemma.examples)
+    pairs = _concat_pairs(rule.lhs, [])
+    split_seeds = [sd for sd in seeds if any(a in sd and b in sd for a, b, _ in pairs)]
     seen: set = set()
     index = dict(rule.index or {})
     complex_too = False
@@ -273,6 +306,8 @@ def _fuzz(rule: Rule, reg: Registry, trials: int, attempts: int, seed: int) -> F
             sd = seeds[attempt % len(seeds)]
         elif seeds and attempt % 4 == 0:
             sd = _vary_seed(rng, rng.choice(seeds), rule)
+        elif split_seeds and attempt % 4 == 2:
+            sd = _move_split(rng, rng.choice(split_seeds), rule)
         rank = 0 if rng.random() < 0.04 else rng.randint(1, 3)
         base = [_size(rng) for _ in range(rank)]
         shapes: dict[str, tuple] = {}

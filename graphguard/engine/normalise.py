@@ -718,7 +718,7 @@ def _scales_before_products(g: Graph, reg: Registry) -> bool:
     its ``dot``)."""
     for n in g.nodes:
         op = reg.get(n.op)
-        if op is None or not n.inputs or not {(0,), (1,)} <= set(op.linear_groups()):
+        if op is None or not n.inputs or not {(0,), (1,)} <= set(op.linear_groups(dict(n.attrs))):
             continue
         p = g.producer.get(n.inputs[0])
         pop = reg.get(p.op) if p is not None else None

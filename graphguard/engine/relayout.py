@@ -466,7 +466,8 @@ class Propagated:
                 got = _moves(op, vals, dict(n.attrs), self.memo[n.inputs[0]], self.rng)
         if got is None and op is not None and op.identity and len(n.outputs) == 1 and self.const_of is not None:
             got = self._through_identity(op, n, t)
-        if got is None and op is not None and op.linear and len(n.outputs) == 1 and self.const_of is not None:
+        if got is None and op is not None and op.linear_groups(dict(n.attrs)) and len(n.outputs) == 1 and \
+                self.const_of is not None:
             got = self._linear_move(op, n)
         self.memo[t] = got
         return got
@@ -478,7 +479,7 @@ class Propagated:
         vals = [self.const_of(i) for i in n.inputs]
         vals = [_value(c, self.reg) if c is not None else None for c in vals]
         free = [k for k, v in enumerate(vals) if v is None]
-        if len(free) != 1 or not any(free[0] in (grp if isinstance(grp, tuple) else (grp,)) for grp in op.linear):
+        if len(free) != 1 or not any(free[0] in grp for grp in op.linear_groups(dict(n.attrs))):
             return None
         lab = self.get(n.inputs[free[0]])
         if lab is None:
@@ -1330,7 +1331,7 @@ class Sums:
             vals = [_value(c, self.reg) if c is not None else None for c in vals]
             if all(x is not None for x in vals):
                 got = _sums_or_none(_moves(op, vals, dict(n.attrs), self.memo[n.inputs[0]], self.rng))
-        if got is None and op is not None and op.linear and len(n.outputs) == 1:
+        if got is None and op is not None and op.linear_groups(dict(n.attrs)) and len(n.outputs) == 1:
             got = self._linear(n, op)
         self.memo[t] = got
         return got
@@ -1350,7 +1351,7 @@ class Sums:
             ins.append(a)
             vals.append(self.value(a))
             lin.add(i)
-        if not lin or not any(lin <= set(g) for g in op.linear_groups()):
+        if not lin or not any(lin <= set(g) for g in op.linear_groups(dict(n.attrs))):
             return None
         try:
             got = np.asarray(op.ref(ins, dict(n.attrs)))

@@ -148,7 +148,7 @@ class OpDef:
     have equal shapes. ``commutative`` / ``associative`` (binary ops): True, or the attribute values under which
     it holds (``{"alpha": 1}``). ``linear``: inputs in which f is linear, ``f(x + y) = f(x) + f(y)`` and
     ``f(c x) = c f(x)`` -- an int for one input alone (the others fixed), a tuple for inputs jointly
-    (``add``: ``((0, 1),)``). ``scalar_factor``: the op is ``x * c`` for its number attribute of that name
+    (``add``: ``((0, 1),)``); ``linear_when``: the attribute values under which it is (``masked_fill`` with 0). ``scalar_factor``: the op is ``x * c`` for its number attribute of that name
     (``scale``'s ``factor``). ``reduction``: a :class:`Reduction`. ``rowwise``: a :class:`RowWise`.
     ``data_movement``: every output entry is a copy of an entry of input 0 (the other inputs are indices).
     ``broadcast_to``: the op is NumPy's ``broadcast_to(x, shape)`` for its shape attribute of that name (new dims
@@ -193,6 +193,7 @@ class OpDef:
     commutative: bool | dict = False
     associative: bool | dict = False
     linear: tuple = ()
+    linear_when: dict | None = None
     scalar_factor: str = ""
     reduction: "Reduction | None" = None
     rowwise: "RowWise | None" = None
@@ -215,8 +216,12 @@ class OpDef:
     # every pair, so a wrong declaration fails there
     computes: str | dict = ""
 
-    def linear_groups(self) -> tuple[tuple[int, ...], ...]:
-        """``linear`` with every entry a tuple of inputs."""
+    def linear_groups(self, attrs=None) -> tuple[tuple[int, ...], ...]:
+        """``linear`` with every entry a tuple of inputs; given a call's ``attrs``, none where they are not the
+        values ``linear_when`` asks."""
+        if attrs is not None and self.linear_when and any(
+                k not in attrs or not _same_value(attrs[k], v) for k, v in self.linear_when.items()):
+            return ()
         return tuple((g,) if isinstance(g, int) else tuple(g) for g in self.linear)
 
     def data_dims(self, attrs) -> list[tuple[str, int]]:
@@ -229,6 +234,13 @@ class OpDef:
             if a.name == name:
                 return a
         return None
+
+
+def _same_value(a, b) -> bool:
+    try:
+        return a == b or float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
 
 
 _INTEGRAL = re.compile(r"[-+]?[0-9]+(?:/[0-9]+)?")

@@ -2,6 +2,7 @@
 from graphguard.hookspecs import hookimpl
 
 from .data_ops import OPS as DATA_OPS
+from .grouped import OPS as GROUPED_OPS
 from .lemmas import LEMMAS
 from .more_ops import OPS as MORE_OPS
 from .megatron import FUNCTIONS as MEGATRON_FUNCTIONS
@@ -12,7 +13,7 @@ from .titan import FUNCTIONS as TITAN_FUNCTIONS, OPS as TITAN_OPS
 
 @hookimpl
 def graphguard_ops():
-    return OPS + MORE_OPS + MEGATRON_MOE_OPS + TITAN_OPS + DATA_OPS
+    return OPS + MORE_OPS + MEGATRON_MOE_OPS + TITAN_OPS + DATA_OPS + GROUPED_OPS
 
 
 @hookimpl

@@ -13,6 +13,7 @@ from .lemmas_more import LEMMAS as MORE
 from .megatron import LEMMAS as MEGATRON
 from .megatron_ce import LEMMAS as MEGATRON_CE
 from .megatron_moe import LEMMAS as MEGATRON_MOE
+from .grouped import LEMMAS as GROUPED
 from .hf import LEMMAS as HF
 from .moe import LEMMAS as MOE
 from .normal import LEMMAS as NORMAL
@@ -189,4 +190,4 @@ CONSTANTS = [
 # property (graphguard/engine/families.py), for aten.expand and every other broadcast op
 VIEWS = []
 
-LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_CE + MEGATRON_MOE + TITAN + NORMAL + NORMAL2 + RANGES + HF + MORE + ZOO + DATA_BOUNDS
+LEMMAS = VIEWS + CONSTANTS + LAYER_NORM + BRIDGES + MATMUL + REDUCTIONS + MOE + VOCAB + SCALED + VLLM_VOCAB + MEGATRON + MEGATRON_CE + MEGATRON_MOE + TITAN + NORMAL + NORMAL2 + RANGES + HF + MORE + ZOO + DATA_BOUNDS + GROUPED

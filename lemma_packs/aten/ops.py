@@ -424,7 +424,7 @@ ELEMENTWISE_OPS = [
     OpDef("aten.masked_fill.Scalar", 2, _bcast_shape("aten.masked_fill.Scalar"),
           lambda xs, a: _fill_where(xs[0], xs[1], _n(a["value"])), (AttrSpec("value", "number"),),
           doc="self with value where mask is true (broadcasting self and mask).", elementwise=(0, 1),
-          broadcasting=True),
+          broadcasting=True, linear=(0,), linear_when={"value": 0}),
     OpDef("aten.masked_fill.Tensor", 3, _masked_fill_tensor_shape,
           lambda xs, a: _fill_where(xs[0], xs[1], xs[2]),
           doc="self with the 0-dim tensor value where mask is true (broadcasting self and mask).",

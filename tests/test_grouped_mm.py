@@ -1,0 +1,131 @@
+"""``aten._grouped_mm`` (the grouped expert product of MoE layers): its reference against torch's CPU kernel on
+any offsets, its lemmas proving what holds within a group and refusing what does not (the token rows are
+not split: a row's group is its position), and a mixture of experts on grouped products verified end to end,
+forward and backward."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphguard.engine.fuzz import fuzz_rule
+from graphguard.engine.lemma import L, build_rules
+from graphguard.engine.prove import proves
+from lemma_packs.aten.grouped import OPS
+
+GMM = OPS[0]
+G = "absent=[3]"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_reference_is_the_kernel_on_any_offsets(seed):
+    """Both forms, offsets drawn anywhere in 0..S (unsorted too: each group runs from the previous offset to
+    its own, a later one writing over an earlier one); rows no group writes are NaN in the reference (the
+    kernel leaves memory as it was) and compared nowhere."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(20):
+        e = int(torch.randint(1, 5, (), generator=g))
+        offs = torch.randint(0, 9, (e,), generator=g, dtype=torch.int32)
+        x, w = torch.randn(8, 8, generator=g), torch.randn(e, 8, 4, generator=g)
+        got = GMM.ref([x.numpy(), w.numpy(), offs.numpy()], {"absent": [3]})
+        want = torch._grouped_mm(x, w, offs=offs).numpy()
+        written = ~np.isnan(got)
+        np.testing.assert_allclose(got[written], want[written], rtol=1e-5, atol=1e-5)
+        assert written.any(axis=1).sum() == len(set().union(*[range(s, t) for s, t in zip(
+            [0] + offs.tolist()[:-1], offs.tolist())]))
+        a, b = torch.randn(4, 8, generator=g), torch.randn(8, 8, generator=g)
+        got = GMM.ref([a.numpy(), b.numpy(), offs.numpy()], {"absent": [3]})
+        np.testing.assert_allclose(got, torch._grouped_mm(a, b, offs=offs).numpy(), rtol=1e-5, atol=1e-5)
+
+
+SHAPES = {"X": [6, 4], "X1": [6, 2], "X2": [6, 2], "W": [3, 4, 8], "A": [3, 4, 3], "B": [3, 4, 5],
+          "K1": [3, 2, 8], "K2": [3, 2, 8], "O": [3], "R1": [4, 2], "R2": [4, 4], "V1": [2, 5], "V2": [4, 5], "T1": [2, 6], "T2": [3, 6],
+          "Y": [6, 5], "Y1": [6, 2], "Y2": [6, 3], "XT": [4, 6], "S1": [3, 4], "S2": [3, 4]}
+INT = {"O": "int32"}
+PROVES = [
+    # column-parallel experts: each rank's output columns
+    (f"aten._grouped_mm(X, concat(A, B, dim=2), O, {G})",
+     f"concat(aten._grouped_mm(X, A, O, {G}), aten._grouped_mm(X, B, O, {G}), dim=1)"),
+    # row-parallel experts: the sum of the ranks' partial products
+    (f"aten._grouped_mm(concat(X1, X2, dim=1), concat(K1, K2, dim=1), O, {G})",
+     f"sum(aten._grouped_mm(X1, K1, O, {G}), aten._grouped_mm(X2, K2, O, {G}))"),
+    # the weight gradient's two dims
+    (f"aten._grouped_mm(concat(T1, T2, dim=0), Y, O, {G})",
+     f"concat(aten._grouped_mm(T1, Y, O, {G}), aten._grouped_mm(T2, Y, O, {G}), dim=1)"),
+    (f"aten._grouped_mm(XT, concat(Y1, Y2, dim=1), O, {G})",
+     f"concat(aten._grouped_mm(XT, Y1, O, {G}), aten._grouped_mm(XT, Y2, O, {G}), dim=2)"),
+]
+MUST_NOT_PROVE = [
+    # a row split of the tokens: rows 0..2 of the second part would be group 0's again
+    (f"aten._grouped_mm(concat(S1, S2, dim=0), W, O, {G})",
+     f"concat(aten._grouped_mm(S1, W, O, {G}), aten._grouped_mm(S2, W, O, {G}), dim=0)"),
+    # the ranks' columns in the other order
+    (f"aten._grouped_mm(X, concat(A, B, dim=2), O, {G})",
+     f"concat(aten._grouped_mm(X, B, O, {G}), aten._grouped_mm(X, A, O, {G}), dim=1)"),
+    # one rank's partial product is not the sum
+    (f"aten._grouped_mm(concat(X1, X2, dim=1), concat(K1, K2, dim=1), O, {G})",
+     f"aten._grouped_mm(X1, K1, O, {G})"),
+    # the weight gradient does not split along the grouped (token) dim
+    (f"aten._grouped_mm(concat(R1, R2, dim=1), concat(V1, V2, dim=0), O, {G})",
+     f"sum(aten._grouped_mm(R1, V1, O, {G}), aten._grouped_mm(R2, V2, O, {G}))"),
+]
+
+
+@pytest.mark.parametrize("lhs,rhs", PROVES)
+def test_grouped_lemmas_prove(lhs, rhs):
+    assert proves(lhs, rhs, SHAPES, dtypes=INT)
+
+
+@pytest.mark.parametrize("lhs,rhs", MUST_NOT_PROVE)
+def test_grouped_lemmas_must_not_prove(lhs, rhs):
+    assert not proves(lhs, rhs, SHAPES, dtypes=INT)
+
+
+def test_a_token_row_split_fails_the_fuzzer(plugins):
+    """The lemma that must not exist: stated, the fuzzer refutes it (rows' groups are their positions)."""
+    (r,) = build_rules(L(9002, "grouped-mm-rows",
+                         f"aten._grouped_mm(concat(?a, ?b, dim=0), ?w, ?o, {G})"
+                         f" => concat(aten._grouped_mm(?a, ?w, ?o, {G}), aten._grouped_mm(?b, ?w, ?o, {G}), dim=0)",
+                         "rank(?a) == 2 and rank(?w) == 3", index={"o": "size(?a, 0) + 1"},
+                         examples=[{"a": [3, 4], "b": [3, 4], "w": [2, 4, 2], "o": [2]}]), plugins.registry)
+    assert not fuzz_rule(r, plugins.registry).ok
+
+
+def test_a_moved_concatenation_boundary_refutes_a_missing_condition(plugins):
+    """Lemma 1901 without ``size(?x, 1) == size(?a, 1)``: the parts of the two concatenations line up by their
+    totals only. The fuzzer moves a seed's boundary (x a column longer, y one shorter) and the right side is
+    ill-formed there; with the condition the lemma passes."""
+    def rule(cond):
+        return build_rules(L(9004, "grouped-mm-block-k-unchecked",
+                             f"aten._grouped_mm(concat(?x, ?y, dim=1), concat(?a, ?b, dim=1), ?o, {G})"
+                             f" => sum(aten._grouped_mm(?x, ?a, ?o, {G}), aten._grouped_mm(?y, ?b, ?o, {G}))",
+                             cond, index={"o": "size(?x, 0) + 1"},
+                             examples=[{"x": [6, 2], "y": [6, 3], "a": [3, 2, 4], "b": [3, 3, 4], "o": [3]}]),
+                           plugins.registry)
+    (bad,) = rule("rank(?x) == 2 and rank(?a) == 3")
+    rep = fuzz_rule(bad, plugins.registry)
+    assert not rep.ok and "right side ill-formed" in rep.failure
+    (good,) = rule("rank(?x) == 2 and rank(?a) == 3 and size(?x, 1) == size(?a, 1)")
+    assert fuzz_rule(good, plugins.registry).ok
+
+
+MASK = {"P": [4, 6], "Q": [4, 6], "M": [4, 1]}
+
+
+def test_masked_fill_with_zero_takes_partial_sums_through():
+    """``masked_fill`` is linear in its input where the value is 0 (``linear_when``): a row-parallel product's
+    partial sums go through it (HF's sentinel rows after the experts' down projection); with another value the
+    ranks would each fill it, and the sum would hold it twice."""
+    assert proves("aten.masked_fill.Scalar(sum(P, Q), M, value=0)",
+                  "sum(aten.masked_fill.Scalar(P, M, value=0), aten.masked_fill.Scalar(Q, M, value=0))",
+                  MASK, dtypes={"M": "bool"})
+    assert not proves("aten.masked_fill.Scalar(sum(P, Q), M, value=1)",
+                      "sum(aten.masked_fill.Scalar(P, M, value=1), aten.masked_fill.Scalar(Q, M, value=1))",
+                      MASK, dtypes={"M": "bool"})
+
+
+def test_linear_groups_follow_the_attribute_values(plugins):
+    op = plugins.registry.get("aten.masked_fill.Scalar")
+    assert op.linear_groups() == ((0,),)
+    assert op.linear_groups({"value": 0}) == ((0,),)
+    assert op.linear_groups({"value": 0.5}) == ()

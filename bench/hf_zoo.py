@@ -3,11 +3,13 @@
 
     python3 bench/hf_zoo.py [--models qwen3,phi3] [--tp 2,4] [--modes fwd,fwd+bwd] [--jobs 1]
                             [--timeout 900] [--mem-gb 6] [--results bench/out/hf_zoo.jsonl] [--fresh | --rerun]
-                            [--ray [--ray-address ADDR]]
+                            [--ray [--ray-address ADDR]] [--experts grouped_mm --dtype bfloat16]
 
 The zoo is every ``transformers.*ForCausalLM`` whose config class carries a ``base_model_tp_plan`` (its
 size, the denominator, is printed first). Each model is built from a tiny random config
-(``examples/hf-zoo/model.py``: nothing is downloaded), distributed with HF's own plan at every TP degree
+(``examples/hf-zoo/model.py``: nothing is downloaded; MoE experts ``batched_mm``, or with ``--experts grouped_mm
+--dtype bfloat16`` HF's default grouped kernel as it runs compiled, results then in
+``bench/out/hf_zoo-grouped_mm-bfloat16.jsonl``), distributed with HF's own plan at every TP degree
 asked, captured (forward, or forward + backward) and verified against the unsharded model. Forward alone is
 inference, as generation runs it: no parameter requires grad (HF code that is only wrong for training, such
 as Llama-4's in-place add to a rowwise output, fails in forward + backward). Each model runs
@@ -113,6 +115,11 @@ def worker(mt: str, tps: list[int], mode: str) -> None:
                 kind = "cannot-build" if "building the model" in msg or runs else "capture-error"
                 if "can't allocate memory" in msg or "Cannot allocate memory" in msg:
                     kind = "out-of-memory"  # the address-space cap, not the model: rerun with a larger --mem-gb
+                if kind == "cannot-build":  # HF's own code, run without graphguard: does it fail too?
+                    own = eager_failure(Z, mt, tp, bw)
+                    msg = (f"HF's own code fails under HF's plan, run eagerly without graphguard ({own}); the "
+                           f"capture stops at the same place: {msg}" if own else
+                           f"{msg} (run eagerly under HF's plan, without graphguard, every rank runs)")
                 raise _Stop(kind, _op_named(msg) if kind == "capture-error" else "-", msg) from None
             user = Z.relation(tp, bw, mt=mt)  # (only the tensors the captured program reads)
             names = {i["name"] for i in s.doc["inputs"]}
@@ -147,6 +154,39 @@ def worker(mt: str, tps: list[int], mode: str) -> None:
             rec = dict(verdict="graphguard-error", op=_op_named(str(e)), reason=_first_line(e))
         emit(tp, **rec, seconds=round(time.perf_counter() - t + t_spec / len(tps), 1),
              cpu_s=round(time.process_time() - c, 1))
+
+
+def eager_failure(Z, mt: str, tp: int, backward: bool) -> str | None:
+    """HF's error where its own code fails on each rank run eagerly -- no TorchDynamo, no graphguard -- under
+    HF's plan on a fake process group of ``tp`` ranks (forward, and backward of the logits' sum); None where
+    every rank runs. It tells a failure of HF's code or plan from one of graphguard's capture."""
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: F401  (registers "fake")
+    for rank in range(tp):
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            dist.init_process_group("fake", rank=rank, world_size=tp, store=FakeStore())
+            model = Z.impl(rank, tp, mt=mt)
+            if not backward:  # as captured: inference, no parameter requiring grad (grad mode stays on)
+                model.requires_grad_(False)
+            out = model(*Z.inputs(rank, tp, mt))
+            if backward:
+                out.float().sum().backward()
+        except Exception as e:
+            tb = e.__traceback__
+            where = ""
+            while tb is not None:  # the innermost frame in HF's code
+                f = tb.tb_frame.f_code.co_filename
+                if "/transformers/" in f:
+                    where = f" at {Path(f).name}:{tb.tb_lineno}"
+                tb = tb.tb_next
+            return f"rank {rank}{where}: {_first_line(e)}"
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+    return None
 
 
 class _Stop(Exception):
@@ -232,12 +272,13 @@ def report(models: list[str], tps: list[int], modes: list[str], results: dict, c
                 reason = HF_PLAN_BUGS[r["model"]] + ". graphguard: " + reason
             if r["verdict"] == "cannot-build" and "mixed torch.Tensor and DTensor" in reason:
                 reason = ("HF's plan makes a parameter a DTensor that HF's code combines with plain tensors (the "
-                          "plan's style does not fit that parameter): " + reason)
+                          "plan's style does not fit that parameter). " + reason)
             print(f"  {classes.get(r['model'], r['model'])} tp={r['tp']} {r['mode']}: {r.get('op') or '-'}{loc} -- "
-                  f"{reason[:800]}")
+                  f"{reason[:1200]}")
     total = sum(r.get("seconds", 0) for r in rows)
     print(f"\nzoo: {len(classes)} *ForCausalLM classes with a base_model_tp_plan (transformers "
-          f"{_tf_version()}); shown: {len(models)}; summed wall time {total:.0f} s")
+          f"{_tf_version()}); shown: {len(models)}; experts {os.environ.get('GG_HF_EXPERTS', 'batched_mm')}, dtype "
+          f"{os.environ.get('GG_HF_DTYPE', 'float32')}; summed wall time {total:.0f} s")
     for tp in tps:
         for mode in modes:
             sel = [r for r in rows if r["tp"] == tp and r["mode"] == mode]
@@ -278,8 +319,14 @@ def main(argv=None) -> int:
                     "task runs the model's worker process under the same memory cap and timeout)")
     ap.add_argument("--ray-address", default=None, help="a running Ray cluster (implies --ray; every node needs "
                     "this repository at the same path)")
+    ap.add_argument("--experts", default="batched_mm", help="HF's experts implementation for MoE models "
+                    "(batched_mm; grouped_mm, HF's default, with --dtype bfloat16 as HF runs it under TorchDynamo)")
+    ap.add_argument("--dtype", default="float32", help="the models' dtype (float32, bfloat16)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    os.environ["GG_HF_EXPERTS"], os.environ["GG_HF_DTYPE"] = a.experts, a.dtype  # (read by the model file)
+    if (a.experts, a.dtype) != ("batched_mm", "float32") and a.results == ap.get_default("results"):
+        a.results = str(ROOT / "bench" / "out" / f"hf_zoo-{a.experts}-{a.dtype}.jsonl")
     tps = [int(x) for x in a.tp.split(",")]
     modes = a.modes.split(",")
     if any(m not in MODES for m in modes):

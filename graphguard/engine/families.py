@@ -178,6 +178,8 @@ def _over_reals(op: OpDef, x: str, fixed: dict | None = None) -> str:
             conds.append(f"(?p_{s.name} == None or floating(?p_{s.name}))")
         elif s.kind == "number":
             conds.append(f"(?p_{s.name} == None or finite(?p_{s.name}))")
+            if s.name == op.divisor:
+                conds.append(f"?p_{s.name} != 0")
     return " and ".join(conds)
 
 
@@ -194,7 +196,9 @@ def linear_over_sum(op, reg):  # f(sum(a, b), x) -> sum(f(a, x), f(b, x))
         lhs = call(op, [f"sum(?a{i}, ?b{i})" if i in g else f"?x{i}" for i in range(n)], fx)
         a, b = (call(op, [f"?{h}{i}" if i in g else f"?x{i}" for i in range(n)], fx) for h in "ab")
         when = b if len(groups) > 1 or len(g) > 1 else ""
-        yield f"{lhs} => sum({a}, {b})", cond, when, ()
+        names = [f"{h}{i}" for i in range(n) for h in ("ab" if i in g else "x")]
+        ex = [{v: list(shape) for v in names} for shape in ((3, 3), (2, 3, 3), (4,))]  # (products: square operands)
+        yield f"{lhs} => sum({a}, {b})", cond, when, ex
 
 
 @family(1204, "scalar-factor-out")

@@ -148,7 +148,9 @@ class OpDef:
     have equal shapes. ``commutative`` / ``associative`` (binary ops): True, or the attribute values under which
     it holds (``{"alpha": 1}``). ``linear``: inputs in which f is linear, ``f(x + y) = f(x) + f(y)`` and
     ``f(c x) = c f(x)`` -- an int for one input alone (the others fixed), a tuple for inputs jointly
-    (``add``: ``((0, 1),)``); ``linear_when``: the attribute values under which it is (``masked_fill`` with 0). ``scalar_factor``: the op is ``x * c`` for its number attribute of that name
+    (``add``: ``((0, 1),)``); ``linear_when``: the attribute values under which it is (``masked_fill`` with 0);
+    ``divisor``: the number attribute the op divides by (``div.Scalar``'s ``other``), which the declarations
+    need nonzero (``(a + b) / 0`` is NaN where ``a / 0 + b / 0`` is inf). ``scalar_factor``: the op is ``x * c`` for its number attribute of that name
     (``scale``'s ``factor``). ``reduction``: a :class:`Reduction`. ``rowwise``: a :class:`RowWise`.
     ``data_movement``: every output entry is a copy of an entry of input 0 (the other inputs are indices).
     ``broadcast_to``: the op is NumPy's ``broadcast_to(x, shape)`` for its shape attribute of that name (new dims
@@ -194,6 +196,7 @@ class OpDef:
     associative: bool | dict = False
     linear: tuple = ()
     linear_when: dict | None = None
+    divisor: str = ""
     scalar_factor: str = ""
     reduction: "Reduction | None" = None
     rowwise: "RowWise | None" = None
@@ -222,6 +225,8 @@ class OpDef:
         if attrs is not None and self.linear_when and any(
                 k not in attrs or not _same_value(attrs[k], v) for k, v in self.linear_when.items()):
             return ()
+        if attrs is not None and self.divisor and _same_value(attrs.get(self.divisor), 0):
+            return ()
         return tuple((g,) if isinstance(g, int) else tuple(g) for g in self.linear)
 
     def data_dims(self, attrs) -> list[tuple[str, int]]:
@@ -234,6 +239,24 @@ class OpDef:
             if a.name == name:
                 return a
         return None
+
+
+def float_to_int(x, dtype) -> "np.ndarray":
+    """``x`` cast to the NumPy dtype ``dtype``; from floating point to an integer type, truncated and saturated
+    (NaN to 0, beyond the type's range to its bound). C leaves such conversions undefined and NumPy's result
+    differs between its vectorised and scalar loops (NaN to uint32 gave 0 or 2^31 for the same value in
+    different arrays), so every pack's cast reference uses this one rule: a cast is then a function, and
+    the dialects' casts agree with each other."""
+    import numpy as np
+    x, dt = np.asarray(x), np.dtype(dtype)
+    if x.dtype.kind != "f" or dt.kind not in "iu":
+        return x.astype(dt)
+    info = np.iinfo(dt)
+    t = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0, posinf=np.inf, neginf=-np.inf)
+    hi, lo = t >= float(info.max), t <= float(info.min)
+    out = np.where(hi | lo, 0.0, t).astype(dt)
+    out[hi], out[lo] = info.max, info.min
+    return out
 
 
 def _same_value(a, b) -> bool:

@@ -23,8 +23,8 @@ from fractions import Fraction
 import numpy as np
 
 from graphguard.ir import scalar as S
-from graphguard.ir.ops import (AttrSpec, OpDef, Reduction, RowWise, fail, fmt_shape, multi_output, numel, promote,
-                               same_shapes)
+from graphguard.ir.ops import (AttrSpec, OpDef, Reduction, RowWise, fail, float_to_int, fmt_shape, multi_output,
+                               numel, promote, same_shapes)
 from graphguard.ir.ops import dtype_category as _cat
 
 # =================================================================================================
@@ -190,7 +190,7 @@ def _acc_dtype(ds, a):
 
 def _cast(x, a, key="dtype"):
     d = a.get(key)
-    return np.asarray(x) if d is None else np.asarray(x).astype(_np_dtype(d))
+    return np.asarray(x) if d is None else float_to_int(x, _np_dtype(d))
 
 
 DTYPE = AttrSpec("dtype", "str", optional=True)
@@ -382,7 +382,7 @@ ELEMENTWISE_OPS = [
     _un("mul.Scalar", lambda x, a: x * _n(a["other"]), "self * other (a number).", _with_scalar("other"), (OTHER,),
         linear=(0,), scaling=True),
     _un("div.Scalar", lambda x, a: np.true_divide(x, _n(a["other"])), "self / other (a number), true division.",
-        lambda ds, a: ds[0] if _cat(ds[0]) == 2 else "float32", (OTHER,), linear=(0,), scaling=True),
+        lambda ds, a: ds[0] if _cat(ds[0]) == 2 else "float32", (OTHER,), linear=(0,), scaling=True, divisor="other"),
     _un("pow.Tensor_Scalar", lambda x, a: np.power(x, _n(a["exponent"])), "self ** exponent (a number).",
         _with_scalar("exponent"), (AttrSpec("exponent", "number"),)),
     _un("neg", lambda x, a: np.negative(x), "-self.", linear=(0,), scaling=True),

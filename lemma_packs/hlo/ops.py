@@ -25,7 +25,7 @@ from fractions import Fraction
 import numpy as np
 
 from graphguard.ir import scalar as S
-from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, numel, same_shapes
+from graphguard.ir.ops import AttrSpec, OpDef, fail, float_to_int, fmt_shape, numel, same_shapes
 
 # =================================================================================================
 # Helpers
@@ -154,10 +154,7 @@ def _convert(x, a):
         return np.asarray(x) != 0
     if np_dtype(d) == np.float64:
         return np.asarray(x, dtype=np.float64)
-    x = np.asarray(x)
-    if np.issubdtype(x.dtype, np.floating):
-        x = np.trunc(np.nan_to_num(x, nan=0.0, posinf=np.iinfo(np_dtype(d)).max, neginf=np.iinfo(np_dtype(d)).min))
-    return x.astype(np_dtype(d))
+    return float_to_int(x, np_dtype(d))
 
 
 def _not(x):

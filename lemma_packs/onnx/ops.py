@@ -23,7 +23,7 @@ from fractions import Fraction
 import numpy as np
 
 from graphguard.ir import scalar as S
-from graphguard.ir.ops import AttrSpec, OpDef, Reduction, RowWise, fail, fmt_shape, numel, promote
+from graphguard.ir.ops import AttrSpec, OpDef, Reduction, RowWise, fail, float_to_int, fmt_shape, numel, promote
 
 OPSET = 20  # the one-node models' opset (Gelu needs 20; ReduceSum/ReduceMean take axes as an input there)
 
@@ -224,6 +224,15 @@ def _cast_onnx(a):
     return {"to": ELEM_OF["float64"] if d in FLOATS else ELEM_OF[d]}, ()
 
 
+def _cast_ref(xs, a):
+    """onnx.reference's Cast, except from floating point to an integer type: truncated and saturated, as every
+    pack's cast (``graphguard.ir.ops.float_to_int``; ONNX leaves NaN and out-of-range values undefined)."""
+    x = np.asarray(xs[0])
+    if x.dtype.kind == "f" and np.dtype(np_dtype(a["dtype"])).kind in "iu":
+        return float_to_int(x, np_dtype(a["dtype"]))
+    return _ref("Cast", _cast_onnx)(xs, a)
+
+
 def _reduce_onnx(a):
     return {"keepdims": int(a["keepdims"])}, (("axes", tuple(a["axes"] or ())),)
 
@@ -315,7 +324,7 @@ OPS = [
     _unary("Exp", "exp(x)."),
     _unary("Sqrt", "sqrt(x)."),
     _unary("Reciprocal", "1 / x."),
-    OpDef("onnx.Cast", 1, _same, _ref("Cast", _cast_onnx), (DTYPE,), doc="Convert to dtype.",
+    OpDef("onnx.Cast", 1, _same, _cast_ref, (DTYPE,), doc="Convert to dtype.",
           dtype=lambda ds, a: a["dtype"], elementwise=(0,)),
     OpDef("onnx.Softmax", 1, _softmax_shape, _ref("Softmax"), (AttrSpec("axis", "int", -1, dim_of=0),),
           doc="Softmax along axis (opset 13+).", rowwise=RowWise("axis"), dtype=_float_in("onnx.Softmax")),

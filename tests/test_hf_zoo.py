@@ -53,6 +53,18 @@ def _forward(c):
     return ggt.Captured(_forward_only(c.doc), c.relation)
 
 
+def _forward_then_backward(s, d, mt):
+    """The forward alone refines (logits gathered on every rank), then forward + backward with every
+    expectation the plan states met; the latter's result."""
+    fwd = _verify(_forward(s), _forward(d), mt)
+    assert fwd.verdict == "refines", fwd.failure
+    assert fwd.r_o_lines() == GATHERED
+    r = _verify(s, d, mt, backward=True)
+    assert r.verdict == "refines", r.failure
+    assert r.expect["checked"] > 0 and not r.expect["missing"]
+    return r
+
+
 @pytest.mark.parametrize("mt", ["gemma", "qwen2", "gpt2", "mixtral", "deepseek_v3",
                                 pytest.param("deepseek_v2", marks=pytest.mark.slow),
                                 pytest.param("qwen3_next", marks=pytest.mark.slow)])
@@ -73,13 +85,7 @@ def test_hf_plan_forward_and_backward_verify(mt):
     qkv_proj / gate_up_proj gathered, then rowwise_split_input), Mistral (sliding-window mask), Mixtral
     (packed experts: each rank's gate_up_proj gradient, one bmm, holds its gate and up columns -- lemma 132).
     Every gradient is laid out like its parameter: the replicated norms' gradients summed over the ranks."""
-    s, d = _spec_of(mt, backward=True), _impl_of(mt, backward=True)
-    fwd = _verify(_forward(s), _forward(d), mt)
-    assert fwd.verdict == "refines", fwd.failure
-    assert fwd.r_o_lines() == GATHERED
-    r = _verify(s, d, mt, backward=True)
-    assert r.verdict == "refines", r.failure
-    assert r.expect["checked"] > 0 and not r.expect["missing"]
+    r = _forward_then_backward(_spec_of(mt, backward=True), _impl_of(mt, backward=True), mt)
     if mt == "qwen3":
         g = "grad.lm.model.layers.0.self_attn.q_norm.weight"
         assert [x for x in r.r_o_lines() if x.startswith(g + " ")] == [f"{g} = {g}@{i}" for i in range(W)]
@@ -175,14 +181,8 @@ def test_hf_default_grouped_experts_verify_forward_and_backward(grouped_experts)
     then the experts' all-reduce; backward: the grouped weight-gradient products (lemmas 1900-1904)."""
     mt = "qwen3_moe"
     s = ggt.capture(lambda r: Z.spec(mt), lambda r: Z.inputs(None, W, mt), backward=True)
-    d = _impl_of(mt, backward=True)
     assert any(n["op"] == "aten._grouped_mm" for n in s.doc["nodes"])
-    fwd = _verify(_forward(s), _forward(d), mt)
-    assert fwd.verdict == "refines", fwd.failure
-    assert fwd.r_o_lines() == GATHERED
-    r = _verify(s, d, mt, backward=True)
-    assert r.verdict == "refines", r.failure
-    assert r.expect["checked"] > 0 and not r.expect["missing"]
+    r = _forward_then_backward(s, _impl_of(mt, backward=True), mt)
     g = "grad.lm.model.layers.0.mlp.experts.down_proj"
     assert f"{g} = concat({g}@0, {g}@1, dim=2)" in r.r_o_lines()
 

@@ -160,11 +160,11 @@ def _concat_pairs(t, out: list) -> list:
     return out
 
 
-def _move_split(rng: random.Random, seed: dict, rule: Rule) -> dict:
+def _move_split(rng: random.Random, seed: dict, pairs: list) -> dict:
     """A seed with the boundary of one concatenation moved (one part a row longer, the other a row shorter, the
     same total): where two concatenations of a pattern meet (a product of two concats, an elementwise op of
     two), parts that line up only by their totals are what a lemma's condition must rule out."""
-    a, b, d = rng.choice([(a, b, d) for a, b, d in _concat_pairs(rule.lhs, []) if a in seed and b in seed])
+    a, b, d = rng.choice([(a, b, d) for a, b, d in pairs if a in seed and b in seed])
     d = d.value if isinstance(d, AConst) else seed.get(d.name)
     sa, sb = list(seed[a]), list(seed[b])
     if not isinstance(d, int) or not -len(sa) <= d < len(sa) or len(sa) != len(sb):
@@ -308,7 +308,7 @@ def _fuzz(rule: Rule, reg: Registry, trials: int, attempts: int, seed: int) -> F
         elif seeds and attempt % 4 == 0:
             sd = _vary_seed(rng, rng.choice(seeds), rule)
         elif split_seeds and attempt % 4 == 2:
-            sd = _move_split(rng, rng.choice(split_seeds), rule)
+            sd = _move_split(rng, rng.choice(split_seeds), pairs)
         rank = 0 if rng.random() < 0.04 else rng.randint(1, 3)
         base = [_size(rng) for _ in range(rank)]
         shapes: dict[str, tuple] = {}

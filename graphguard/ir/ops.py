@@ -247,7 +247,6 @@ def float_to_int(x, dtype) -> "np.ndarray":
     differs between its vectorised and scalar loops (NaN to uint32 gave 0 or 2^31 for the same value in
     different arrays), so every pack's cast reference uses this one rule: a cast is then a function, and
     the dialects' casts agree with each other."""
-    import numpy as np
     x, dt = np.asarray(x), np.dtype(dtype)
     if x.dtype.kind != "f" or dt.kind not in "iu":
         return x.astype(dt)

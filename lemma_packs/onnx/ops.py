@@ -224,13 +224,16 @@ def _cast_onnx(a):
     return {"to": ELEM_OF["float64"] if d in FLOATS else ELEM_OF[d]}, ()
 
 
+_ONNX_CAST = _ref("Cast", _cast_onnx)
+
+
 def _cast_ref(xs, a):
     """onnx.reference's Cast, except from floating point to an integer type: truncated and saturated, as every
     pack's cast (``graphguard.ir.ops.float_to_int``; ONNX leaves NaN and out-of-range values undefined)."""
     x = np.asarray(xs[0])
     if x.dtype.kind == "f" and np.dtype(np_dtype(a["dtype"])).kind in "iu":
         return float_to_int(x, np_dtype(a["dtype"]))
-    return _ref("Cast", _cast_onnx)(xs, a)
+    return _ONNX_CAST(xs, a)
 
 
 def _reduce_onnx(a):

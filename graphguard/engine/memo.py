@@ -105,6 +105,25 @@ class Problem:
         return (self.head, tuple(seen)), names, ids
 
 
+def _reaching(producer: dict, missing: set, ids: dict, related: set) -> set:
+    """The read tensors, not yet read as related, whose operators lead to tensors the result names that the
+    read did not reach (a replica's copy of a view, found from a proven alias): read as related, the key
+    holds the operators that compute those tensors (one step more per read)."""
+    more, seen, stack = set(), set(), list(missing)
+    while stack:
+        t = stack.pop()
+        n = producer.get(t)
+        if t in seen or n is None:
+            continue
+        seen.add(t)
+        for i in n.inputs:
+            if i not in ids:
+                stack.append(i)
+            elif i not in related:
+                more.add(i)
+    return more
+
+
 def _facts(ctx) -> dict:
     """Tensor -> (shape, dtype, rank) of G_d, read once per verification (G_d does not change during one)."""
     f = getattr(ctx, "_memo_facts", None)
@@ -148,11 +167,18 @@ class Memo:
 
     def store(self, p: Problem, outputs: list[str], found: dict, explored: set, related: set, aliases: list,
               truncated: bool) -> None:
-        key, names, ids = p.read(lambda i, t: t in related)
         used = {x for exprs in found.values() for e in exprs for x in leaves(e)} | explored
         used |= {x for a, bs in aliases for x in (a, *bs)} | related
-        if not used <= ids.keys():  # (not expected: every tensor the search saw is numbered)
-            return
+        related = set(related)
+        while True:
+            key, names, ids = p.read(lambda i, t: t in related)
+            missing = used - ids.keys()
+            if not missing:
+                break
+            more = _reaching(p.ctx.g_d.producer, missing, ids, related)
+            if not more:
+                return
+            related |= more
         entries = self.entries.setdefault(p.head, [])
         if len(entries) >= MAX_ENTRIES:
             return

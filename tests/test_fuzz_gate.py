@@ -73,3 +73,22 @@ def test_a_rule_is_fuzzed_only_where_its_when_term_is_defined(plugins, seed):
     (rule,) = build_rules(lemmas[0], plugins.registry)
     assert rule.when is not None
     assert fuzz_rule(rule, plugins.registry, seed=seed).ok
+
+
+def test_softmax_of_integers_is_no_instance(plugins):
+    """Seed 20 drew family 1207 (a row-wise op of concatenations) for ``_softmax`` of int8 tensors: torch has no
+    such kernel, and NumPy computed the exponentials in float16, whose rounding depends on the array's shape,
+    so the two sides differed by 1e-3. The dtype rule refuses non-floating inputs (no instance, and no graph)."""
+    from graphguard.engine.families import derive
+    from graphguard.engine.lemma import build_rules
+    from graphguard.ir.ops import ShapeError
+    reg = plugins.registry
+    for op in ("aten._softmax", "aten._log_softmax"):
+        assert reg.get(op).dtype(["bfloat16"], {"half_to_float": True}) == "float32"
+        assert reg.get(op).dtype(["float32"], {"half_to_float": False}) == "float32"
+        for dt in ("int8", "int64", "bool"):
+            with pytest.raises(ShapeError):
+                reg.get(op).dtype([dt], {"half_to_float": True})
+        (lemma,) = [lm for lm in derive(reg) if lm.name == f"rowwise-of-concats[{op}]"]
+        for rule in build_rules(lemma, reg):
+            assert fuzz_rule(rule, reg, seed=20).ok

@@ -465,6 +465,8 @@ def _sm_dim(x, a):
 
 
 def _half_to_float(ds, a):
+    if _cat(ds[0]) != 2:  # (torch has no softmax kernel for integers or booleans)
+        fail(f"softmax of a {ds[0]} tensor: torch computes it on floating-point tensors only")
     return "float32" if a["half_to_float"] and ds[0] in ("float16", "bfloat16") else ds[0]
 
 

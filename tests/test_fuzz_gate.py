@@ -1,12 +1,13 @@
 """The lemma fuzzer as a gate across seeds: what other random streams than the suite's found, each fixed where it
 lives, and each with a case that must not prove.
 
-Found by ``graphguard lemmas check --seed N`` (N = 1..18; the suite runs seed 0): a sum of booleans times a
+Found by ``graphguard lemmas check --seed N`` (N = 1..30; the suite runs seed 0): a sum of booleans times a
 factor (their sum is their "or": lemma 409 asks for numbers), a partial sum divided by 0 (``(a + b) / 0`` is NaN where ``a / 0 + b / 0`` is
 inf), an index that is a boolean mask (it selects, it does not gather rows), casts of NaN and out-of-range
 floats to integers (NumPy's result differed between arrays), and rules whose right side computes a term the
 rule's ``when`` clause asks for, drawn where that term is undefined (an integer division by zero outside the
-slice)."""
+slice), a softmax drawn on integers (no torch kernel; NumPy rounds float16 by the array's shape) and a
+broadcast read as a reshape where it also widens a unit dim."""
 from __future__ import annotations
 
 import numpy as np
@@ -92,3 +93,11 @@ def test_softmax_of_integers_is_no_instance(plugins):
         (lemma,) = [lm for lm in derive(reg) if lm.name == f"rowwise-of-concats[{op}]"]
         for rule in build_rules(lemma, reg):
             assert fuzz_rule(rule, reg, seed=20).ok
+
+
+def test_a_broadcast_that_widens_a_unit_dim_is_not_a_reshape(plugins):
+    """Seed 23: lemma hlo-ops:885 read ``broadcast([2, 1] -> [2, 2, 1], dimensions=(0, 1))`` as a reshape, but it
+    copies the column (the reshape is ill-formed there); it now asks the other dims to be the input's."""
+    assert proves("hlo.broadcast(V, shape=[2, 1, 3], dimensions=[0, 2])", "reshape(V, shape=[2, 1, 3])", {"V": [2, 3]})
+    (rule,) = [r for r in plugins.lemmas if r.lemma.label == "hlo-ops:885"]
+    assert fuzz_rule(rule, plugins.registry, seed=23).ok

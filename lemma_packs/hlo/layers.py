@@ -55,7 +55,8 @@ LEMMAS = [
                 {"x": [3], "s": [3, 2], "t": [3, 1], "m": [0]})),
     L(885, "broadcast-inserting-a-unit-dim-is-reshape",
       "hlo.broadcast(?x, shape=?s, dimensions=?m) => reshape(?x, shape=?s)",
-      "len(?m) + 1 == len(?s) and at(?s, inserted_dim(?m)) == 1",
+      # (and no unit dim of ?x broadcast wider: [2, 1] to [2, 2, 1] by dimensions (0, 1) copies its column)
+      "len(?m) + 1 == len(?s) and at(?s, inserted_dim(?m)) == 1 and shape(?x) == drop_at(?s, inserted_dim(?m))",
       examples=({"x": [2, 3], "s": [2, 1, 3], "m": [0, 2]}, {"x": [3], "s": [1, 3], "m": [1]})),
     # the output dims of a dot: batch, lhs free, rhs free (each in order), as in 854 / 855
     L(881, "dot-of-slice-along-rhs-free-dim",

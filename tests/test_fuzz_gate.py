@@ -7,7 +7,7 @@ inf), an index that is a boolean mask (it selects, it does not gather rows), cas
 floats to integers (NumPy's result differed between arrays), and rules whose right side computes a term the
 rule's ``when`` clause asks for, drawn where that term is undefined (an integer division by zero outside the
 slice), a softmax drawn on integers (no torch kernel; NumPy rounds float16 by the array's shape) and a
-broadcast read as a reshape where it also widens a unit dim."""
+broadcast read as a reshape where it also widens a unit dim, and an empty matmul's row count."""
 from __future__ import annotations
 
 import numpy as np
@@ -101,3 +101,12 @@ def test_a_broadcast_that_widens_a_unit_dim_is_not_a_reshape(plugins):
     assert proves("hlo.broadcast(V, shape=[2, 1, 3], dimensions=[0, 2])", "reshape(V, shape=[2, 1, 3])", {"V": [2, 3]})
     (rule,) = [r for r in plugins.lemmas if r.lemma.label == "hlo-ops:885"]
     assert fuzz_rule(rule, plugins.registry, seed=23).ok
+
+
+def test_rows_of_an_empty_matmul_are_its_leading_dims(plugins):
+    """Seed 26: lemma onnx-aten:2130 (MatMul = mm of the rows) took any row count for a [3, 0] input (every
+    count has numel 0), then reshaped [6, 4] to [3, 4]; the rows are now the leading dims' product."""
+    (rule,) = [r for r in plugins.lemmas if r.lemma.label == "onnx-aten:2130"]
+    assert fuzz_rule(rule, plugins.registry, seed=26).ok
+    assert proves("onnx.MatMul(X, W)", "reshape(aten.mm(reshape(X, shape=[12, 2]), W), shape=[4, 3, 5])",
+                  {"X": [4, 3, 2], "W": [2, 5]})

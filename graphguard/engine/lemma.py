@@ -477,6 +477,8 @@ FUNCTIONS: dict[str, Callable] = {
     # the size expand(x, size) takes where x.repeat(r) repeats only dims of size 1 (() where it does more)
     "repeat_size": lambda ctx, x, r: _repeat_size(tuple(ctx.shape_of(x)), tuple(r)),
     "drop_at": lambda ctx, p, i: tuple(x for k, x in enumerate(p) if k != int(i)),
+    # the product of a tuple of sizes (1 for ())
+    "prod": lambda ctx, p: _prod(tuple(p)),
     # every value of integer tensor t lies in [vmin(t), vend(t)): a relation file's ranges: (undecided, so the
     # condition fails, where none is stated)
     # NumPy broadcasting made explicit: the shape tensors broadcast to, and the output dims that tensor t's dims

@@ -49,8 +49,9 @@ LEMMAS = [_bridge(2100 + k, *row) for k, row in enumerate(SAME)] + [
     # a batch of rows times a matrix: the rows flattened, multiplied, and unflattened (nn.Linear in fx)
     L(2130, "matmul-is-mm-of-rows",
       "onnx.MatMul(?x, ?w) => reshape(aten.mm(reshape(?x, shape=?s), ?w), shape=set_at(shape(?x), rank(?x) - 1, size(?w, 1)))",
+      # (the rows are the leading dims' product: with a 0-size last dim, any row count has numel 0)
       "rank(?w) == 2 and rank(?x) >= 2 and len(?s) == 2 and at(?s, 1) == size(?x, rank(?x) - 1)"
-      " and at(?s, 0) * at(?s, 1) == numel(?x)",
+      " and at(?s, 0) == prod(drop_at(shape(?x), rank(?x) - 1))",
       when="aten.mm(reshape(?x, shape=?s), ?w)",
       examples=[{"x": [2, 3, 4], "w": [4, 5], "s": [6, 4]}, {"x": [3, 4], "w": [4, 2], "s": [3, 4]}]),
     L(2131, "matmul-is-mm", "onnx.MatMul(?a, ?b) => aten.mm(?a, ?b)", "rank(?a) == 2 and rank(?b) == 2",

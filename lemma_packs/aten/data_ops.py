@@ -182,7 +182,9 @@ def _into_fill_of_concat(ref: int, name: str, fill: str, seeds: list):
 _SUM_SEEDS = _seeds([{"z": z, "a": a, "b": a, "k": k, "t": t, "a:dtype": t, "b:dtype": t}
                      for z, a, k, dts in (([3, 2], [1, 2], 0, ("float32", "float64", "float16", "int64")),
                                           ([2, 3], [2, 2], 1, ("float32", "float64", "float16", "int64")),
-                                          ([2], [1], 0, ("float32", "int64")))
+                                          ([2], [1], 0, ("float32", "int64")),
+                                          ([4, 3], [2, 3], 0, ("float32", "float64", "int64")),
+                                          ([2, 4, 2], [2, 2, 2], 1, ("float32", "int64")))
                      for t in dts])
 
 

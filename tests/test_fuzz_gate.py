@@ -20,6 +20,20 @@ from graphguard.ir.ops import float_to_int
 SH = {"A": [3, 4], "B": [3, 4], "P": [3, 4], "Q": [3, 4], "X": [4, 3, 2], "Y": [4, 1, 2], "M": [4, 3]}
 
 
+def _family_rules(plugins, name: str) -> list:
+    """The rules of the derived lemma named ``name`` (a family's member: ``rowwise-of-concats[aten._softmax]``)."""
+    from graphguard.engine.families import derive
+    from graphguard.engine.lemma import build_rules
+    (lemma,) = [lm for lm in derive(plugins.registry) if lm.name == name]
+    return build_rules(lemma, plugins.registry)
+
+
+def _rule(plugins, label: str):
+    """The one loaded rule of lemma ``pack:number``."""
+    (rule,) = [r for r in plugins.lemmas if r.lemma.label == label]
+    return rule
+
+
 def test_a_factor_of_a_boolean_sum_does_not_distribute():
     """Lemma 409 holds for numbers, not booleans: 2 * (a or b) is 2 where 2 * a + 2 * b is 4 (its condition
     reads both summands' dtypes)."""
@@ -67,11 +81,7 @@ def test_a_rule_is_fuzzed_only_where_its_when_term_is_defined(plugins, seed):
     """Family 1211 for integer division fires only beside the division of the whole inputs; drawn where that
     division meets a 0 outside the slice, the instance is no instance (it was reported as the right side
     failing)."""
-    from graphguard.engine.families import derive
-    from graphguard.engine.lemma import build_rules
-    lemmas = [lm for lm in derive(plugins.registry)
-              if lm.name == "elementwise-of-slices[aten.div.Tensor_mode]"]
-    (rule,) = build_rules(lemmas[0], plugins.registry)
+    (rule,) = _family_rules(plugins, "elementwise-of-slices[aten.div.Tensor_mode]")
     assert rule.when is not None
     assert fuzz_rule(rule, plugins.registry, seed=seed).ok
 
@@ -80,8 +90,6 @@ def test_softmax_of_integers_is_no_instance(plugins):
     """Seed 20 drew family 1207 (a row-wise op of concatenations) for ``_softmax`` of int8 tensors: torch has no
     such kernel, and NumPy computed the exponentials in float16, whose rounding depends on the array's shape,
     so the two sides differed by 1e-3. The dtype rule refuses non-floating inputs (no instance, and no graph)."""
-    from graphguard.engine.families import derive
-    from graphguard.engine.lemma import build_rules
     from graphguard.ir.ops import ShapeError
     reg = plugins.registry
     for op in ("aten._softmax", "aten._log_softmax"):
@@ -90,8 +98,7 @@ def test_softmax_of_integers_is_no_instance(plugins):
         for dt in ("int8", "int64", "bool"):
             with pytest.raises(ShapeError):
                 reg.get(op).dtype([dt], {"half_to_float": True})
-        (lemma,) = [lm for lm in derive(reg) if lm.name == f"rowwise-of-concats[{op}]"]
-        for rule in build_rules(lemma, reg):
+        for rule in _family_rules(plugins, f"rowwise-of-concats[{op}]"):
             assert fuzz_rule(rule, reg, seed=20).ok
 
 
@@ -99,14 +106,12 @@ def test_a_broadcast_that_widens_a_unit_dim_is_not_a_reshape(plugins):
     """Seed 23: lemma hlo-ops:885 read ``broadcast([2, 1] -> [2, 2, 1], dimensions=(0, 1))`` as a reshape, but it
     copies the column (the reshape is ill-formed there); it now asks the other dims to be the input's."""
     assert proves("hlo.broadcast(V, shape=[2, 1, 3], dimensions=[0, 2])", "reshape(V, shape=[2, 1, 3])", {"V": [2, 3]})
-    (rule,) = [r for r in plugins.lemmas if r.lemma.label == "hlo-ops:885"]
-    assert fuzz_rule(rule, plugins.registry, seed=23).ok
+    assert fuzz_rule(_rule(plugins, "hlo-ops:885"), plugins.registry, seed=23).ok
 
 
 def test_rows_of_an_empty_matmul_are_its_leading_dims(plugins):
     """Seed 26: lemma onnx-aten:2130 (MatMul = mm of the rows) took any row count for a [3, 0] input (every
     count has numel 0), then reshaped [6, 4] to [3, 4]; the rows are now the leading dims' product."""
-    (rule,) = [r for r in plugins.lemmas if r.lemma.label == "onnx-aten:2130"]
-    assert fuzz_rule(rule, plugins.registry, seed=26).ok
+    assert fuzz_rule(_rule(plugins, "onnx-aten:2130"), plugins.registry, seed=26).ok
     assert proves("onnx.MatMul(X, W)", "reshape(aten.mm(reshape(X, shape=[12, 2]), W), shape=[4, 3, 5])",
                   {"X": [4, 3, 2], "W": [2, 5]})

@@ -18,6 +18,13 @@ def _llama(layers: int, shape: str = ""):
     return load_module(EXAMPLES / "llama-tp" / "model.py", GG_LAYERS=str(layers), GG_SHAPE=shape)
 
 
+def _without_reuse(monkeypatch, s, d, rel):
+    """The verification with every memo lookup a miss (each operator searched afresh)."""
+    from graphguard.engine.memo import Memo
+    monkeypatch.setattr(Memo, "lookup", lambda self, problem, outputs: None)
+    return graphguard.verify(s.graph(), d.graph(), rel)
+
+
 @pytest.fixture(scope="module")
 def llama4():
     """Four llama-tp layers at TP 2, forward: the captured graphs and the relation (with expectations)."""
@@ -66,9 +73,7 @@ def test_replicated_kv_heads_reused_too(monkeypatch):
     # chosen by tensor names, may read differently from layer 0's, and the norm after it then searches again)
     assert second["reused"] >= 0.9 * second["ops"]
     assert third["reused"] == third["ops"] and last["reused"] >= last["ops"] - 2
-    from graphguard.engine.memo import Memo
-    monkeypatch.setattr(Memo, "lookup", lambda self, problem, outputs: None)
-    r0 = graphguard.verify(s.graph(), d.graph(), rel)
+    r0 = _without_reuse(monkeypatch, s, d, rel)
     assert r0.verdict == "refines" and r0.r_o_lines() == r.r_o_lines()
 
 
@@ -76,9 +81,7 @@ def test_reuse_gives_the_same_certificate(llama4, monkeypatch):
     """Every reuse is a lookup of the same local problem: without it, the same R_o."""
     s, d, rel = llama4
     r = graphguard.verify(s.graph(), d.graph(), rel)
-    from graphguard.engine.memo import Memo
-    monkeypatch.setattr(Memo, "lookup", lambda self, problem, outputs: None)
-    r0 = graphguard.verify(s.graph(), d.graph(), rel)
+    r0 = _without_reuse(monkeypatch, s, d, rel)
     assert r0.verdict == r.verdict == "refines"
     assert r0.stats["reused_results"] == 0 < r.stats["reused_results"]
     assert r0.r_o_lines() == r.r_o_lines()

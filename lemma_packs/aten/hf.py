@@ -24,6 +24,9 @@ _FILL = "aten.full(size=?s, fill_value=?f, dtype=?t)"
 def _fill(size: str) -> str:
     return f"aten.full(size=set_at(?s, {_D}, {size}), fill_value=?f, dtype=?t)"
 
+# rows gathered by integer indices (a boolean mask selects entries instead: another op)
+_INT_INDEX = '(dtype(?i) == "int64" or dtype(?i) == "int32")'
+
 
 LEMMAS = [
     L(1401, "concat-with-empty-right", "concat(?a, ?b, dim=?d) => ?a", "size(?b, ?d) == 0",
@@ -37,14 +40,14 @@ LEMMAS = [
     L(1403, "index-rows-of-concat-other-dim",
       "aten.index.Tensor(concat(?a, ?b, dim=?d), ?i, absent=?n)"
       " => concat(aten.index.Tensor(?a, ?i, absent=?n), aten.index.Tensor(?b, ?i, absent=?n), dim=?d + rank(?i) - 1)",
-      'len(?n) == 0 and ?d >= 1 and (dtype(?i) == "int64" or dtype(?i) == "int32")',  # (a boolean mask: no)
+      f"len(?n) == 0 and ?d >= 1 and {_INT_INDEX}",
       index={"i": "size(?a, 0)"},
       examples=[{"a": [4, 2, 3], "b": [4, 1, 3], "i": [5], "d": 1, "n": []},
                 {"a": [3, 2, 2], "b": [3, 2, 1], "i": [2, 2], "d": 2, "n": []}]),
     L(1404, "index-rows-of-slice-other-dim",
       "aten.index.Tensor(slice(?x, dim=?d, start=?s, end=?e), ?i, absent=?n)"
       " => slice(aten.index.Tensor(?x, ?i, absent=?n), dim=?d + rank(?i) - 1, start=?s, end=?e)",
-      'len(?n) == 0 and ?d >= 1 and (dtype(?i) == "int64" or dtype(?i) == "int32")', index={"i": "size(?x, 0)"},
+      f"len(?n) == 0 and ?d >= 1 and {_INT_INDEX}", index={"i": "size(?x, 0)"},
       examples=[{"x": [4, 6, 3], "i": [5], "d": 1, "s": 2, "e": 5, "n": []}]),
     # ... and their backward: the gathered rows' gradients accumulated back (index_put into a fill)
     L(1405, "index-put-rows-of-concat-other-dim",
@@ -52,7 +55,7 @@ LEMMAS = [
       f" => concat(aten.index_put({_fill('size(?a, ?k)')}, ?i, ?a, accumulate=?acc, absent=?n),"
       f" aten.index_put({_fill('size(?b, ?k)')}, ?i, ?b, accumulate=?acc, absent=?n), dim={_D})",
       f"len(?n) == 0 and {_D} >= 1 and rank(?a) == len(?s) + rank(?i) - 1"
-      f' and size(?a, ?k) + size(?b, ?k) == at(?s, {_D}) and (dtype(?i) == "int64" or dtype(?i) == "int32")',
+      f" and size(?a, ?k) + size(?b, ?k) == at(?s, {_D}) and {_INT_INDEX}",
       index={"i": "at(?s, 0)"},
       examples=[{"s": s, "f": f, "t": "float64", "i": i, "a": a, "b": b, "k": k, "acc": acc, "n": []}
                 for s, f, i, a, b, k, acc in (
@@ -63,7 +66,7 @@ LEMMAS = [
     L(1406, "index-put-rows-of-slice-other-dim",
       f"aten.index_put({_FILL}, ?i, slice(?v, dim=?k, start=?x, end=?y), accumulate=?acc, absent=?n)"
       f" => slice(aten.index_put({_fill('size(?v, ?k)')}, ?i, ?v, accumulate=?acc, absent=?n), dim={_D}, start=?x, end=?y)",
-      f'len(?n) == 0 and {_D} >= 1 and rank(?v) == len(?s) + rank(?i) - 1 and (dtype(?i) == "int64" or dtype(?i) == "int32")',
+      f"len(?n) == 0 and {_D} >= 1 and rank(?v) == len(?s) + rank(?i) - 1 and {_INT_INDEX}",
       index={"i": "at(?s, 0)"},
       examples=[{"s": [4, 2, 3], "f": 0, "t": "float64", "i": [5], "v": [5, 6, 3], "k": 1, "x": 1, "y": 3,
                  "acc": True, "n": []}]),

@@ -464,20 +464,25 @@ def _sm_dim(x, a):
     return _dim("softmax", a["dim"], x.ndim) if x.ndim else None
 
 
-def _half_to_float(ds, a):
-    if _cat(ds[0]) != 2:  # (torch has no softmax kernel for integers or booleans)
-        fail(f"softmax of a {ds[0]} tensor: torch computes it on floating-point tensors only")
-    return "float32" if a["half_to_float"] and ds[0] in ("float16", "bfloat16") else ds[0]
+def _half_to_float(name):
+    """A softmax's result dtype: float32 for a half input under ``half_to_float``; floating inputs only (torch
+    has no softmax kernel for integers or booleans)."""
+    only = _float_only(name)
+
+    def f(ds, a):
+        d = only(ds, a)
+        return "float32" if a["half_to_float"] and d in ("float16", "bfloat16") else d
+    return f
 
 
 SOFTMAX_OPS = [
     OpDef("aten._softmax", 1, _softmax_shape("aten._softmax"), lambda xs, a: _softmax(xs[0], _sm_dim(xs[0], a)),
           (AttrSpec("dim", "int", dim_of=0), AttrSpec("half_to_float", "bool")), doc="Softmax along dim.",
-          dtype=_half_to_float, rowwise=RowWise("dim")),
+          dtype=_half_to_float("_softmax"), rowwise=RowWise("dim")),
     OpDef("aten._log_softmax", 1, _softmax_shape("aten._log_softmax"),
           lambda xs, a: _log_softmax(xs[0], _sm_dim(xs[0], a)),
           (AttrSpec("dim", "int", dim_of=0), AttrSpec("half_to_float", "bool")), doc="Log-softmax along dim.",
-          dtype=_half_to_float, rowwise=RowWise("dim")),
+          dtype=_half_to_float("_log_softmax"), rowwise=RowWise("dim")),
     OpDef("aten._softmax_backward_data", 2, _softmax_shape("aten._softmax_backward_data"),
           lambda xs, a: xs[1] * (xs[0] - np.sum(xs[0] * xs[1], axis=_sm_dim(xs[0], a), keepdims=True)),
           (AttrSpec("dim", "int", dim_of=0), AttrSpec("input_dtype", "str")),

@@ -1222,6 +1222,56 @@ def test_products_on_positions_decide_as_the_pairs_do(plugins, monkeypatch, buil
         assert got.replay["ok"]
 
 
+def _repeated_operands(plugins, n: int, along_contraction: bool):
+    """G_s: Z = mm(X, Y) over one rank's x@0, y@0 [n, n]. ``along_contraction``: X = concat(x@0, x@0, dim=1), Y =
+    concat(y@0, y@0, dim=0) (Z = 2 x0 y0) while the rank computes dot(concat(x@0, y@0, dim=1), concat(y@0, x@0,
+    dim=0)) = x0 y0 + y0 x0 -- a bug whose every (X, Y) label pair the rank's product also meets, twice as
+    often for half of them; else X = concat(x@0, x@0, dim=0) (rows repeated, a free dim) and the rank computes
+    dot(x@0, y@0): Z = concat(Z@0, Z@0, dim=0)."""
+    s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=1)
+    s.input("X", [n, 2 * n] if along_contraction else [2 * n, n], "float32")
+    s.input("Y", [2 * n, n] if along_contraction else [n, n], "float32")
+    s.op("aten.mm", ["X", "Y"], "Z")
+    s.output("Z")
+    d.input("x@0", [n, n], "float32")
+    d.input("y@0", [n, n], "float32")
+    a, b = "x@0", "y@0"
+    if along_contraction:
+        a, b = d.op("core.concat", ["x@0", "y@0"], "A@0", dim=1), d.op("core.concat", ["y@0", "x@0"], "B@0", dim=0)
+    d.op("hlo.dot", [a, b], "Z@0", lhs_batch=[], rhs_batch=[], lhs_contracting=[1], rhs_contracting=[0])
+    d.output("Z@0")
+    rel = ("inputs:\n  X: concat(x@0, x@0, dim=1)\n  Y: concat(y@0, y@0, dim=0)\n" if along_contraction else
+           "inputs:\n  X: concat(x@0, x@0, dim=0)\n  Y: y@0\n")
+    return _verify(plugins, s, d, rel, replay=not along_contraction)
+
+
+@pytest.mark.parametrize("n,force", [(33, False), (8, False), (8, True)])
+def test_a_label_repeated_along_the_contraction_is_not_counted_twice(plugins, monkeypatch, n, force):
+    """The positions proof counts distinct (rank, contraction index) incidences: at n = 33 (71 874 pairs, above
+    MAX_PRODUCT_TERMS) it once took x0 y0 + y0 x0 for 2 x0 y0 (each k's count per rank equalled the contraction
+    length). Must not prove at that size, below it, nor with the positions proof forced at a small size."""
+    import graphguard.engine.relayout as rl
+    if force:
+        monkeypatch.setattr(rl, "MAX_PRODUCT_TERMS", 0)
+    r = _repeated_operands(plugins, n, along_contraction=True)
+    assert r.verdict != "refines", r.render()
+
+
+@pytest.mark.parametrize("n,force", [(33, False), (4, True)])
+def test_a_label_repeated_along_a_free_dim_is_still_the_ranks_product(plugins, monkeypatch, n, force):
+    """The proving twin: X's rows repeated (a free dim, GQA's replicated KV heads read by two query heads) --
+    each output entry's pairs met once; on positions (n = 33, or forced) as on pairs."""
+    import graphguard.engine.relayout as rl
+    if force:
+        monkeypatch.setattr(rl, "MAX_PRODUCT_TERMS", 0)
+    calls, real = [], rl._products_by_positions
+    monkeypatch.setattr(rl, "_products_by_positions", lambda *a: calls.append(1) or real(*a))
+    r = _repeated_operands(plugins, n, along_contraction=False)
+    assert r.verdict == "refines", r.render()
+    assert r.r_o_lines() == ["Z = concat(Z@0, Z@0, dim=0)"], r.r_o_lines()
+    assert calls and r.replay["ok"]
+
+
 # -- a column-parallel weight too large to label, its shards read whole (relayout._products_of_whole_shards) -----
 
 def _vocab_parallel(plugins, monkeypatch, rotate_rank1=False):

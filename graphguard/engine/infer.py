@@ -396,7 +396,7 @@ NARROW_EXPRS = 4  # expressions per input of a retried search (the smallest: R k
 
 def _node_out_rel_memo(ctx: Context, v: Node, R: Relation) -> tuple[Relation, set[str]]:
     while True:
-        problem = Problem(ctx, v, R, *_structure(ctx))
+        problem = Problem(ctx, v, R, *_structure(ctx), value=functools.partial(index_constant, ctx))
         hit = ctx.memo.lookup(problem, v.outputs)
         ctx.reused = hit is not None
         if hit is not None:

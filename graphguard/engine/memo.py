@@ -1,22 +1,28 @@
 """Per-operator results reused where a local problem repeats (a layer stacked N times, a chain of one op).
 
-What Listing 2 finds for a G_s operator ``v`` depends on: ``v`` (its operator, its terms over its inputs,
-which of its outputs G_s outputs), the relations of its inputs, the aliases of the G_d tensors those name, and
-the part of G_d that the frontier looks at -- the related tensors, the operators filed under them (operator,
-attributes, inputs, outputs) and every tensor seen there: its shape, dtype, rank, whether it is constant
-(then the operator defining it too), related, or a G_d output, and its stated value range. :class:`Problem` writes all of that with the
-tensors numbered in the order they are met, so two operators whose problems read the same are the same
-problem up to the names of their tensors. Lemmas read shapes and attributes, never names; names only break
-ties between equally good expressions. A result found for one problem, renamed, therefore rests on G_d facts
-and relations that hold for the other one as well: it is sound there (possibly another of equally good
-expressions than a fresh search would keep).
+**Invariant: a key holds every fact that can decide a value the result depends on.** What Listing 2 finds for
+a G_s operator ``v`` depends on: ``v`` (its operator, its terms over its inputs, which of its outputs G_s
+outputs), the relations of its inputs, the aliases of the G_d tensors those name, and the part of G_d that the
+search reads -- the related tensors, the operators filed under them (operator, attributes, inputs, outputs) and
+every tensor seen there: its shape, dtype, rank, whether it is related or a G_d output, its stated value range,
+and *what the search may take as its value*: for a constant tensor its producer (and so, numbered in turn, the
+whole constant chain), for an index tensor the constant that ``index_constant`` proves it is (a term without
+G_d names: ``core.full``'s fill, a top-k's order), or None where it proves none. :class:`Problem` writes all of
+that with the tensors numbered in the order they are met, so two operators whose problems read the same are the
+same problem up to the names of their tensors. Lemmas read shapes, attributes and those values, never names;
+names only break ties between equally good expressions. A result found for one problem, renamed, therefore
+rests on G_d facts and relations that hold for the other one as well: it is sound there (possibly another of
+equally good expressions than a fresh search would keep). An index tensor recorded by shape alone would let
+two layers whose masks are computed alike but from other values (``scatter(..., value=1)`` then ``value=0``)
+share one result -- ``tests/test_memo_key.py`` builds such layers for each kind of value the search reads.
 
 The related tensors are known only once the search has run: an entry keeps them (by number), and a later
 operator matches the entry when the problem read with those tensors related is the entry's. Where the result
 names a tensor that read does not reach (a KV head's replica: its view is found from a proven alias, not from
-the related tensors' operators), the tensors whose operators lead to it are read as related too -- a larger
-key, so a stricter match -- rather than leaving the entry out (which once left no layer of a TP 8 model with
-replicated KV heads reused).
+the related tensors' operators; a product whose operands the labels reached through G_d's definitions), the
+tensors whose operators lead to it are read as related too -- a larger key, so a stricter match: the chain of
+operators that computes every tensor the result names enters the key -- and where no such chain is found the
+entry is not stored.
 """
 from __future__ import annotations
 
@@ -49,8 +55,9 @@ class Problem:
     """The local problem of G_s operator ``v``: its head (``v``, relations, aliases, broadcast definitions)
     is read at once; :meth:`read` adds the part of G_d seen from the related tensors."""
 
-    def __init__(self, ctx, v, R, const: frozenset, watch: dict, d_out: frozenset, s_out: frozenset):
-        self.ctx, self.const, self.watch, self.d_out = ctx, const, watch, d_out
+    def __init__(self, ctx, v, R, const: frozenset, watch: dict, d_out: frozenset, s_out: frozenset,
+                 value: Callable[[str], Any] = lambda t: None):
+        self.ctx, self.const, self.watch, self.d_out, self.value = ctx, const, watch, d_out, value
         self.ids: dict[str, int] = {}
         self.names: list[str] = []
         g_s, g_d = ctx.g_s, ctx.g_d
@@ -101,6 +108,8 @@ class Problem:
             if t in const:
                 p = g_d.producer[t]
                 item.append((*sigs[id(p)], tuple(num(x) for x in p.inputs), tuple(num(o) for o in p.outputs)))
+            else:  # (the value the search may take for it: an index tensor's proven constant -- module docstring)
+                item.append(self.value(t))
             if rel:
                 for n in watch.get(t, ()):
                     item.append((*sigs[id(n)], tuple(num(x) for x in n.inputs), tuple(num(o) for o in n.outputs)))

@@ -1903,6 +1903,8 @@ def _located_products(X, Y, ops: list[tuple[np.ndarray, np.ndarray]], top: int, 
             m = R == r
             Bp[m], Q[m], C[m] = np.unravel_index(at[m], (bn, qn, cn))
     ranks = np.nonzero(np.bincount(R.reshape(-1), minlength=len(ops)))[0].tolist()
+    if not _distinct_incidences(R, C):
+        return None  # (a Y label at two k's -- a repeated operand along the contraction: a pair counted twice)
     # each (b, j): per rank, one batch entry and one free index, its k's covering the rank's c's once; rep: the
     # first k of (b, j) meeting the same rank (computed on one column where every column meets the ranks alike)
     if (R == R[:, :, :1]).all():  # (each column one rank's: column-parallel)
@@ -1982,6 +1984,17 @@ def _located_products(X, Y, ops: list[tuple[np.ndarray, np.ndarray]], top: int, 
                 (bq[:, None, :] * qn + qq[:, None, :]) * pn + pp
             pos[r][:, :, js] = np.where(has[:, None, :], p_flat, -1)
     return pos, ranks
+
+
+def _distinct_incidences(R: np.ndarray, C: np.ndarray) -> bool:
+    """Whether each (b, j)'s contraction k meets every (rank, contraction index) at most once. Coverage is
+    counted on *distinct* incidences: with a label repeated along k (``concat(y, y, dim=0)``: grouped-query
+    attention's replicated KV heads), k's count per rank can equal the rank's contraction length while half of
+    its c's are met twice and half never -- a sum that is not the product's."""
+    if R.shape[-1] < 2:
+        return True
+    key = np.sort(R.astype(np.int64) * (int(C.max(initial=0)) + 1) + C, axis=-1)
+    return not (key[..., 1:] == key[..., :-1]).any()
 
 
 def _column_groups(R: np.ndarray, Bp: np.ndarray, C: np.ndarray) -> list | None:

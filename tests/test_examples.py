@@ -62,6 +62,8 @@ SLOW = {"torchtitan-llama": "tests/test_torchtitan.py verifies the graphs it kep
         "megatron-grad-accum-scale": "examples/bugs/grad-accum-scale: the same bug, the project's model",
         "megatron-sp-grad-avg": "tests/test_megatron.py::test_megatron_sp_grads_averaged_instead_of_summed (slow)",
         "megatron-ce-vocab-offset": "tests/test_megatron_ce.py: Megatron's vocab-parallel cross-entropy bugs",
+        "megatron-ce-grad-scale": "examples/bugs/mlp-tp-grad-scale: a gradient scaled by the TP size (and "
+                                  "bench/bug_vs_twin.py times this one against examples/megatron-gpt)",
         "megatron-moe-routing": "tests/test_megatron_moe.py::test_planted_routing_bug_is_flagged_at_the_expert_choice "
                                 "(slow; by default the real MoE layer verifies, megatron-moe, and the project's "
                                 "routing bugs are flagged: tests/test_moe_sparse.py)",

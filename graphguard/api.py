@@ -7,7 +7,8 @@ from pathlib import Path
 from .engine.lemma import relevant_rules, term_ops
 from .engine.egraph import Budget, EGraph
 from .engine.explain import diverging_ranks, explain
-from .engine.infer import Context, compute_out_rel, is_held
+from .engine.infer import Context, compute_out_rel
+from .engine.outputs import is_held
 from .engine.layers import layer_table
 from .engine.normalise import (bias_after_rows, drop_identities, fold_constants, fuse_expressions, round_fills, widen_fills, masked_softmax, scale_into_product,
                                scalar_forms, slices_of_concats)
@@ -270,8 +271,8 @@ def _named(allow_partial) -> list[str]:
 def check_expect(result: VerifyResult, rel: RelationFile, shape_of=None, reg=None) -> dict:
     """Compare R_o with the relations the user expects (e.g. a gradient that must be all-reduced): an expected
     relation is met by the same text in R_o, or (given G_d's shapes and the registry) by an R_o expression of
-    data movement and sums that holds the same entries in the same places (``relayout.same_entries``)."""
-    from .engine.relayout import same_entries
+    data movement and sums that holds the same entries in the same places (``labels.sums.same_entries``)."""
+    from .engine.labels.sums import same_entries
     missing = []
     checked = 0
     for t, exprs in rel.expect.items():

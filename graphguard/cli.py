@@ -126,9 +126,12 @@ def cli(ctx, plugin_opts, debug):
 @click.option("--max-enodes", type=click.IntRange(min=1), default=20000, show_default=True, help="Per-operator e-graph size.")
 @click.option("--timeout", type=Seconds(), default=60.0, show_default=True, help="Per-operator seconds.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar (there is none when stderr is not a terminal).")
+@click.option("--explain", is_flag=True,
+              help="Print the prover that made each line of R_o, then every line of R with its prover.")
 @click.pass_context
 def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, expect, allow_partial, world_size,
-           json_out, replay, seed, replay_dtype, max_iterations, max_enodes, timeout, quiet, html_out=None):
+           json_out, replay, seed, replay_dtype, max_iterations, max_enodes, timeout, quiet, html_out=None,
+           explain=False):
     """Verify that IMPL refines SPEC under RELATION; print R_o or the operator where it fails."""
     from .api import verify as run_verify
     from .engine.egraph import Budget
@@ -140,7 +143,7 @@ def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, ex
                             budget=Budget(max_iterations, max_enodes, timeout), replay=replay, seed=seed,
                             expect=expect, allow_partial=allow_partial, plugins=_plugins(ctx),
                             replay_dtype=replay_dtype or "graph", progress=bar.update)
-    click.echo(result.render())
+    click.echo(result.render(explain=explain))
     if json_out:
         try:
             Path(json_out).write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")

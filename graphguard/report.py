@@ -55,8 +55,8 @@ def check_result(doc, source: str = "result") -> dict:
         bad(f"a JSON {type(doc).__name__}, not an object")
     if not isinstance(doc.get("verdict"), str) or doc["verdict"] not in VERDICTS:
         bad("no 'verdict' of " + ", ".join(VERDICTS))
-    for key, typ in (("r_o", dict), ("timings", dict), ("stats", dict), ("nodes", list), ("layers", list),
-                     ("repeat", dict), ("sizes", list)):
+    for key, typ in (("r_o", dict), ("timings", dict), ("stats", dict), ("nodes", list), ("layers", list), ("checked", dict),
+                     ("repeat", dict), ("sizes", list), ("provenance", dict)):
         if doc.get(key) is not None and not isinstance(doc[key], typ):
             bad(f"'{key}' is not a JSON {'object' if typ is dict else 'array'}")
     if any(not isinstance(n, dict) for n in doc.get("nodes") or []):
@@ -527,12 +527,19 @@ def _certificate(doc: dict) -> str:
     out = ["<h2>Certificate: the output relation R_o</h2>",
            '<p class="muted">Each G_s output as an expression over G_d tensors (slice / concat / permute / '
            "reshape of the ranks' outputs).</p>"]
-    rows = [(str(t), "<br>".join(_code(e) for e in (v if isinstance(v, list) else [v]))) for t, v in r_o.items()]
+    by = doc.get("provenance") or {}
+    rows = [(str(t), "<br>".join(_code(e) + _prover(by.get(f"{t} = {e}")) for e in (v if isinstance(v, list) else [v])))
+            for t, v in r_o.items()]
     out.append(_kv(rows, "kv mono") if rows else '<p class="muted">(no outputs)</p>')
     if doc.get("sizes"):
         out.append("<p>with sizes that equal data decides (nonzero counts, slice lengths at bounds read from tensors):</p>"
                    + "<br>".join(_code(s) for s in doc["sizes"]))
     return "".join(out)
+
+
+def _prover(by) -> str:
+    """The prover that made an R_o line (engine/prover.py), beside it."""
+    return f' <span class="muted">&larr; {esc(by)}</span>' if isinstance(by, str) and by else ""
 
 
 def _failure(doc: dict) -> str:
@@ -641,7 +648,8 @@ def _stats(doc: dict) -> str:
                    + '<table class="sortable"><thead><tr><th>lemma</th><th class="n">hits</th></tr></thead><tbody>'
                    + "".join(f'<tr><td>{_code(k)}</td><td class="n" data-v="{_num(v):.0f}">{esc(v)}</td></tr>'
                              for k, v in top[:TOP_NODES]) + "</tbody></table>")
-    for key, what in (("repeat", "Layers traced once"), ("replay", "Replay"), ("expect", "Expected relations")):
+    for key, what in (("repeat", "Layers traced once"), ("replay", "Replay"), ("checked", "Independent check"),
+                      ("expect", "Expected relations")):
         if doc.get(key) is not None:
             out.append(f"<h3>{what}</h3><pre>{esc(json.dumps(doc[key], indent=1, default=str))}</pre>")
     return "".join(out) if len(out) > 1 else ""

@@ -1,4 +1,4 @@
-"""Layouts proven by index maps (graphguard/engine/relayout.py): a G_s input related in one layout, re-written over
+"""Layouts proven by index maps (graphguard/engine/labels/): a G_s input related in one layout, re-written over
 the tensors that the G_d counterparts of its operator read -- Megatron's MoE backward, where the gradient is
 related as the expert-major concatenation of the ranks' chunks while each rank's operator reads the rows the
 all-to-all delivered.
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import graphguard
-from graphguard.engine.relayout import labelled, layout, solve
+from graphguard.engine.labels.layout import labelled, layout, solve
 from graphguard.ir.builder import GraphBuilder
 from graphguard.ir.expr import Leaf, to_text
 from graphguard.ir.relation import parse_relation_text
@@ -278,14 +278,14 @@ def test_rows_selected_at_a_wrong_constant_index_do_not_relate(plugins, op):
 
 def test_moves_refuses_an_op_that_computes(plugins):
     """An operator declared data movement whose reference computes is refused on the values check."""
-    from graphguard.engine.relayout import _moves
+    from graphguard.engine.labels.propagate import copied_labels
     from graphguard.ir.ops import OpDef
     rng = np.random.default_rng(0)
     lab = np.arange(6).reshape(2, 3)
     take = plugins.registry.get("aten.index_select")
-    assert np.array_equal(_moves(take, [np.array([1, 0])], {"dim": 0}, lab + 10, rng), (lab + 10)[[1, 0]])
+    assert np.array_equal(copied_labels(take, [np.array([1, 0])], {"dim": 0}, lab + 10, rng), (lab + 10)[[1, 0]])
     fake = OpDef("fake.double", 1, lambda s, a, cx: tuple(s[0]), lambda xs, a: 2 * xs[0], data_movement=True)
-    assert _moves(fake, [], {}, lab, rng) is None
+    assert copied_labels(fake, [], {}, lab, rng) is None
 
 
 def _gathered_rows(plugins, order_d):
@@ -417,7 +417,7 @@ def test_rows_added_into_one_token_do_not_verify(plugins):
 
 
 def test_rows_declaration_is_fuzzed(plugins):
-    """``OpDef.rows`` (relayout.rows_through relies on it) is checked by the fuzzer: mm's holds, a wrong one
+    """``OpDef.rows`` (labels.rows.rows_through relies on it) is checked by the fuzzer: mm's holds, a wrong one
     (bmm's batch dim counted as rows: its weight is not used whole) fails."""
     import dataclasses
     from graphguard.engine.fuzz import check_rows
@@ -487,7 +487,7 @@ def test_packed_contraction_not_reduced_does_not_verify(plugins):
 def test_poly_refuses_what_does_not_add_and_multiply(plugins):
     """Polynomial labels evaluate only references that add and multiply; a comparison, a transcendental
     function or a reference that computes something else than it says (checked at a random point) is refused."""
-    from graphguard.engine.relayout import _poly_op, _polys
+    from graphguard.engine.labels.poly import _poly_op, _polys
     from graphguard.ir.ops import OpDef
     reg = plugins.registry
     point = np.random.default_rng(0).standard_normal(16)
@@ -508,7 +508,7 @@ def _labels_of_y(plugins, build, consts: dict):
     tensors named in ``consts`` are the constants given there (``const_of``)."""
     from types import SimpleNamespace
 
-    from graphguard.engine.relayout import Propagated
+    from graphguard.engine.labels.propagate import Propagated
     from graphguard.ir.relation import parse_term
     from graphguard.ir.scalar import Constraints
     d = GraphBuilder("g")  # (one program: the rule is G_d's, its ranks do not matter here)
@@ -559,7 +559,7 @@ def test_labels_pass_an_identity_only_with_its_identity_constant(plugins, op, va
 def test_outputs_of_one_all_gather_are_the_same_computation(plugins):
     """Each rank of an all-gather's group receives the same concatenation: the outputs are one value; an
     all-to-all's are not."""
-    from graphguard.engine.relayout import _same_computation
+    from graphguard.engine.labels.replicas import same_computation
     from graphguard.ir.scalar import Constraints
     d = GraphBuilder("impl", world_size=2)
     for r in range(2):
@@ -568,8 +568,8 @@ def test_outputs_of_one_all_gather_are_the_same_computation(plugins):
     d.op("core.all_to_all", ["X@0", "X@1"], ["A@0", "A@1"], split_dim=0, concat_dim=0, group=[0, 1])
     d.output("G@0", "G@1", "A@0", "A@1")
     g = d.build(plugins.registry, Constraints())
-    assert _same_computation(g, {}, "G@0", "G@1", plugins.registry, {})
-    assert not _same_computation(g, {}, "A@0", "A@1", plugins.registry, {})
+    assert same_computation(g, {}, "G@0", "G@1", plugins.registry, {})
+    assert not same_computation(g, {}, "A@0", "A@1", plugins.registry, {})
 
 
 # -- an input known only as the ranks' partial sums, read by the counterparts after a reduce-scatter and moves
@@ -617,7 +617,7 @@ def _summed_then_moved(plugins, swap=(True, True)):
 
 def test_partial_sums_reduce_scattered_and_moved_relate_by_sums(plugins):
     """exp's input is known only as sum(S@0, S@1); its counterparts read it re-sorted, reduce-scattered and
-    added into zeros at a constant order: Sums carries the partial sums there (relayout._propagated)."""
+    added into zeros at a constant order: Sums carries the partial sums there (labels.inputs._propagated)."""
     r = graphguard.verify(*_summed_then_moved(plugins), replay=True)
     assert r.verdict == "refines", r.render()
     assert set(leaves_of(r, "Z")) == {"Z@0", "Z@1"}
@@ -648,7 +648,7 @@ def _shapes(names, shape):
     ("reshape(concat(g@0, g@1, g@2, g@3, dim=0), shape=[4, 2, 8])", False),
 ])
 def test_same_entries_in_another_layout(plugins, other, want):
-    from graphguard.engine.relayout import same_entries
+    from graphguard.engine.labels.sums import same_entries
     from graphguard.ir.relation import parse_term
     reg = plugins.registry
     names = {f"g@{r}" for r in range(4)}
@@ -657,7 +657,7 @@ def test_same_entries_in_another_layout(plugins, other, want):
 
 
 def test_same_entries_of_sums_are_multisets(plugins):
-    from graphguard.engine.relayout import same_entries
+    from graphguard.engine.labels.sums import same_entries
     from graphguard.ir.relation import parse_term
     reg = plugins.registry
     names = {"a@0", "a@1", "b@0", "b@1"}
@@ -693,7 +693,7 @@ def test_sums_pass_a_reduce_scatter_a_resort_and_a_constant_index(plugins, swap,
     reduce-scatter (a sum of the ranks' tensors, sliced) and an ``index_select`` at a constant index."""
     from types import SimpleNamespace
 
-    from graphguard.engine.relayout import Sums
+    from graphguard.engine.labels.sums import Sums
     from graphguard.ir.relation import parse_term
     from graphguard.ir.scalar import Constraints
     d = GraphBuilder("g", world_size=2)
@@ -762,7 +762,7 @@ def test_elementwise_of_rows_interleaved_in_another_order_does_not_verify(plugin
 def test_sums_refuse_what_a_reference_turned_into_numbers():
     """A reference that converts the label tuples (``np.asarray`` of them) says nothing of sums: no sums, rather
     than numbers read as labels (a crash of the corpus's moe-ep/wrong-reduce-op/1 before)."""
-    from graphguard.engine.relayout import _sums_or_none, _tuples
+    from graphguard.engine.labels.sums import _sums_or_none, _tuples
     ok = _tuples((2, 2), lambda i: (i, i + 1))
     assert _sums_or_none(ok) is ok
     assert _sums_or_none(np.arange(4).reshape(2, 2)) is None
@@ -771,7 +771,7 @@ def test_sums_refuse_what_a_reference_turned_into_numbers():
     assert _sums_or_none(mixed) is None
 
 
-# -- a data-movement operator: matched on labels before the search (infer.py, relayout.movement_first) -----------
+# -- a data-movement operator: matched on labels before the search (infer.py, labels.movement.movement_first) -----------
 
 def _transposed_shards(plugins, w="concat(W@0, W@1, dim=0)", scrambled=False):
     """G_s: T = W^T of a column-parallel weight W [4, 6] (rows split across two ranks: relation ``w``), Y = X @ T;
@@ -948,7 +948,7 @@ def test_solve_matches_broadcast_copies_by_permutation(plugins):
     assert not [t for t in solve(wrong, ys, [Leaf("Y0"), Leaf("Y1")], [(3, 2, 2, 4)] * 2) if "Y1" in to_text(t)]
 
 
-# -- a product of views against another dialect's product (relayout.products_first) ----------------------------
+# -- a product of views against another dialect's product (labels.products.products_first) ----------------------------
 
 def _scores(plugins, key_perm=(1, 2, 3, 0)):
     """G_s (HF): bmm(q viewed [B * h, S, D], k viewed [B * h, D, T]); G_d (XLA, one rank): dot(q [S, B, h, D],
@@ -989,18 +989,19 @@ def test_a_product_of_other_entries_is_flagged(plugins):
     assert r.failure.outputs == ["sc"], r.render()
 
 
-def test_product_signatures_pair_the_entries_summed():
-    from graphguard.engine.relayout import product_signatures
+def test_product_signatures_pair_the_entries_summed(plugins):
+    from graphguard.engine.labels.products import product_signatures
+    reg = plugins.registry
     x = np.arange(6).reshape(2, 3)
     y = np.arange(6, 12).reshape(3, 2)
-    sig = product_signatures("aten.mm", {}, x, y)
+    sig = product_signatures(reg.get("aten.mm").bilinear, {}, x, y)
     assert sig[1, 0] == ((3, 6), (4, 8), (5, 10))  # row 1 of x with column 0 of y
-    d = product_signatures("hlo.dot", {"lhs_contracting": [1], "rhs_contracting": [0]}, x, y)
+    d = product_signatures(reg.get("hlo.dot").bilinear, {"lhs_contracting": [1], "rhs_contracting": [0]}, x, y)
     assert (d == sig).all()
-    assert product_signatures("aten.add.Tensor", {}, x, y) is None
+    assert reg.get("aten.add.Tensor").bilinear is None and product_signatures(None, {}, x, y) is None
 
 
-# -- a constant operand labelled by value (relayout.const_label): HF's where against XLA's select -----------------
+# -- a constant operand labelled by value (labels.propagate.const_label): HF's where against XLA's select -----------------
 
 def _masked(plugins, fill_d=-30000.0, perm_mask=False):
     """G_s: where(M viewed [B, 1, S, T], scores [B, h, S, T] transposed from X, full(-30000)); G_d (XLA, one rank):
@@ -1049,7 +1050,7 @@ def test_a_select_of_another_constant_or_mask_is_flagged(plugins, fill_d, perm_m
     assert r.failure.outputs == ["w"], r.render()
 
 
-# -- a row-parallel product in another dialect: the ranks' partial products summed (relayout._partial_products) --
+# -- a row-parallel product in another dialect: the ranks' partial products summed (labels.products._partial_products) --
 
 def _row_parallel(plugins, w_order=(0, 1), reduce=True):
     """G_s (PyTorch): Y = mm(X [N, K], W [K, H]); G_d (XLA, two ranks, K split): P@r = dot(W@r, X@r) contracting
@@ -1098,7 +1099,7 @@ def test_a_row_parallel_product_not_reduced_does_not_refine(plugins):
 def test_partial_products_need_each_entry_whole():
     """The decomposition: every G_s entry's pairs the disjoint union of one entry of each counterpart; a
     counterpart summing a pair the entry does not is no part of it."""
-    from graphguard.engine.relayout import _partial_products
+    from graphguard.engine.labels.products import _partial_products
     from graphguard.ir.graph import Node
     sig = np.empty((1,), dtype=object)
     sig[0] = ((0, 4), (1, 5), (2, 6), (3, 7))
@@ -1155,7 +1156,7 @@ def test_an_expand_over_replicas_of_the_wrong_kv_head_is_flagged(plugins):
 def test_equal_leaves_of_two_assemblies_however_nested(plugins):
     """Two data-movement forms of one tensor pair their leaves where every entry of one lands where an entry
     of the other does, in order; nothing is paired through a slice that drops entries, nor across a broadcast."""
-    from graphguard.engine.relayout import equal_leaves
+    from graphguard.engine.labels.replicas import equal_leaves
     from graphguard.ir.expr import app
     shape = {f"A@{r}": (2, 3) for r in range(4)}.__getitem__
     reg = plugins.registry
@@ -1171,7 +1172,7 @@ def test_equal_leaves_of_two_assemblies_however_nested(plugins):
     assert equal_leaves(p, app("core.reshape", Leaf("A@1"), shape=(3, 2)), shape, reg) == []  # (another order)
 
 
-# -- an elementwise op against another dialect's expression of it, on labels (relayout._renamed_counterparts) ----
+# -- an elementwise op against another dialect's expression of it, on labels (labels.elementwise._renamed_counterparts) ----
 
 def _silu_transposed(plugins, other=False):
     """G_s (PyTorch): Z = silu(X) of X [4, 6]; G_d (XLA, one rank) holds X transposed and computes
@@ -1206,9 +1207,9 @@ def test_silu_against_a_product_with_another_tensors_logistic_is_flagged(plugins
     (lambda p: _scores(p), True), (lambda p: _scores(p, key_perm=(2, 1, 3, 0)), False)])
 def test_products_on_positions_decide_as_the_pairs_do(plugins, monkeypatch, build, ok):
     """Where the pairs are too many to enumerate (a production layer's projections), the same equality is decided
-    on the entries' positions (relayout._products_by_positions): forced here on the small cases, the verdicts
+    on the entries' positions (labels.products._products_by_positions): forced here on the small cases, the verdicts
     and relations are the pairs' -- the row-parallel sum, the batched dot of views -- and the twins still fail."""
-    import graphguard.engine.relayout as rl
+    import graphguard.engine.labels.products as rl
     want = build(plugins)
     monkeypatch.setattr(rl, "MAX_PRODUCT_TERMS", 0)
     calls, real = [], rl._products_by_positions
@@ -1250,7 +1251,7 @@ def test_a_label_repeated_along_the_contraction_is_not_counted_twice(plugins, mo
     """The positions proof counts distinct (rank, contraction index) incidences: at n = 33 (71 874 pairs, above
     MAX_PRODUCT_TERMS) it once took x0 y0 + y0 x0 for 2 x0 y0 (each k's count per rank equalled the contraction
     length). Must not prove at that size, below it, nor with the positions proof forced at a small size."""
-    import graphguard.engine.relayout as rl
+    import graphguard.engine.labels.products as rl
     if force:
         monkeypatch.setattr(rl, "MAX_PRODUCT_TERMS", 0)
     r = _repeated_operands(plugins, n, along_contraction=True)
@@ -1261,7 +1262,7 @@ def test_a_label_repeated_along_the_contraction_is_not_counted_twice(plugins, mo
 def test_a_label_repeated_along_a_free_dim_is_still_the_ranks_product(plugins, monkeypatch, n, force):
     """The proving twin: X's rows repeated (a free dim, GQA's replicated KV heads read by two query heads) --
     each output entry's pairs met once; on positions (n = 33, or forced) as on pairs."""
-    import graphguard.engine.relayout as rl
+    import graphguard.engine.labels.products as rl
     if force:
         monkeypatch.setattr(rl, "MAX_PRODUCT_TERMS", 0)
     calls, real = [], rl._products_by_positions
@@ -1272,14 +1273,14 @@ def test_a_label_repeated_along_a_free_dim_is_still_the_ranks_product(plugins, m
     assert calls and r.replay["ok"]
 
 
-# -- a column-parallel weight too large to label, its shards read whole (relayout._products_of_whole_shards) -----
+# -- a column-parallel weight too large to label, its shards read whole (labels.products._products_of_whole_shards) -----
 
 def _vocab_parallel(plugins, monkeypatch, rotate_rank1=False):
     """G_s: Y = mm(X [3, 4], W = concat(W@0, W@1, dim=1)); each rank (XLA) computes dot(W@r, X@r) contracting
     W's dim 0 with X's dim 1 -> [5, 3] (NeuronX's vocab-major LM head); X replicated. The weight is made 'too
     large to label' (MAX_PRODUCT_LABELS below its entries). ``rotate_rank1``: rank 1 reads X's columns in
     another order (a bug)."""
-    import graphguard.engine.relayout as rl
+    import graphguard.engine.labels.products as rl
     monkeypatch.setattr(rl, "MAX_PRODUCT_LABELS", 30)
     s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
     s.input("X", [3, 4], "float32")

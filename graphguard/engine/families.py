@@ -26,7 +26,8 @@ FAMILIES: list[tuple[int, str, Callable, str, bool]] = []  # (ref, name, derive(
 
 def family(ref: int, name: str, late: bool = False):
     """Register a family: ``fn(op, reg)`` yields ``(rule, cond, when, examples)`` for each lemma of ``op``.
-    ``late``: its lemmas run only in the search after relayout.py's equalities (:func:`graphguard.engine.lemma.L`)."""
+    ``late``: its lemmas run only in the search after the label provers' equalities
+    (engine/labels; :func:`graphguard.engine.lemma.L`)."""
     f = sys._getframe(1)
     where = f"{f.f_code.co_filename}:{f.f_lineno + 1}"
 
@@ -304,7 +305,7 @@ def elementwise_of_slices(op, reg):  # f(slice(a0), slice(a1)) -> slice(f(a0, a1
     """The same slice of every elementwise input (of one shape: no broadcasting across the cut) is the slice of
     the op's result; only where the op of the whole inputs exists (rows of several ranks interleaved: each
     rank's own op is the whole). Late (as 1212): run in every search, they cost verified runs about 10 % more
-    time, and the slices they serve are the ones relayout.py's equalities bring."""
+    time, and the slices they serve are the ones the label provers' equalities bring."""
     ew = tuple(op.elementwise or ())
     n = _n_inputs(op)
     if not ew or not n:
@@ -379,7 +380,7 @@ def reduction_of_layout(op, reg):  # r(reshape(x, s), last) -> reshape(r(x, last
     """A reduction over the last dim only, of a reshape that keeps that dim (its size is x's last) or of a permute
     that keeps it last, is the reshape / permute of x's reduction over its last dim: the other dims only move
     whole rows (Megatron's expert-tensor-parallel probabilities' gradient: rows the ranks' layout interleaves,
-    summed over the hidden dim). Late, as the layouts it serves come from relayout.py."""
+    summed over the hidden dim). Late, as the layouts it serves come from the label provers (engine/labels)."""
     r = op.reduction
     if r is None or r.dims is None or r.keepdim is None or op.attr_spec(r.dims).kind != "ints" or _n_inputs(op) != 1:
         return

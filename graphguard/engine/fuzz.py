@@ -519,7 +519,7 @@ def check_identity(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS)
 
 
 def check_rows(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS) -> list[tuple[str, int, str | None]]:
-    """The ``rows`` declaration of ``op`` (``(input, trailing)``; :func:`graphguard.engine.relayout.rows_through`
+    """The ``rows`` declaration of ``op`` (``(input, trailing)``; :func:`graphguard.engine.labels.rows.rows_through`
     carries row layouts through the op by it) fuzzed: the op of that input's rows picked by any index list
     (repeats, drops, none at all) equals the op's output rows picked by the same list, over every dtype, empty
     and size-1 dims and special values; the other inputs' shapes are drawn until the op accepts them."""

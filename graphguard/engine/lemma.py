@@ -50,7 +50,7 @@ class Lemma:
     when: str = ""  # a pattern that must also exist as an e-node (a constrained lemma, §4.3)
     index: tuple = ()  # ((var, bound), ...): tensor variables holding indices, fuzzed as integers in [0, bound)
     variant: str = ""  # a lemma of a family (engine/families.py): the op it is stated for (its rules' ids name it)
-    late: bool = False  # run only in the searches after relayout.py's equalities (EGraph.late)
+    late: bool = False  # run only in the searches after the label provers' equalities (EGraph.late)
     tensors: tuple = ()  # variables whose e-class must hold a G_d tensor (a leaf) for the lemma to fire
     family: tuple = ()  # a derived lemma's (family name, op) (engine/families.py)
 
@@ -84,7 +84,7 @@ def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root", exam
     rarely satisfy the pattern; they are checked numerically like any other instance. ``index``
     (``{"i": "size(?a, 0)"}``) names tensor variables that hold indices and the bound of the left side's
     domain (torch raises outside [0, bound)); the fuzzer draws them as integers in [0, bound). ``late``: the
-    lemma runs only in the search that follows layouts proven on labelled entries (``relayout.py``), where
+    lemma runs only in the search that follows layouts proven on labelled entries (``engine/labels``), where
     rows of several ranks interleave; everywhere, it would grow every concatenation of slices. ``tensors``:
     variables that must stand for an e-class holding a G_d tensor (a rank's own rows, not any sub-term)."""
     f = sys._getframe(1)

@@ -49,6 +49,8 @@ class Entry:
     explored: tuple  # numbers
     aliases: tuple  # (number, numbers) pairs the search added
     truncated: bool
+    origin: str = ""  # the G_s operator whose search found it
+    by: dict | None = None  # output position -> the prover of each expression of ``found`` (prover.py)
 
 
 class Problem:
@@ -165,8 +167,9 @@ class Memo:
         self.hits = 0
 
     def lookup(self, p: Problem, outputs: list[str]):
-        """(relation of ``outputs``, explored, aliases to add, truncated) of an entry whose problem ``p`` is,
-        renamed; None when there is none."""
+        """(relation of ``outputs``, explored, aliases to add, truncated, provenance) of an entry whose problem
+        ``p`` is, renamed; None when there is none. Provenance: (output, expression) -> ``memo:<operator>``
+        and the prover that found it there."""
         for e in self.entries.get(p.head, ()):
             key, names, _ = p.read(lambda i, t: i in e.related)
             if key != e.key:
@@ -175,11 +178,13 @@ class Memo:
             back = names.__getitem__
             found = {o: [rename(x, lambda s: back(int(s))) for x in e.found[k]] for k, o in enumerate(outputs)}
             aliases = [(back(a), {back(b) for b in bs}) for a, bs in e.aliases]
-            return found, {back(i) for i in e.explored}, aliases, e.truncated
+            by = {(o, x): f"memo:{e.origin} {(e.by or {}).get(k, {}).get(j, '?')}"
+                  for k, o in enumerate(outputs) for j, x in enumerate(found[o])}
+            return found, {back(i) for i in e.explored}, aliases, e.truncated, by
         return None
 
     def store(self, p: Problem, outputs: list[str], found: dict, explored: set, related: set, aliases: list,
-              truncated: bool) -> None:
+              truncated: bool, origin: str = "", by: dict | None = None) -> None:
         used = {x for exprs in found.values() for e in exprs for x in leaves(e)} | explored
         used |= {x for a, bs in aliases for x in (a, *bs)} | related
         related = set(related)
@@ -199,4 +204,6 @@ class Memo:
         entries.append(Entry(frozenset(ids[t] for t in related), key,
                              {k: [rename(x, num) for x in found[o]] for k, o in enumerate(outputs)},
                              tuple(sorted(ids[t] for t in explored)),
-                             tuple((ids[a], tuple(sorted(ids[b] for b in bs))) for a, bs in aliases), truncated))
+                             tuple((ids[a], tuple(sorted(ids[b] for b in bs))) for a, bs in aliases), truncated,
+                             origin, {k: {j: (by or {}).get((o, x), "?") for j, x in enumerate(found[o])}
+                                      for k, o in enumerate(outputs)}))

@@ -677,9 +677,6 @@ def _dialects(g: Graph) -> set[str]:
     return {n.op.split(".")[0] for n in g.nodes if n.inputs} - {"core"}
 
 
-PRODUCTS = ("aten.bmm", "aten.mm")
-
-
 def scale_into_product(g: Graph, reg: Registry, cx: S.Constraints, other: Graph | None = None) -> int:
     """``(x @ y) * c`` -> ``(x * c) @ y`` (views of the product between them kept): HF's attention scales its
     scores after ``q @ k.T``, XLA's and NeuronX's before it (``q * c``); the factor has one place in both programs.
@@ -698,7 +695,8 @@ def scale_into_product(g: Graph, reg: Registry, cx: S.Constraints, other: Graph 
         while p is not None and p.op == "core.reshape" and len(g.consumers.get(t, [])) == 1 and t not in g.outputs:
             t = p.inputs[0]
             p = g.producer.get(t)
-        if p is None or p.op not in PRODUCTS or len(g.consumers.get(t, [])) != 1 or t in g.outputs or \
+        product = getattr(reg.get(p.op), "bilinear", None) if p is not None else None  # (OpDef.bilinear)
+        if product is None or len(g.consumers.get(t, [])) != 1 or t in g.outputs or \
                 len(g.consumers.get(m.inputs[0], [])) != 1:
             continue
         x = p.inputs[0]

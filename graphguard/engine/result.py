@@ -57,6 +57,7 @@ class VerifyResult:
     assumed: list[str] = field(default_factory=list)  # where a proof step rests on the relation's assume:
     layers: list[dict] = field(default_factory=list)  # per model layer: its G_s operators, reused, seconds (layers.py)
     repeat: dict = field(default_factory=dict)  # "spec" / "impl" -> (layers' path, count) traced once (fx repeat)
+    provenance: dict[str, str] = field(default_factory=dict)  # "T = expr" (R and R_o) -> the prover that made it
 
     @property
     def exit_code(self) -> int:
@@ -68,6 +69,15 @@ class VerifyResult:
 
     def r_o_lines(self) -> list[str]:
         return [f"{t} = {to_text(e)}" for t, exprs in self.r_o.items() for e in exprs]
+
+    def explained(self, line: str) -> str:
+        """``line`` with the prover that made it (engine/prover.py), where recorded."""
+        by = self.provenance.get(line)
+        return f"{line}    <- {by}" if by else line
+
+    def relation_lines(self) -> list[str]:
+        """Every line of R (intermediate relations and R_o's tensors), in the order R was extended, each with its prover."""
+        return [self.explained(f"{t} = {to_text(e)}") for t, exprs in self.relations.items() for e in exprs]
 
     def layers_line(self) -> str:
         """One line of the certificate: per layer, how many of its operators took the result of an operator
@@ -99,6 +109,8 @@ class VerifyResult:
         }
         if self.sizes:
             d["sizes"] = [f"{a} = {b}" for a, b in self.sizes]
+        if self.provenance:
+            d["provenance"] = self.provenance
         if self.layers:
             d["layers"] = self.layers
         if self.repeat:
@@ -109,14 +121,15 @@ class VerifyResult:
             d["expect"] = self.expect
         return d
 
-    def render(self) -> str:
+    def render(self, explain: bool = False) -> str:
+        """The text report; with ``explain``, each R_o line with its prover, then every line of R with its."""
         head = {"refines": "REFINES", "does-not-refine": "DOES NOT REFINE", "inconclusive": "INCONCLUSIVE"}
         t = self.timings
         lines = [f"graphguard: {head[self.verdict]}  ({t.get('n_spec_ops', 0)} G_s ops, "
                  f"{t.get('n_impl_ops', 0)} G_d ops, {t.get('total', 0.0):.2f} s)"]
         if self.verdict == "refines":
             lines.append("output relation R_o:")
-            lines += ["  " + x for x in self.r_o_lines()]
+            lines += ["  " + (self.explained(x) if explain else x) for x in self.r_o_lines()]
             if self.sizes:  # part of the certificate: the sizes R_o's shapes take as equal
                 lines.append("with sizes that equal data decides (nonzero counts, slice lengths at bounds read from "
                              "tensors):")
@@ -176,4 +189,7 @@ class VerifyResult:
                     lines.append(f"  {t}: expected {exp}; R_o has {', '.join(got) or 'nothing'}")
             else:
                 lines.append(f"expected relations: all {e['checked']} found in R_o")
+        if explain and self.relations:
+            lines.append("relations R, each line with the prover that made it:")
+            lines += ["  " + x for x in self.relation_lines()]
         return "\n".join(printable(x) for x in lines)  # one report line per line, whatever the names hold

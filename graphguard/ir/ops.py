@@ -120,6 +120,40 @@ class RowWise:
     index: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class Bilinear:
+    """The op is the product of its two tensor inputs over contracted dims: its output entry at (batch, lhs free,
+    rhs free) -- those dims in that order, free dims in input order -- is the sum, over the contracting dims, of
+    lhs times rhs at that batch entry. Each of the four is a tuple of dims, or the name of the ``ints``
+    attribute holding them (XLA's ``dot``); ``ranks``: the input ranks those dims are stated for (``mm``: (2, 2)),
+    None where the attributes state them at any rank."""
+    lhs_batch: tuple | str = ()
+    lhs_contracting: tuple | str = ()
+    rhs_batch: tuple | str = ()
+    rhs_contracting: tuple | str = ()
+    ranks: tuple[int, int] | None = None
+
+    def axes(self, attrs: dict, rx: int, ry: int) -> tuple[list, list, list, list] | None:
+        """(lhs batch, lhs contracting, rhs batch, rhs contracting) dims for inputs of ranks rx, ry; None where
+        the declaration is for other ranks."""
+        if self.ranks is not None and (rx, ry) != tuple(self.ranks):
+            return None
+
+        def dims(d):
+            return [int(x) for x in (attrs.get(d, ()) if isinstance(d, str) else d)]
+        return (dims(self.lhs_batch), dims(self.lhs_contracting), dims(self.rhs_batch),
+                dims(self.rhs_contracting))
+
+    def matmul(self, attrs: dict) -> bool:
+        """Whether the op is the matrix product ``x @ w`` of rank-2 inputs (x's dim 1 contracted with w's dim 0)."""
+        return self.axes(attrs, 2, 2) == ([], [1], [], [0])
+
+    @property
+    def stated(self) -> bool:
+        """Whether the attributes state the dims (a general dot), rather than the op at fixed ranks."""
+        return self.ranks is None
+
+
 @dataclass
 class OpDef:
     """An operator.
@@ -153,6 +187,9 @@ class OpDef:
     need nonzero (``(a + b) / 0`` is NaN where ``a / 0 + b / 0`` is inf). ``scalar_factor``: the op is ``x * c`` for its number attribute of that name
     (``scale``'s ``factor``). ``reduction``: a :class:`Reduction`. ``rowwise``: a :class:`RowWise`.
     ``data_movement``: every output entry is a copy of an entry of input 0 (the other inputs are indices).
+    ``bilinear``: a :class:`Bilinear` -- the op is a product of its two inputs over the dims it names (the label
+    proofs of products read their pairs of entries from it; ``tests/test_provers.py`` checks each declaration
+    against the op's reference).
     ``broadcast_to``: the op is NumPy's ``broadcast_to(x, shape)`` for its shape attribute of that name (new dims
     lead; a size of -1 keeps the dim): its concats and narrower copies split (families 1215, 1216).
     ``rows``: ``(input, trailing)`` -- row-wise without an attribute: each output row (the index over all but
@@ -200,6 +237,7 @@ class OpDef:
     scalar_factor: str = ""
     reduction: "Reduction | None" = None
     rowwise: "RowWise | None" = None
+    bilinear: "Bilinear | None" = None
     data_movement: bool = False
     broadcast_to: str = ""
     rows: tuple[int, int] | tuple = ()

@@ -23,7 +23,7 @@ from fractions import Fraction
 import numpy as np
 
 from graphguard.ir import scalar as S
-from graphguard.ir.ops import (AttrSpec, OpDef, Reduction, RowWise, fail, float_to_int, fmt_shape, multi_output,
+from graphguard.ir.ops import (AttrSpec, Bilinear, OpDef, Reduction, RowWise, fail, float_to_int, fmt_shape, multi_output,
                                numel, promote, same_shapes)
 from graphguard.ir.ops import dtype_category as _cat
 
@@ -243,9 +243,10 @@ BETA_ALPHA = (AttrSpec("beta", "number", 1), AttrSpec("alpha", "number", 1))
 
 MATMUL_OPS = [
     OpDef("aten.mm", 2, _mm_shape, lambda xs, a: xs[0] @ xs[1], doc="Matrix product of rank-2 tensors.",
-          linear=(0, 1), rows=(0, 1)),
+          linear=(0, 1), rows=(0, 1), bilinear=Bilinear((), (1,), (), (0,), ranks=(2, 2))),
     OpDef("aten.bmm", 2, _bmm_shape, lambda xs, a: np.matmul(xs[0], xs[1]),
-          doc="Batched matrix product of rank-3 tensors (same batch size).", linear=(0, 1)),
+          doc="Batched matrix product of rank-3 tensors (same batch size).", linear=(0, 1),
+          bilinear=Bilinear((0,), (2,), (0,), (1,), ranks=(3, 3))),
     OpDef("aten.addmm", 3, _addmm_shape("aten.addmm", _mm_shape), _addmm_ref, BETA_ALPHA,
           doc="beta * self + alpha * (mat1 @ mat2); self broadcasts to the product.",
           biased=("aten.mm", "aten.add.Tensor", {"beta": 1, "alpha": 1})),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, same_shapes
+from graphguard.ir.ops import AttrSpec, Bilinear, OpDef, fail, fmt_shape, same_shapes
 
 
 def _matmul_shape(shapes, attrs, cx):
@@ -42,7 +42,7 @@ OPS = [
     OpDef("core.batched_matmul", 2, _bmatmul_shape, lambda xs, a: np.matmul(xs[0], xs[1]),
           doc="Matrix product over the last two dims, equal leading (batch) dims.", linear=(0, 1)),
     OpDef("core.matmul", 2, _matmul_shape, lambda xs, a: xs[0] @ xs[1], doc="Matrix product of rank-2 tensors.",
-          linear=(0, 1), rows=(0, 1)),
+          linear=(0, 1), rows=(0, 1), bilinear=Bilinear((), (1,), (), (0,), ranks=(2, 2))),
     _ew("add", np.add, "Elementwise a + b (same shapes).", commutative=True, associative=True, linear=((0, 1),)),
     _ew("sub", np.subtract, "Elementwise a - b (same shapes).", linear=((0, 1),)),
     _ew("mul", np.multiply, "Elementwise a * b (same shapes).", commutative=True, associative=True, linear=(0, 1)),

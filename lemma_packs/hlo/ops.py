@@ -25,7 +25,7 @@ from fractions import Fraction
 import numpy as np
 
 from graphguard.ir import scalar as S
-from graphguard.ir.ops import AttrSpec, OpDef, fail, float_to_int, fmt_shape, numel, same_shapes
+from graphguard.ir.ops import AttrSpec, Bilinear, OpDef, fail, float_to_int, fmt_shape, numel, same_shapes
 
 # =================================================================================================
 # Helpers
@@ -532,7 +532,7 @@ COMPUTE = [
           (AttrSpec("lhs_batch", "ints", ()), AttrSpec("rhs_batch", "ints", ()),
            AttrSpec("lhs_contracting", "ints", ()), AttrSpec("rhs_contracting", "ints", ())),
           doc="General dot: sum over contracting dims; output dims are batch, lhs free, rhs free (in order).",
-          linear=(0, 1)),
+          linear=(0, 1), bilinear=Bilinear("lhs_batch", "lhs_contracting", "rhs_batch", "rhs_contracting")),
     OpDef("hlo.reduce", 1, _reduce_shape, _reduce_ref,
           (AttrSpec("dims", "ints"), AttrSpec("reducer", "str", choices=tuple(REDUCERS)),
            AttrSpec("init", "number")),

@@ -1,0 +1,68 @@
+"""The observations of Listing 3 that relate a G_d tensor to v without a clean expression yet: outputs of data
+movement, broadcasts and scaling by a constant of related tensors (their input is a clean function of their
+output), and v's own operator applied to tensors related to v's inputs (a rank's partial result), within
+``MAX_HOPS`` operators."""
+from __future__ import annotations
+
+from ..ir.graph import Node
+from .context import Context
+
+MAX_HOPS = 4  # G_d operators the frontier follows from a related tensor on the observations alone
+
+
+def relate(ctx: Context, explored: dict[str, Node], hops: dict[str, int], inside: set[str], const: frozenset,
+            op: str | None) -> None:
+    """Relate the outputs of explored operators by the observations of :func:`explore_frontier`, to a
+    fixpoint (a tensor found closer to a named one may bring others within the bound)."""
+    changed = True
+    while changed:
+        changed = False
+        for n in explored.values():
+            ins = [i for i in n.inputs if i not in const]
+            if not ins or not all(i in hops for i in ins):
+                continue
+            own = n.op == op and all(i in inside for i in ins)
+            if not (own or n.op in INVERTIBLE or _scaling(ctx, n, const) or _broadcast(ctx, n, const)):
+                continue
+            h = 1 + max(hops[i] for i in ins)
+            if h > MAX_HOPS:
+                continue
+            # data movement keeps a tensor's side; v's own operator turns an input-side tensor into a partial
+            # result of v's output
+            keep_inside = not own and all(i in inside for i in ins)
+            for o in n.outputs:
+                if hops.get(o, MAX_HOPS + 1) > h:
+                    hops[o] = h
+                    changed = True
+                if keep_inside and o not in inside:
+                    inside.add(o)
+                    changed = True
+
+
+INVERTIBLE = frozenset({"core.reshape", "core.permute", "core.identity", "core.concat", "core.all_gather",
+                        "core.all_to_all", "core.split", "core.slice"})
+INVERTIBLE_TERMS = frozenset({"core.reshape", "core.permute", "core.identity"})
+
+
+def invertible_terms(ctx: Context) -> frozenset:
+    """The ops through which a class holds the data of its one operand (:data:`INVERTIBLE_TERMS`) or that
+    data times a number (``scale``, ``x * c``, ``-x``: a unary op declaring ``scaling``) -- a G_d tensor that
+    is a sub-result of v's output up to a constant factor (an all-reduce of ``c x``, taken back by ``/ c``
+    after it) is related too."""
+    if ctx.invertible is None:
+        ctx.invertible = INVERTIBLE_TERMS | {op.name for op in ctx.egraph.reg
+                                             if op.arity == 1 and (op.scaling or op.scalar_factor)}
+    return ctx.invertible
+
+
+def _scaling(ctx: Context, n: Node, const: frozenset) -> bool:
+    """``x * c`` or ``x / c`` for a constant c (DTensor adds a replicated bias to a partial sum as bias / W), or
+    ``-x``: x is the output scaled back, so the output relates to v as much as x does."""
+    n_const = sum(i in const for i in n.inputs)
+    return ctx.egraph.reg.get(n.op).scaling and len(n.inputs) - n_const == 1 and len(n.inputs) <= 2
+
+
+def _broadcast(ctx: Context, n: Node, const: frozenset) -> bool:
+    """A broadcast of x (``expand``): x is a slice of the output, so the output relates to v as much as x does
+    (a micro-batch's share of a stacked loss's gradient is a slice of ``expand(g)``)."""
+    return ctx.egraph.reg.get(n.op).broadcast and sum(i not in const for i in n.inputs) == 1

@@ -25,6 +25,7 @@ from .ir.semantics import normalize_term, term_dtype, term_shape
 from .plugins import Plugins, load_plugins
 
 PathLike = str | Path
+CHECK_SCOPES = ("outputs", "all", "off")  # verify(check=...): graphguard/check.py
 
 
 def _as_list(x) -> list[str]:
@@ -142,7 +143,8 @@ def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, 
 def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | None = None,
            impl_frontend: str | None = None, world_size: int | None = None, budget: Budget | None = None,
            replay: bool = False, seed: int = 0, expect=None, allow_partial=False,
-           plugins: Plugins | None = None, replay_dtype: str = "graph", progress=None) -> VerifyResult:
+           plugins: Plugins | None = None, replay_dtype: str = "graph", progress=None,
+           check: str = "outputs") -> VerifyResult:
     """Check that ``impl`` (G_d) refines ``spec`` (G_s) under the input relation ``relation``.
 
     ``spec``/``impl`` are paths (or lists of paths) read by the named frontends, or IR graphs;
@@ -152,8 +154,15 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
     relation's ``allow_partial:`` or an expected sum). ``replay`` checks the verdict numerically
     (``replay_dtype``: "graph" computes in each tensor's dtype, "float32" / "float64" in that dtype; see
     :mod:`graphguard.engine.replay`).
+    ``check``: a REFINES is re-checked by the independent checker (:mod:`graphguard.check`: no search, memo,
+    relayout or e-graph; both graphs in float64 at two random points consistent with R_i): "outputs" (the
+    default) every R_o line, "all" also every intermediate relation, "off" none. A line it does not confirm (or
+    a check that cannot run) makes the verdict "inconclusive", the failure naming the line and why;
+    ``result.checked`` holds its report.
     ``progress``, if given, is called with (G_s operators done, G_s operators in all, the next operator).
     Returns a :class:`VerifyResult` with the verdict, R_o, the failure localisation and timings."""
+    if check not in CHECK_SCOPES:
+        raise InputError(f"check: '{check}' is not one of {', '.join(CHECK_SCOPES)}")
     t0 = time.monotonic()
     g_s, g_d, rel, plugins = load_inputs(spec, impl, relation, frontend=frontend, spec_frontend=spec_frontend,
                                          impl_frontend=impl_frontend, world_size=world_size, plugins=plugins)
@@ -229,6 +238,12 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
         t_replay = time.monotonic()
         do_replay(result, g_s, g_d, rel, plugins.registry, seed=seed, dtype=replay_dtype)
         result.timings["replay"] = time.monotonic() - t_replay
+    if check != "off" and result.verdict == "refines":  # (after --replay: its report is the engine's verdict's)
+        from .check import apply as apply_check, check as run_check
+        t_check = time.monotonic()
+        run_check(result, g_s, g_d, rel, plugins.registry, scope=check, seed=seed)
+        apply_check(result, g_s)
+        result.timings["check"] = time.monotonic() - t_check
     return result
 
 

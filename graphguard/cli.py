@@ -119,9 +119,15 @@ def cli(ctx, plugin_opts, debug):
 @click.option("--html", "html_out", type=click.Path(), default=None,
               help="Also write the result as an HTML report here (as 'graphguard report' does).")
 @click.option("--replay", is_flag=True, help="Check the verdict numerically with random inputs.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed for --replay.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed for --replay (and the draw of --check's points).")
 @click.option("--replay-dtype", type=click.Choice(["graph", "float32", "float64"]), default=None,
               help="--replay computes in each tensor's dtype (graph, the default) or in this one.")
+@click.option("--check", "check", type=click.Choice(["outputs", "all", "off"]), default="outputs", show_default=True,
+              help="Re-check a REFINES independently of the engine (no search, memo or e-graph): both graphs in "
+                   "float64 at two random inputs consistent with the relation, each R_o line (outputs), also every "
+                   "intermediate relation (all), or nothing (off). A line not confirmed makes the verdict "
+                   "inconclusive (exit 3), naming it.")
 @click.option("--max-iterations", type=click.IntRange(min=1), default=60, show_default=True, help="Per-operator lemma iterations.")
 @click.option("--max-enodes", type=click.IntRange(min=1), default=20000, show_default=True, help="Per-operator e-graph size.")
 @click.option("--timeout", type=Seconds(), default=60.0, show_default=True, help="Per-operator seconds.")
@@ -131,7 +137,7 @@ def cli(ctx, plugin_opts, debug):
 @click.pass_context
 def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, expect, allow_partial, world_size,
            json_out, replay, seed, replay_dtype, max_iterations, max_enodes, timeout, quiet, html_out=None,
-           explain=False):
+           check="outputs", explain=False):
     """Verify that IMPL refines SPEC under RELATION; print R_o or the operator where it fails."""
     from .api import verify as run_verify
     from .engine.egraph import Budget
@@ -142,7 +148,7 @@ def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, ex
                             impl_frontend=impl_frontend, world_size=world_size,
                             budget=Budget(max_iterations, max_enodes, timeout), replay=replay, seed=seed,
                             expect=expect, allow_partial=allow_partial, plugins=_plugins(ctx),
-                            replay_dtype=replay_dtype or "graph", progress=bar.update)
+                            replay_dtype=replay_dtype or "graph", progress=bar.update, check=check)
     click.echo(result.render(explain=explain))
     if json_out:
         try:

@@ -52,6 +52,7 @@ class VerifyResult:
     timings: dict[str, float] = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
     replay: dict | None = None
+    checked: dict | None = None  # the independent checker's report (graphguard/check.py), where it ran
     expect: dict | None = None
     sizes: list[tuple[str, str]] = field(default_factory=list)  # data-decided sizes proved equal (old, new name)
     assumed: list[str] = field(default_factory=list)  # where a proof step rests on the relation's assume:
@@ -97,6 +98,20 @@ class VerifyResult:
         return (f"{what}: {before}; layers {tpl + 1}-{n - 1} are copies of layer {tpl}'s graph over their own "
                 f"weights (capture checked each a copy of layer {tpl} and called like it)")
 
+    def checked_lines(self) -> list[str]:
+        """The independent checker's lines of the text report (graphguard/check.py)."""
+        c = self.checked
+        what = "R_o line(s)" if c["scope"] == "outputs" else "relation(s), R_o and intermediate,"
+        skipped = f", {c['skipped']} skipped (no NumPy reference)" if c.get("skipped") else ""
+        if c["error"] is not None:
+            return [f"checked: NOT RUN: {c['error']} ({c['seconds']:.2f} s)"]
+        if c["ok"]:
+            return [f"checked: {c['confirmed']} {what} confirmed at {c['points']} random points in float64 "
+                    f"(max error {c['max_error_ratio']:.2g} of the tolerance{skipped}, {c['seconds']:.2f} s)"]
+        return ([f"checked: NOT CONFIRMED: {len(c['unconfirmed'])} of {c['lines']} {what} at {c['points']} random "
+                 f"points in float64{skipped} ({c['seconds']:.2f} s):"]
+                + [f"  not confirmed: {u}" for u in c["unconfirmed"]])
+
     def to_dict(self) -> dict:
         d = {
             "verdict": self.verdict,
@@ -117,6 +132,8 @@ class VerifyResult:
             d["repeat"] = {k: {"path": p, "layers": n, "template": t} for k, (p, n, t) in self.repeat.items()}
         if self.replay is not None:
             d["replay"] = self.replay
+        if self.checked is not None:
+            d["checked"] = self.checked
         if self.expect is not None:
             d["expect"] = self.expect
         return d
@@ -179,6 +196,8 @@ class VerifyResult:
                          f"seed {r['seed']})")
             for m in r.get("mismatches", []):
                 lines.append(f"  mismatch: {m}")
+        if self.checked is not None:
+            lines += self.checked_lines()
         if self.expect is not None:
             e = self.expect
             if not self.r_o:

@@ -459,6 +459,8 @@ def _gqa_contraction(p: Pair):
             dim(rng, cls, (1, 6), large=(30, 40))
     act = str(rng.choice(["exp", "tanh", "none"])) if rng.random() < 0.5 else "none"
     kinds = ["missing_factor"] + (["mixed_repeat", "transposed_copy"] if square else [])
+    if square and cls == "large":  # repro2's class: products on positions, above MAX_PRODUCT_TERMS (2 N^3)
+        kinds = ["mixed_repeat"] * 4 + kinds
     wrong = p.choose_wrong(kinds, 0.5)
     spelling = str(rng.choice(["concat", "scaled"])) if wrong is None else "concat"
     s, d = p.s, p.d
@@ -1389,7 +1391,7 @@ def close(got, want) -> bool:
     if not (np.isfinite(g) == np.isfinite(w)).all():
         return False
     fin = np.isfinite(w)
-    if not np.array_equal(g[~fin], w[~fin]):
+    if not np.array_equal(g[~fin], w[~fin], equal_nan=True):
         return False
     g, w = g[fin], w[fin]
     if w.size == 0:
@@ -1748,11 +1750,28 @@ def worker_main(mem_gib: float) -> None:
 # the parent: workers with per-run timeouts, results, summary
 # ======================================================================================================
 
+_SNAPSHOT = None
+
+
+def snapshot() -> str:
+    """A copy of this file for the workers: a worker restarted mid-run runs the generator the run began with
+    (and the parent, which writes the reproducers from the seeds, holds)."""
+    global _SNAPSHOT
+    if _SNAPSHOT is None:
+        import atexit
+        import tempfile
+        fd, _SNAPSHOT = tempfile.mkstemp(prefix="verifier_fuzz_run_", suffix=".py")
+        os.write(fd, Path(__file__).read_bytes())
+        os.close(fd)
+        atexit.register(lambda: os.path.exists(_SNAPSHOT) and os.unlink(_SNAPSHOT))
+    return _SNAPSHOT
+
+
 class Worker:
     def __init__(self, mem_gib: float, nice: int):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                    PYTHONWARNINGS="ignore")
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker",
+        self.proc = subprocess.Popen([sys.executable, snapshot(), "--worker",
                                       "--mem-gib", str(mem_gib)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env,
                                      preexec_fn=(lambda: os.nice(nice)) if nice else None)
@@ -1883,7 +1902,7 @@ if __name__ == "__main__":
         print("intended R_o numerically true:", ok, bad)
 '''
     path.write_text(text)
-    return str(path.relative_to(ROOT))
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 _VP = None

@@ -451,6 +451,8 @@ def _gqa_contraction(p: Pair):
     p.dialect = dial = str(rng.choice(["aten", "hlo"]))
     cls = str(rng.choice(["small", "large"], p=[0.8, 0.2]))
     g = int(rng.choice([2, 3]))
+    if cls == "large" and rng.random() < 0.6:  # repro2's shape: XLA's dot of two repeats (products_first)
+        p.dialect, dial, g = "hlo", "hlo", 2
     square = rng.random() < 0.6
     if square:
         N = K = M = dim(rng, cls, small=(2, 6), large=(33, 40))
@@ -698,17 +700,21 @@ def fam_stacked(p: Pair):
         c = C if (recipe in ("topk_input", "full") or rng.random() < 0.4) else int(rng.integers(1, C))
         chained = rng.random() < 0.4
         outs_s, outs_d = [], []
-        s.op("aten.arange", [], "mar", end=C, dtype=None)
-        s.op("aten.lt.Scalar", ["mar"], "mlt", other=c)
-        s.op("core.reshape", ["mlt"], "M", shape=[1, C])
+        full_s = c == C and rng.random() < 0.7  # G_s's mask a bool fill per layer (repro1), or arange < c once
+        if not full_s:
+            s.op("aten.arange", [], "mar", end=C, dtype=None)
+            s.op("aten.lt.Scalar", ["mar"], "mlt", other=c)
+            s.op("core.reshape", ["mlt"], "M", shape=[1, C])
         prev_s, prev_d = None, [None] * W
         for l in range(L):
+            if full_s:
+                s.op("aten.full", [], f"M{l}", size=[1, C], fill_value=1, dtype="bool")
             s.input(f"A{l}", [W * n, C]); s.input(f"B{l}", [W * n, C])
             a = f"A{l}"
             if chained and prev_s is not None:
                 s.op("aten.add.Tensor", [a, prev_s], f"Ac{l}")
                 a = f"Ac{l}"
-            s.op("aten.where.self", ["M", a, f"B{l}"], f"O{l}")
+            s.op("aten.where.self", [f"M{l}" if full_s else "M", a, f"B{l}"], f"O{l}")
             prev_s = f"O{l}"
             p.rel[f"A{l}"] = cat((R(f"A{l}", r) for r in ranks), 0)
             p.rel[f"B{l}"] = cat((R(f"B{l}", r) for r in ranks), 0)
@@ -744,7 +750,7 @@ def fam_stacked(p: Pair):
                 p.intended[f"O{l}"] = cat((R(f"O{l}", r) for r in ranks), 0)
         s.output(*outs_s)
         d.output(*outs_d)
-        p.meta.update(recipe=recipe, c=c, C=C, chained=chained)
+        p.meta.update(recipe=recipe, c=c, C=C, chained=chained, full_s=full_s)
         return
     # scale: h_{l+1} = act(h_l * c) + b_l over row-sharded tensors
     n, C = int(rng.integers(1, 5)), int(rng.integers(1, 6))

@@ -73,3 +73,19 @@ def test_generator_variants_are_what_they_claim(records):
                 n_wrong += 1
                 assert vf.unmatched_entries(p, *envs[0]) > 0
     assert n_wrong >= 5
+
+
+@pytest.mark.parametrize("seed,family,wrong", [
+    (5_001_185, "stacked", "constant_changed"),  # repro1's class: a layer's scatter value 0 (memo reuse)
+    (5_000_577, "gqa_repeat", "mixed_repeat"),  # repro2's class: concat(x, y) @ concat(y, x) at N = 35
+])
+def test_issue_39_classes_stay_in_the_generator_and_are_refused(seed, family, wrong):
+    """The two unsound classes of issue 39 are drawn by the generator (own part, --seed 5: before their fix,
+    commit c28c7d6 certified both, numerically false) and are numerically wrong; the engine alone does not
+    certify them."""
+    vf.plugins()
+    p = vf.make_pair("own", seed)
+    assert (p.family, p.wrong) == (family, wrong)
+    assert vf.ground_truth(p)["truth"] == "wrong"
+    rec = vf.verify_once(p, vf.checker_modes()[0][1], [])
+    assert rec["verdict"] != "refines", rec

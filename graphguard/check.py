@@ -37,11 +37,15 @@ reference is skipped and counted (``skipped``).
 Cost. Per point, only the G_s operators the checked tensors are computed from and the G_d operators the
 checked expressions read (replay's schedule with ``whole=False``), each tensor freed after its last reader:
 for ``outputs`` about one float64 evaluation of each graph per point, and the R_o expressions (data
-movement). Inputs are drawn once (a sharded weight's pieces are views of the G_s value, not copies of it)
-and the second point draws into the first point's buffers; while checking, NumPy's transparent-huge-page
-advice is off (:func:`_hugepages`). Milliseconds for the shipped examples (at most 1.2 % of their
-verification); the Llama-3.2-1B layer, whose G_d inputs hold 323 million numbers (the LM head's), is bound by
-memory traffic: ``bench/checker_cost.py``.
+movement). Inputs are drawn once (a sharded weight's pieces are views of the G_s value, not copies of it;
+uniform draws take a quarter of normal ones' time), the second point draws into the first point's buffers,
+and while checking NumPy's transparent-huge-page advice is off (:func:`_hugepages`). ``bench/checker_cost.py``
+(this shared 2-core machine): milliseconds for the shipped examples, at most 1.5 % of their verification. The
+Llama-3.2-1B cross-framework layer (TP 2), whose G_d inputs hold 323 million numbers (the LM head's
+2048 x 128256 weight), is bound by memory: 5-6 CPU s of drawing and float64 products plus 1-11 s of system
+time faulting in the G_d's copies of every weight (the NeuronX ring transfer's reference copies its input;
+without that copy 6.6 CPU s in all), against about 20 CPU s of verification; the first version, with
+replay's inputs (normal draws, every input assigned back through R_i, huge pages), took 31.5 CPU s.
 """
 from __future__ import annotations
 
@@ -92,12 +96,13 @@ def check(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg: 
           scope: str = "outputs", seed: int = 0, points: int = POINTS) -> dict:
     """Re-establish ``result``'s R_o lines (``scope="all"``: and its intermediate relations) numerically
     (module docstring). Returns the report -- ``ok``, ``lines`` (checked), ``confirmed``, ``skipped``,
-    ``points``, ``seeds``, ``max_error_ratio``, ``max_abs_diff``, ``seconds``, ``unconfirmed`` (one text per
+    ``points``, ``seeds``, ``max_error_ratio``, ``max_abs_diff``, ``seconds`` (wall; ``cpu_seconds``: this
+    process's CPU time, every thread's), ``unconfirmed`` (one text per
     line not confirmed, with why), ``error`` (why the check could not run at all, or None) -- and stores it
     in ``result.checked``; the verdict is left as it is (:func:`apply`)."""
     if scope not in SCOPES or scope == "off":
         raise CheckError(f"unknown check scope '{scope}' (choose one of outputs, all)")
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     pairs = [(t, e) for t, exprs in result.r_o.items() for e in exprs]
     skipped: list[str] = []
     if scope == "all":
@@ -157,7 +162,7 @@ def check(result: VerifyResult, g_s: Graph, g_d: Graph, rel: RelationFile, reg: 
         "max_abs_diff": max((w[0] for w in worst.values()), default=0.0),
         "unconfirmed": [f"{_line(*p)}: {why}" for p, why in bad.items()],
         "unconfirmed_outputs": sorted({p[0] for p in bad} if not error else set(result.r_o)),
-        "error": error, "seconds": time.monotonic() - t0,
+        "error": error, "seconds": time.monotonic() - t0, "cpu_seconds": time.process_time() - c0,
     }
     if skipped:
         report["skipped_lines"] = skipped

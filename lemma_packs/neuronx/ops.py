@@ -84,7 +84,7 @@ def _same_shape(shapes, attrs, cx):
 
 
 OPS = [
-    OpDef(RING, 1, _same_shape, lambda xs, a: np.array(xs[0], copy=True),
+    OpDef(RING, 1, _same_shape, lambda xs, a: xs[0],  # (its input, as core.identity's: no copy of a weight)
           doc="AwsNeuronTransferWithStaticRing: moves a tensor (a weight) to the device; its value is unchanged."),
     OpDef(RMS, 3, _rms_shape, _rms_ref, (DIM,),
           doc="AwsNeuronRmsNorm(x, weight, eps): x / sqrt(mean(x^2) + eps) * weight along dim backend_config "

@@ -84,7 +84,7 @@ KINDS = {"index-constant value": _mask_where, "structural constant value": _scal
          "attribute on the chain": _transposed, "constant index chain": _selected}
 
 
-def _layers(plugins, kind, wrong: tuple[bool, ...], memo: bool, monkeypatch):
+def _layers(plugins, kind, wrong: tuple[bool, ...], memo: bool, monkeypatch, check: str = "off"):
     s, d = GraphBuilder("spec"), GraphBuilder("impl", world_size=2)
     rel = []
     for l, w in enumerate(wrong):
@@ -97,7 +97,7 @@ def _layers(plugins, kind, wrong: tuple[bool, ...], memo: bool, monkeypatch):
         if not memo:
             m.setattr(Memo, "lookup", lambda self, problem, outputs: None)
         return graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), r, plugins=plugins,
-                                 check="off") if _has_check() else \
+                                 check=check) if _has_check() else \
             graphguard.verify(s.build(plugins.registry, cx), d.build(plugins.registry, cx), r, plugins=plugins)
 
 

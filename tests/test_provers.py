@@ -178,3 +178,26 @@ def test_a_wrong_fact_from_each_prover_is_not_certified(plugins, monkeypatch, na
     monkeypatch.setattr(infer, "PROVERS", [_wrong(p) if p.name == name else p for p in infer.PROVERS])
     r = _run(WRONG_PAIRS[name](plugins), check="all")
     assert r.verdict != "refines", r.render(explain=True)
+
+
+@pytest.mark.skipif(not HAS_CHECKER, reason="awaits the independent checker (graphguard.verify(check=...))")
+@pytest.mark.parametrize("kind", sorted(TM.KINDS))
+def test_a_wrong_result_reused_from_the_memo_is_not_certified(plugins, monkeypatch, kind):
+    """The memo as a prover: two alike layers, the second's reused result made to read another rank's tensor in one
+    place -- the checker does not confirm it (``check="all"``)."""
+    from graphguard.engine.memo import Memo
+    real = Memo.lookup
+
+    def lookup(self, problem, outputs):
+        hit = real(self, problem, outputs)
+        if hit is None:
+            return None
+        found, *rest = hit
+        tensors = problem.ctx.g_d.tensors
+        return ({o: [_other_rank(e, tensors) for e in es] for o, es in found.items()}, *rest)
+    right = TM._layers(plugins, kind, (False, False), True, monkeypatch, check="all")
+    assert right.verdict == "refines" and right.stats["reused_results"] > 0, right.render()
+    monkeypatch.setattr(Memo, "lookup", lookup)
+    r = TM._layers(plugins, kind, (False, False), True, monkeypatch, check="all")
+    assert r.stats["reused_results"] > 0
+    assert r.verdict != "refines", r.render(explain=True)

@@ -25,7 +25,7 @@ def graphguard_ops() -> list:
 
 @hookspec
 def graphguard_lemmas() -> list:
-    """Lemmas (:class:`graphguard.engine.lemma.Lemma`) over operators known to the registry. Each has a
+    """Lemmas (:class:`graphguard.ir.lemma.Lemma`) over operators known to the registry. Each has a
     numeric reference unique within this pack: the lemma is ``pack:number`` (``core:104``, the pack named by
     its entry point), so two packs may both number a lemma 601. ``graphguard lemmas check`` fuzzes every one."""
 

@@ -118,7 +118,7 @@ A lemma fires only where its side condition is proved, and it must hold for ever
 makes graphguard certify wrong programs. ``graphguard lemmas check --ref $name:1`` fuzzes one against the NumPy
 references.
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 S = "$name.my_scale"
 
@@ -133,8 +133,8 @@ LEMMAS = [
 TEST = '''\
 """The $name pack: "this proves that", "this must NOT prove that", and every lemma through the fuzzer."""
 from graphguard.engine.fuzz import fuzz_rule
-from graphguard.engine.prove import proves
 from graphguard.plugins import load_plugins
+from graphguard.testing import proves
 
 SHAPES = {"A": [2, 3], "B": [2, 3], "X": [4, 3]}
 

@@ -14,7 +14,7 @@ import torch.distributed._functional_collectives as funcol
 import graphguard
 from conftest import EXAMPLES, run_cli
 from graphguard.engine.fuzz import fuzz_rule
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 from graphguard.frontends.fx.model_file import load_model_file
 from graphguard.torch import capture
 

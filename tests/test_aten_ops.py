@@ -13,7 +13,11 @@ from graphguard.errors import ShapeError
 from graphguard.ir.ops import coerce_attr, normalize_attrs
 from graphguard.ir.scalar import Constraints, symbol
 from lemma_packs.aten import graphguard_ops
-from lemma_packs.aten.ops import OPS
+from lemma_packs.aten.hf_ops import HF_OPS
+from lemma_packs.aten.ops import OPS as BASE_OPS
+from lemma_packs.aten.zoo_ops import ZOO_OPS
+
+OPS = BASE_OPS + HF_OPS + ZOO_OPS  # ops.py and the two modules beside it built on its helpers
 
 BY_NAME = {o.name: o for o in OPS}
 # ops as the frontend names them -> the term ops giving each output ([op] or [op#0, op#1, ...])

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import EXAMPLES
 from graphguard.engine.fuzz import fuzz_rule
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 
 HERE = EXAMPLES / "cross-hf-neuronx-llama"
 RMS = "hlo.custom_call.AwsNeuronRmsNorm"

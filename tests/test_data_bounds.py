@@ -282,7 +282,7 @@ def _fill(n, v=0, op="full"):
      f"{_ss('Q', 'aten.full(size=[C, 1], fill_value=1, dtype=float32)')}, dim=1)", {"P": [3, 2], "Q": [3, 1]}),
 ])
 def test_data_bound_lemmas_prove_and_their_twins_do_not(lhs, rhs, wrong, shapes):
-    from graphguard.engine.prove import proves
+    from graphguard.testing import proves
     shapes = {**shapes, **_B}
     assert proves(lhs, rhs, shapes, symbols=_C, dtypes=_BD)
     assert not proves(lhs, wrong, shapes, symbols=_C, dtypes=_BD)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import EXAMPLES, verify_model_file
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 from graphguard.ir.expr import to_text
 
 

@@ -221,7 +221,8 @@ def test_reading_unwritten_parts_of_empty_buffers_is_not_certified():
 def test_index_as_embedding_needs_the_ids_range(plugins, cond, ok):
     """Lemma 1630's condition and a weaker one through the fuzzer (values drawn in the stated range)."""
     from graphguard.engine.fuzz import fuzz_rule
-    from graphguard.engine.lemma import L, build_rules
+    from graphguard.engine.lemma import build_rules
+    from graphguard.ir.lemma import L
     rule = ("aten.index.Tensor(?w, ?i, absent=[])"
             " => aten.embedding(?w, ?i, padding_idx=-1, scale_grad_by_freq=false, sparse=false)")
     (r,) = build_rules(L(9001, "index-as-embedding", rule, cond + ' and dtype(?i) == "int64"'), plugins.registry)

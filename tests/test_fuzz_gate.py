@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from graphguard.engine.fuzz import fuzz_rule
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 from graphguard.ir.ops import float_to_int
 
 SH = {"A": [3, 4], "B": [3, 4], "P": [3, 4], "Q": [3, 4], "X": [4, 3, 2], "Y": [4, 1, 2], "M": [4, 3]}

@@ -19,7 +19,7 @@ from torch.distributed.tensor.placement_types import _StridedShard
 
 import graphguard
 import graphguard.torch as ggt
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 from graphguard.errors import InputError
 from graphguard.frontends.fx.dtensor import Layout
 from graphguard.frontends.fx.model_file import capture_model_file

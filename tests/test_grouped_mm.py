@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from graphguard.engine.fuzz import fuzz_rule
-from graphguard.engine.lemma import L, build_rules
-from graphguard.engine.prove import proves
+from graphguard.engine.lemma import build_rules
+from graphguard.ir.lemma import L
+from graphguard.testing import proves
 from lemma_packs.aten.grouped import OPS
 
 GMM = OPS[0]

@@ -12,8 +12,9 @@ import torch
 import graphguard
 import graphguard.torch as ggt
 from graphguard.engine.fuzz import fuzz_rule
-from graphguard.engine.lemma import L, build_rules
-from graphguard.engine.prove import proves
+from graphguard.engine.lemma import build_rules
+from graphguard.ir.lemma import L
+from graphguard.testing import proves
 from graphguard.engine.replay import run_graph
 
 
@@ -166,7 +167,7 @@ def test_a_loop_over_data_dependent_hits_is_refused_saying_why():
 def test_partial_sums_of_complementary_zero_pads():
     """Cohere's interleaved rotary backward: the two zero-padded halves of the gradient, summed once the add is
     a sum (lemmas 427/429) -- proving; the pads on the same side, or a nonzero pad, must not."""
-    from graphguard.engine.prove import proves
+    from graphguard.testing import proves
     shapes = {"a": [2, 3, 1], "b": [2, 3, 1]}
     z = "aten.full(size=[2, 3, 1], fill_value={v}, dtype=float32)"
     pad_a, pad_b = f"concat(a, {z.format(v=0)}, dim=2)", f"concat({z.format(v=0)}, b, dim=2)"

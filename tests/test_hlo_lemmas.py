@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 
 SHAPES = {"A": [4, 3], "B": [4, 3], "C": [4, 3], "E": [4, 3], "X": [4, 6], "W1": [3, 5], "W2": [3, 5],
           "V": [4], "Q1": [2, 3, 2, 4], "Q2": [2, 3, 2, 4], "K1": [2, 3, 2, 4], "K2": [2, 3, 2, 4],

@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 
 from graphguard.engine.fuzz import fuzz_rule
-from graphguard.engine.lemma import L, LemmaError, build_rules
-from graphguard.engine.prove import proves
+from graphguard.engine.lemma import LemmaError, build_rules
+from graphguard.ir.lemma import L
+from graphguard.testing import proves
 
 M = {"A0": [4, 3], "A1": [4, 5], "B0": [3, 2], "B1": [5, 2], "W": [6, 2], "P": [2, 3], "Q": [3, 3],
      "X": [4, 3], "Y": [4, 3], "X5": [5, 3], "R0": [2, 6], "R1": [2, 6]}

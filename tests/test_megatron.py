@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from conftest import EXAMPLES
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 
 # -- lemmas: Megatron's attention at TP=2 (s=8, b=2, 4 heads of 4, 2 per rank) -------------------------------
 

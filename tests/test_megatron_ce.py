@@ -15,8 +15,9 @@ import pytest
 import graphguard
 from conftest import EXAMPLES, run_cli
 from graphguard.engine.fuzz import fuzz_rule
-from graphguard.engine.lemma import L, build_rules
-from graphguard.engine.prove import proves
+from graphguard.engine.lemma import build_rules
+from graphguard.ir.lemma import L
+from graphguard.testing import proves
 from graphguard.errors import InputError
 from graphguard.ir.relation import parse_range, parse_relation_text
 from graphguard.plugins import load_plugins

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import EXAMPLES
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 
 # -- lemma 1350: the router's combine weights, token shards -----------------------------------------------------
 

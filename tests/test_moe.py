@@ -9,7 +9,7 @@ import pytest
 
 import graphguard
 import graphguard.torch as ggt
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 from graphguard.ir.builder import GraphBuilder
 from graphguard.ir.relation import parse_relation_text
 

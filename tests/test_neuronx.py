@@ -19,7 +19,7 @@ from conftest import EXAMPLES
 
 import graphguard
 from graphguard.engine.fuzz import fuzz_rule
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 from graphguard.errors import InputError
 
 RMS, SOFTMAX, GELU, RING = ("hlo.custom_call.AwsNeuron" + t for t in ("RmsNorm", "Softmax", "GeluApprxTanh",

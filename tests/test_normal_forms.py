@@ -3,7 +3,7 @@ its near misses. Also: fresh strided buffers (``new_empty_strided``, the backwar
 ``empty_like`` buffer) are read as the empty buffers they are."""
 import pytest
 
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 
 F = "float32"
 S = {"a": [2, 3], "b": [3], "c": [2, 3], "g": [2, 3], "x": [2, 3], "y": [2, 1, 3], "u": [1, 3], "w": [3, 4],

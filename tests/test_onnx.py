@@ -12,7 +12,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from graphguard.engine.fuzz import check_identity, fuzz_rule  # noqa: E402
-from graphguard.engine.prove import proves  # noqa: E402
+from graphguard.testing import proves  # noqa: E402
 from graphguard.frontends import LoadRequest  # noqa: E402
 from graphguard.ir.scalar import Constraints  # noqa: E402
 

@@ -19,7 +19,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")
 
 import graphguard  # noqa: E402
-from graphguard.engine.prove import proves  # noqa: E402
+from graphguard.testing import proves  # noqa: E402
 from graphguard.plugins import load_plugins  # noqa: E402
 
 MODEL = '''

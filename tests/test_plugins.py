@@ -14,7 +14,7 @@ from conftest import EXAMPLES, ROOT, files, run_cli
 PLUGIN = '''
 import numpy as np
 from graphguard import hookimpl
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 from graphguard.ir.ops import OpDef
 
 @hookimpl
@@ -180,8 +180,9 @@ def test_a_number_is_unique_within_its_pack(third_party, tmp_path, ref, msg):
 
 
 def test_rules_of_two_packs_with_one_number_are_distinct_in_the_egraph(plugins):
-    from graphguard.engine.lemma import L, build_rules
-    from graphguard.engine.prove import proves
+    from graphguard.engine.lemma import build_rules
+    from graphguard.ir.lemma import L
+    from graphguard.testing import proves
     from graphguard.plugins import Plugins
     (core104,) = [r for r in plugins.lemmas if r.lemma.key == ("core", 104)]
     lem = L(104, "neg-of-neg", "neg(neg(?x)) => ?x", "rank(?x) >= 0")  # (conditional: matched by the engine)

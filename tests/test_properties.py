@@ -9,7 +9,7 @@ import re
 import pytest
 
 import graphguard
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 from graphguard.ir.builder import GraphBuilder
 from graphguard.ir.relation import parse_relation_text
 

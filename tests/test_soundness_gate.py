@@ -10,8 +10,9 @@ import pytest
 
 from conftest import run_cli
 from graphguard.engine.fuzz import MIN_INSTANCES, _compare, fuzz_rule
-from graphguard.engine.lemma import L, LemmaError, build_rules
-from graphguard.engine.prove import proves
+from graphguard.engine.lemma import LemmaError, build_rules
+from graphguard.ir.lemma import L
+from graphguard.testing import proves
 from graphguard.ir.builder import GraphBuilder
 
 SM = "half_to_float=false"

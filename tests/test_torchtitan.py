@@ -17,7 +17,7 @@ from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.placement_types import _StridedShard
 
 import graphguard
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 from graphguard.errors import InputError
 from graphguard.frontends.fx.dtensor import Layout
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 import graphguard
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 from lemma_packs.aten.vllm_vocab import lookup
 
 from conftest import EXAMPLES

@@ -10,7 +10,7 @@ import pytest
 
 import graphguard
 import graphguard.torch as ggt
-from graphguard.engine.prove import proves
+from graphguard.testing import proves
 from lemma_packs.aten.vocab import _LOCAL, _LOCAL_MF, _LOOKUP, _LOOKUP_MF, _PREDICTED, _PREDICTED_MF
 
 from conftest import EXAMPLES
@@ -162,7 +162,8 @@ def test_unmasked_lookups_must_not_prove():
 
 
 def test_index_variables_and_their_bounds_must_be_bound(plugins):
-    from graphguard.engine.lemma import L, LemmaError, build_rules
+    from graphguard.engine.lemma import LemmaError, build_rules
+    from graphguard.ir.lemma import L
     for index in ({"j": "size(?w, 0)"}, {"i": "size(?x, 0)"}):
         with pytest.raises(LemmaError, match="index variable"):
             build_rules(L(9003, "bad-index", "aten.embedding(?w, ?i) => aten.embedding(?w, ?i)", index=index),

@@ -18,8 +18,9 @@ from itertools import combinations
 from typing import Callable, Iterator
 
 from ..ir.expr import VARIADIC
+from ..ir.lemma import Lemma
 from ..ir.ops import OpDef, Registry
-from .lemma import Lemma, LemmaError
+from .lemma import LemmaError
 
 FAMILIES: list[tuple[int, str, Callable, str, bool]] = []  # (ref, name, derive(op, reg), file:line, late)
 
@@ -27,7 +28,7 @@ FAMILIES: list[tuple[int, str, Callable, str, bool]] = []  # (ref, name, derive(
 def family(ref: int, name: str, late: bool = False):
     """Register a family: ``fn(op, reg)`` yields ``(rule, cond, when, examples)`` for each lemma of ``op``.
     ``late``: its lemmas run only in the search after the label provers' equalities
-    (engine/labels; :func:`graphguard.engine.lemma.L`)."""
+    (engine/labels; :func:`graphguard.ir.lemma.L`)."""
     f = sys._getframe(1)
     where = f"{f.f_code.co_filename}:{f.f_lineno + 1}"
 

@@ -1,4 +1,6 @@
-"""Lemmas: rewrite rules as data.
+"""Lemmas compiled into rules: :class:`Rule` (one direction of a lemma, for the e-graph and the fuzzer), the
+functions conditions call (``FUNCTIONS``) and their evaluation. The lemmas themselves are data, declared with
+:func:`graphguard.ir.lemma.L` (packs import it from there, not from the engine).
 
 A lemma is one line -- a numeric reference, a name, ``lhs => rhs`` (or ``lhs <=> rhs`` for both
 directions), an optional side condition, and where the left side must exist. Its identity is
@@ -23,7 +25,6 @@ lemma and its file:line) and each remembers where it was written.
 from __future__ import annotations
 
 import operator
-import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable
@@ -33,63 +34,9 @@ import sympy as sp
 from ..errors import GraphGuardError, ShapeError
 from ..ir import scalar as S
 from ..ir.expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, App, Leaf, PVar, Term, attr_text
+from ..ir.lemma import Lemma
 from ..ir.ops import OpDef, Registry, coerce_attr, normalize_dims
 from ..ir.relation import ALIASES, RawCall, parse_cond, parse_raw
-
-
-@dataclass
-class Lemma:
-    ref: int
-    name: str
-    rule: str
-    cond: str = ""
-    exists: str = "root"
-    where: str = ""
-    pack: str = ""
-    examples: tuple = ()  # seeds for the fuzzer: ({"a": [2, 3], "d": 0, ...}, ...) -- tensor shapes, attrs
-    when: str = ""  # a pattern that must also exist as an e-node (a constrained lemma, §4.3)
-    index: tuple = ()  # ((var, bound), ...): tensor variables holding indices, fuzzed as integers in [0, bound)
-    variant: str = ""  # a lemma of a family (engine/families.py): the op it is stated for (its rules' ids name it)
-    late: bool = False  # run only in the searches after the label provers' equalities (EGraph.late)
-    tensors: tuple = ()  # variables whose e-class must hold a G_d tensor (a leaf) for the lemma to fire
-    family: tuple = ()  # a derived lemma's (family name, op) (engine/families.py)
-
-    @property
-    def key(self) -> tuple[str, int]:
-        """The lemma's identity: (pack, number). Numbers are unique within a pack only (a derived lemma shares
-        its family's number with the family's other lemmas of that pack: ``variant`` tells them apart)."""
-        return (self.pack, self.ref)
-
-    @property
-    def label(self) -> str:
-        """The lemma as named to a user: ``aten:470`` (the pack as its entry point registers it; the bare
-        number while it belongs to none, as a lemma built by hand)."""
-        return f"{self.pack}:{self.ref}" if self.pack else str(self.ref)
-
-    def text(self) -> str:
-        """The rule with its condition and how it fires."""
-        c = f"  if {self.cond}" if self.cond else ""
-        w = f"  when {self.when} exists" if self.when else ""
-        w += "  where a tensor holds it" if self.exists == "tensor" else ""
-        w += "  (late)" if self.late else ""
-        return f"{self.rule}{c}{w}"
-
-    def __str__(self) -> str:
-        return f"[{self.label}] {self.name}: {self.text()}"
-
-
-def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root", examples: tuple = (),
-      when: str = "", index: dict | None = None, late: bool = False, tensors: tuple = ()) -> Lemma:
-    """Declare a lemma (records the caller's file:line). ``examples`` seed the fuzzer where random shapes
-    rarely satisfy the pattern; they are checked numerically like any other instance. ``index``
-    (``{"i": "size(?a, 0)"}``) names tensor variables that hold indices and the bound of the left side's
-    domain (torch raises outside [0, bound)); the fuzzer draws them as integers in [0, bound). ``late``: the
-    lemma runs only in the search that follows layouts proven on labelled entries (``engine/labels``), where
-    rows of several ranks interleave; everywhere, it would grow every concatenation of slices. ``tensors``:
-    variables that must stand for an e-class holding a G_d tensor (a rank's own rows, not any sub-term)."""
-    f = sys._getframe(1)
-    return Lemma(ref, name, rule, cond, exists, f"{f.f_code.co_filename}:{f.f_lineno}", examples=tuple(examples),
-                 when=when, index=tuple((index or {}).items()), late=late, tensors=tuple(tensors))
 
 
 class LemmaError(GraphGuardError):
@@ -492,16 +439,6 @@ FUNCTIONS: dict[str, Callable] = {
     "vend": lambda ctx, t: ctx.vrange(t)[1],
 }
 RANGE_FUNCTIONS = frozenset({"vmin", "vend"})
-
-
-def keeps_order(cx, shape, p) -> bool:
-    """Does permuting ``shape`` by ``p`` keep the order of its dims that are not (provably) of size 1 -- a
-    permute that moves no data?"""
-    p = [int(i) for i in p]
-    if sorted(p) != list(range(len(shape))):
-        raise ValueError("not a permutation of the operand's dims")
-    kept = [i for i in p if not cx.prove("==", shape[i], 1)]
-    return kept == sorted(kept)
 
 
 def _dimset(p) -> tuple[int, ...]:

@@ -105,6 +105,15 @@ class AList(AExpr):
     items: tuple[Any, ...]
 
 
+@dataclass(frozen=True)
+class RawCall:
+    """A parsed call before it is checked against the op registry (what :mod:`graphguard.ir.fastparse` and the
+    relation grammar of :mod:`graphguard.ir.relation` both build; lowered by the latter)."""
+    name: str
+    args: tuple
+    kwargs: tuple
+
+
 def rank_of(name: str) -> int | None:
     base, sep, r = name.rpartition("@")
     if sep and r.isdigit():

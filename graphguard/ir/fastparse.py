@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .expr import ABin, ACall, AConst, AList, Leaf, PVar
+from .expr import ABin, ACall, AConst, AList, Leaf, PVar, RawCall
 from .ops import parse_number
 
 _TOKEN = re.compile(r"""
@@ -94,7 +94,6 @@ class _Parser:
         return PVar(v)
 
     def call(self, name: str):
-        from .relation import RawCall
         pos, kw = [], []
         if not self.at(")"):
             while True:

@@ -50,7 +50,7 @@ from ..errors import InputError, ShapeError
 from ..inputfile import MAX_DEPTH, nesting, read_text
 from . import fastparse
 from . import scalar as S
-from .expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, App, Leaf, PVar, Term, app
+from .expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, App, Leaf, PVar, RawCall, Term, app
 from .ops import Registry, coerce_attr, parse_number
 from .scalar import Constraints, SymbolInfo
 
@@ -95,14 +95,6 @@ FLOAT: /[0-9]+\.[0-9]*([eE][-+]?[0-9]+)?/
 _PARSER = Lark(GRAMMAR, start=["expr", "cond"], parser="lalr", propagate_positions=False)
 
 ALIASES = {"cat": "concat", "transpose": "permute", "add_n": "sum"}
-
-
-@dataclass(frozen=True)
-class RawCall:
-    """A parsed call before it is checked against the op registry."""
-    name: str
-    args: tuple
-    kwargs: tuple
 
 
 @v_args(inline=True)

@@ -8,7 +8,7 @@ of per-shard partials: under sequence parallelism they must be all-reduced.
 """
 import math
 
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 FWD, BWD = "apex.fused_layer_norm_affine", "apex.fused_layer_norm_affine_bwd"
 _WB = "?w, ?c, normalized_shape=?n, eps=?e"

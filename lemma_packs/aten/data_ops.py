@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphguard.engine.lemma import L
 from graphguard.ir import scalar as S
+from graphguard.ir.lemma import L
 from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, multi_output
 
 from .megatron_moe import _sort_ref, _sort_shapes

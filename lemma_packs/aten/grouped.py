@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape
 
 from .ops import ABSENT, _optional, _same

@@ -15,7 +15,7 @@ op properties of the ATen pack derive them.
 Per-head normalisation (Qwen3's q_norm / k_norm, OLMo's...) reduces over the head dim of heads sharded
 across ranks: a mean over dims the concat does not split is the concat of the parts' means.
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 _D = "?k - rank(?i) + 1"  # the dim of the indexed tensor that dim ?k of the gathered rows is
 _FILL = "aten.full(size=?s, fill_value=?f, dtype=?t)"

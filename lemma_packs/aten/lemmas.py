@@ -6,7 +6,7 @@ splits, layer-norm backward over row splits, scalar constants, views. Elementwis
 broadcasting), row-wise ops (softmax, layer norm) along an unsharded dim, reductions of concats, partial sums
 and scalar factors through linear ops are the engine's lemma families (engine/families.py, 12xx).
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 from .data_ops import LEMMAS as DATA_BOUNDS
 from .lemmas_more import LEMMAS as MORE

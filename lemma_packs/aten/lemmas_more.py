@@ -2,7 +2,7 @@
 
 (The families derived from properties -- engine/families.py -- take 1201-1249.)
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 LEMMAS = [
     # reversing a concatenation along its own dim reverses the parts and their order

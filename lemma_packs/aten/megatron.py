@@ -7,8 +7,8 @@ of *every* batch row), transposes them to [b*heads, s, hn] and multiplies with
 view of the transposed tensor (1301), so the merged dim becomes an ordinary batch dim of a batched matmul
 (lemmas 364, 219); the scaled product ignores its first operand when ``beta`` is 0 (1300).
 """
-from graphguard.engine.lemma import L
 from graphguard.ir import scalar as S
+from graphguard.ir.lemma import L
 
 
 def _groups(ctx, x: tuple, s: tuple) -> list[tuple[int, int]]:

@@ -20,7 +20,7 @@ Megatron's attention-mask backward (1320-1322, ``examples/bugs/megatron-grad-acc
 capacity mask when the capacity covers every token and the token permutation it gives (1323-1327,
 ``examples/megatron-moe``).
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 _FALSE = 'aten.full(size={z}, fill_value=0, dtype="bool")'
 _MASK = "aten.bitwise_or.Tensor(aten.lt.Scalar({t}, other={s}), aten.ge.Scalar({t}, other={e}))"

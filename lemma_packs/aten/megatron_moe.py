@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphguard.engine.lemma import L, keeps_order
 from graphguard.ir import scalar as S
+from graphguard.ir.lemma import L, keeps_order
 from graphguard.ir.ops import AttrSpec, multi_output
 
 from .ops import _dim

@@ -5,7 +5,7 @@ Routing is row-wise (top-k over the experts of each token), so it distributes ov
 dispatch layouts of expert parallelism are views whose slices are slices of their source; the auxiliary
 loss and the gradients of replicated routers are sums, over which products and reductions distribute.
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 _K = "k=?k, dim=?j, largest=?l, sorted=?o"
 

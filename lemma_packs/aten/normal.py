@@ -4,7 +4,7 @@ Operand order of commutative ops, ``mean`` as a scaled ``sum``, ``repeat`` of si
 double negation, a summed unit dim, mse written out. (``x + 0``, ``x * 1`` and ``x / 1`` fold through the constant lemmas 400-408: a 0-dim
 constant becomes ``mul.Scalar`` and a factor 1 disappears.)
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 LEMMAS = [
     # commutative operands: b + y is y + b (with broadcasting: the output shape and dtype are symmetric)

@@ -6,7 +6,7 @@ the backward of a mean squared error written out (``2 / n * g * (a - y)``, as au
 ``((a - y) ** 2).mean()``), a slice of an expanded tensor along a broadcast dim (a narrower expand), and the backward of a repeat of
 size-1 dims (a sum over the repeats split off by a view: expand's keepdim sum).
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 LEMMAS = [
     L(1850, "div-by-number-is-mul",

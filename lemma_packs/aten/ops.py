@@ -14,6 +14,10 @@ Conventions shared with the frontend:
 
 References compute floating point in float64 whatever the declared float dtype (``float32``,
 ``bfloat16``...); integer and bool results keep their exact dtype.
+
+The helpers here (``_bin``, ``_un``, ``broadcast``...) are what the modules beside this one build their ops with
+(``hf_ops``, ``zoo_ops``, ``more_ops``...); this module imports none of them -- the pack's ``__init__`` joins the
+lists.
 """
 from __future__ import annotations
 
@@ -1233,9 +1237,3 @@ OPS += [  # HF transformers' causal mask (examples/hf-llama-tp)
     _bin("le.Tensor", lambda x, y, a: np.less_equal(x, y), "self <= other (broadcasting), bool.", dtype=_bool,
          computes="le"),
 ]
-
-from .hf_ops import HF_OPS  # noqa: E402  (ops HF transformers' models need)
-OPS += HF_OPS
-
-from .zoo_ops import ZOO_OPS  # noqa: E402  (ops of HF's TP-plan zoo: floor, rounded division, convolution)
-OPS += ZOO_OPS

@@ -6,7 +6,7 @@ a vocabulary of V rows are, stated as ``ranges: {ids: "[0, V)"}``. The other way
 embedding is defined, indexing reads the same rows (1631), so a G_d that indexes meets a lemma stated with
 ``embedding``.
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 _EMB = "aten.embedding(?w, ?i, padding_idx=-1, scale_grad_by_freq=false, sparse=false)"
 _INT = '(dtype(?i) == "int64" or dtype(?i) == "int32")'

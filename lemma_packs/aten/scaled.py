@@ -5,7 +5,7 @@ Data parallelism as DDP runs it: every rank's loss is the mean over its own shar
 rides along: every operator here is linear in the argument that carries it, so ``op(scale(g, f), ...)`` is
 ``scale(op(g, ...), f)``. The engine keeps such a relation only where nothing clean exists and never in R_o.
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 _LNB = "?x, ?m, ?r, ?w, ?c, normalized_shape=?n, output_mask=?o"
 _LNB_EXAMPLE = [{"g": [2, 3, 4], "x": [2, 3, 4], "m": [2, 3, 1], "r": [2, 3, 1], "w": [4], "c": [4], "n": [4],

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 from graphguard.ir.ops import AttrSpec, fail, fmt_shape, multi_output
 
 from .ops import ABSENT, _optional, _same, _softmax

@@ -17,7 +17,7 @@ offset vLLM computes for an unpadded vocabulary (a padded one has other constant
 embedding is then not verified, never wrongly). 1620 is constrained (§4.3) to ids compared with 0 (rank 0's
 lower bound); ids are one token dim (vLLM flattens them), of an integer dtype.
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 
 def lookup(w, i, s, e, a, o, u):

@@ -14,7 +14,7 @@ zeroed with ``out.masked_fill(mask.unsqueeze(-1), 0)`` -- a reshape of the mask 
 trailing 1 -- and so is their gradient; the predicted logits with ``masked_fill(mask, 0)``. These carry no
 dtype (``masked_fill`` takes its value as a number), so they hold for any float dtype of the model.
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 # the mask of ids i outside [s, e) and the shifted, masked ids (masked ones point at row 0); s is an integer
 _MASK = "aten.bitwise_or.Tensor(aten.lt.Scalar({i}, other={s}), aten.ge.Scalar({i}, other={e}))"

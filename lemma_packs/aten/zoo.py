@@ -4,7 +4,7 @@
 Complex RoPE (DeepSeek-V2, Llama-4): ``view_as_complex`` reads pairs along the last dim as complex numbers and
 ``view_as_real`` writes them back; both keep a concatenation along any other dim (heads sharded by the plan).
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 LEMMAS = [
     L(1800, "view-as-complex-of-concat",

@@ -15,7 +15,7 @@ from graphguard.ir import scalar as S
 from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, multi_output, promote
 from graphguard.ir.ops import dtype_category as _cat
 
-from .ops import ABSENT, _bin, _float_ref, _optional, _un
+from .ops import ABSENT, _bin, _float_ref, _optional, _un, broadcast
 
 
 def _div_mode(x, y, a):
@@ -167,7 +167,6 @@ def _conv_bw_ref(xs, a):
 # -- triangular solves (the chunked gated delta rule's UT transform) -----------------------------------
 
 def _solve_tri_shape(shapes, a, cx):
-    from .ops import broadcast
     name = "aten.linalg_solve_triangular"
     m, b = shapes
     if len(m) < 2 or len(b) < 2 or not cx.prove("==", m[-1], m[-2]):

@@ -19,7 +19,7 @@ the HLO expression where it does not (ONNX's ``Softmax``, a NeuronX ``AwsNeuronS
 Constants must be equal exactly: ``1e-6`` recorded by PyTorch is not the float32 value XLA holds (the fx frontend
 keeps Python scalars as written), so models meant to meet use constants exact in their dtype (``2 ** -20``).
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 # the HLO expressions JAX writes, built from the one HLO node that must exist (the first op applied to ?x): the
 # frontier of G_d reaches the rest from there

@@ -19,7 +19,7 @@ alike.
 """
 import numpy as np
 
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 from lemma_packs.neuronx.ops import RMS
 
 from .ops import HF_RMS

@@ -5,7 +5,7 @@ linear ops and data movement are derived from the ops' declared properties (engi
 
 Concat and sum are binary inside terms (n-ary ones are left-nested), so these lemmas apply to any degree.
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 CLEAN = [
     L(101, "slice-full", "slice(?x, dim=?d, start=0, end=?e) => ?x", "?e == size(?x, ?d)"),

@@ -16,7 +16,7 @@ dot. The sequential weight is a concatenation of column slices of the ranks' wei
 splits (850-857) into dots of those slices; each is the same slice of the rank's whole dot (881, 882: a slice
 along a free dim commutes with the dot) -- a clean expression whether or not the rank itself slices there.
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 _K = "narrower_dim(?s, ?t)"  # the one dim where shape ?t is narrower than ?s
 _NARROWER = "hlo.broadcast(?x, shape=?t, dimensions=?m)"

@@ -27,7 +27,7 @@ Softmax, layer and RMS normalisation need no lemma of their own: XLA spells them
 elementwise ops, and along an uncut dim each of those goes through the concatenation (tests/test_hlo_lemmas.py
 proves a softmax over row-cut inputs from these lemmas alone, and that one along the cut dim is not proved).
 """
-from graphguard.engine.lemma import L, keeps_order
+from graphguard.ir.lemma import L, keeps_order
 
 
 

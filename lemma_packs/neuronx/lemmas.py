@@ -7,7 +7,7 @@ on every part). GELU is elementwise: any split (903). The same independence lets
 move outside (904-906: ``op(slice(x))`` is a slice of ``op(x)``), which relates a rank that normalises its
 slice of a replicated tensor (sequence parallelism) to the sequential op.
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 from .ops import GELU, RING, RMS, SOFTMAX
 

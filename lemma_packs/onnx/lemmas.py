@@ -6,7 +6,7 @@ tensors as the clean sum. Elementwise ops over concats (with broadcasting), Soft
 along an unnormalised dim, reductions of concats, partial sums through MatMul/Add/ReduceSum are the engine's
 lemma families (engine/families.py, 12xx).
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 MATMUL = [
     # x @ [A | B] (B a matrix, x of any rank >= 2): the columns of the product split the same way

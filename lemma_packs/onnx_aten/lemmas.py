@@ -14,7 +14,7 @@ op's attribute, ``Reciprocal(Sqrt(x))`` is ``rsqrt``, ``x * Sigmoid(x)`` is ``si
 specification reaches the ONNX pieces), a batched ``MatMul`` is the ``batched_matmul`` fx's ``bmm`` of
 batch-merging views is (364). Each is fuzzed against both references like the table's.
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 # (ONNX op, ATen op, the ATen op's attributes beyond the ONNX op's: fixed values); the tensor inputs and the
 # ONNX op's attributes (same names) carry over. The fuzzer keeps this table honest: ONNX's Div truncates

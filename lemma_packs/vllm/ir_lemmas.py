@@ -7,7 +7,7 @@ which brings them under the ``_C`` lemmas (701-703: rows split along another dim
 independently). Only the returns of ``fused_add_rms_norm.maybe_inplace`` are bridged (#0, #1), never the
 arguments it may have overwritten.
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 from .ir import FUSED_IR, FUSED_IR_INPLACE, KV_UPDATE, RMS_IR
 from .ops import ATTN, FUSED, RMS

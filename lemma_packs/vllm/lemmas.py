@@ -15,7 +15,7 @@ head_size] -- is the concatenation of the parts' (722), as is that of tokens spl
 concatenation of the parts' attentions (724, grouped-query attention under TP); when every query head
 shares one KV head (a KV head replicated on several ranks) any split of the query heads will do (725).
 """
-from graphguard.engine.lemma import L
+from graphguard.ir.lemma import L
 
 RMS, FUSED, SILU = "_C.rms_norm", "_C.fused_add_rms_norm", "_C.silu_and_mul"
 ROTARY, ROPE, ATTN = "_C.rotary_embedding", "vllm.rope", "vllm.unified_attention_with_output"

@@ -10,8 +10,6 @@ from .engine.explain import diverging_ranks, explain
 from .engine.infer import Context, compute_out_rel
 from .engine.outputs import is_held
 from .engine.layers import layer_table
-from .engine.normalise import (bias_after_rows, drop_identities, fold_constants, fuse_expressions, round_fills, widen_fills, masked_softmax, scale_into_product,
-                               scalar_forms, slices_of_concats)
 from .engine.result import VerifyResult
 from .errors import InputError, ShapeError
 from .gcpause import collector_paused
@@ -22,6 +20,8 @@ from .ir.graph import Graph
 from .ir.ops import fmt_shape
 from .ir.relation import RelationFile, load_relation, parse_relation_text, relation_yaml
 from .ir.semantics import normalize_term, term_dtype, term_shape
+from .ir.values import value_ranges
+from .passes import run_pipeline
 from .plugins import Plugins, load_plugins
 
 PathLike = str | Path
@@ -58,24 +58,8 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
             with collector_paused():
                 graphs.append(plugins.frontend(fe).load(req))
     g_s, g_d = graphs
-    fused = [{n.op for n in g.nodes if getattr(reg.get(n.op), "biased", ())} for g in graphs]
-    for g in graphs:
-        if fused[0] != fused[1]:  # one program writes a fused product + bias the other does not: its pieces
-            bias_after_rows(g, reg, cx)  # reshape(addmm(b, x, w)) -> reshape(mm(x, w)) + b (engine/normalise.py)
-        round_fills(g, reg, cx)  # a float32 fill of 1e-6 holds float32(1e-6) (engine/normalise.py)
-        slices_of_concats(g, reg, cx)  # cat(a, b)[i:j] within a -> a[i:j] (engine/normalise.py)
-        fold_constants(g, reg, cx, other=g_d if g is g_s else g_s)  # constants computed by ops -> hlo.literal, as
-        # the HLO frontend folds them, beside a program that holds such literals (engine/normalise.py)
-        fuse_expressions(g, reg, cx, other=g_d if g is g_s else g_s)  # HF's RMSNorm spelt out in ATen ops, where
-        # the other program does not spell it out alike -> aten.hf_rms_norm (engine/normalise.py)
-        g.assumed = masked_softmax(g, reg, cx, value_ranges(g, rel.ranges if g is g_s else rel.leaf_ranges(), reg),
-                                   rel.assume.get("masked_scores_within"))  # an added mask as selected (normalise.py)
-        widen_fills(g, reg, cx, other=g_d if g is g_s else g_s)  # where(m, full([], 0), ...) beside HLO's select
-        # of fills of the mask's shape: the fills widened (engine/normalise.py)
-        drop_identities(g, reg, cx)  # x + 0, x * 1 (engine/normalise.py)
-        scalar_forms(g, reg, cx)  # x * c, x / c for a constant c: mul.Scalar
-        scale_into_product(g, reg, cx, other=g_d if g is g_s else g_s)  # (x @ y) * c -> (x * c) @ y beside another
-        # dialect's program (engine/normalise.py)
+    # the graph passes (graphguard/passes: the pipeline, and those the loaded bridge packs add), on G_s then G_d
+    run_pipeline(plugins.passes, g_s, g_d, reg, cx, rel)
     check_relation(g_s, g_d, rel, plugins, cx)
     return g_s, g_d, rel, plugins
 
@@ -245,27 +229,6 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
         apply_check(result, g_s)
         result.timings["check"] = time.monotonic() - t_check
     return result
-
-
-def value_ranges(g: Graph, ranges: dict[str, tuple[int, int]], reg) -> dict[str, tuple[int, int]]:
-    """The stated value ranges of ``g``'s inputs carried forward through data movement (every output entry a
-    copy of an entry of input 0) and concat/identity: the tensors holding only values of ranged inputs."""
-    if not ranges:
-        return {}
-    out = dict(ranges)
-    for n in g.topo_order():
-        op = reg.get(n.op)
-        if op is None or len(n.outputs) != 1:
-            continue
-        if op.data_movement:
-            ins = [out.get(n.inputs[0])] if n.inputs else [None]
-        elif n.op in ("core.concat", "core.identity"):
-            ins = [out.get(i) for i in n.inputs]
-        else:
-            continue
-        if ins and None not in ins:
-            out[n.outputs[0]] = (min(r[0] for r in ins), max(r[1] for r in ins))
-    return out
 
 
 def partial_allowed(rel: RelationFile, allow_partial=False) -> bool | frozenset[str]:

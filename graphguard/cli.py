@@ -255,7 +255,7 @@ def lemmas_check(ctx, trials, seed, refs):
     forms = 0
     rows = 0
     for op in (o for o in pl.registry if (o.identity or o.scalar_form or o.rows or o.biased) and not refs):
-        for check in (check_identity, check_scalar_form, check_rows, check_biased):  # normalise.py's, relayout.py's
+        for check in (check_identity, check_scalar_form, check_rows, check_biased):  # graphguard/passes', relayout.py's
             for name, n, why in check(op, pl.registry, seed=seed, trials=trials):
                 idents += check is check_identity
                 forms += check in (check_scalar_form, check_biased)

@@ -52,3 +52,13 @@ def graphguard_collective_ops() -> dict:
     process-group name; optionally ``"arg_attrs": {"dim": 1}``, attributes read from arguments (by index; a
     negative ``dim`` counts from the end of the input's rank). Tensor argument 0 is the input; the result is
     the collective's output."""
+
+
+@hookspec
+def graphguard_passes() -> list:
+    """Graph passes (:class:`graphguard.passes.Pass`) this plugin adds to the pipeline both programs go through
+    before proving (``graphguard/passes/__init__.py``: ``PIPELINE``): an alignment pass that moves one dialect's
+    program toward another's belongs to the bridge pack between the two. Each names the pass it runs ``after``
+    (None: at the end) and its ``requires``, which an earlier pass must ensure (checked when the plugins load);
+    it mutates the graph only through :meth:`Graph.rewrite` / ``insert_node`` / ``remove_nodes`` and the program
+    is validated again after it."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -20,6 +20,7 @@ import pluggy
 from . import hookspecs
 from .errors import GraphGuardError
 from .ir.ops import Registry, builtin_ops
+from .passes import PIPELINE, build_pipeline
 
 GROUPS = ("graphguard.frontends", "graphguard.lemma_packs")
 
@@ -31,6 +32,7 @@ class Plugins:
     lemmas: list
     frontends: dict
     loaded: list[tuple[str, str, str]] = field(default_factory=list)  # (group, name, module)
+    passes: list = field(default_factory=lambda: list(PIPELINE))  # the graph passes, in order (graphguard/passes)
 
     def frontend(self, name: str):
         fe = self.frontends.get(name)
@@ -176,4 +178,6 @@ def load_plugins(disabled: frozenset[str] = frozenset(), extra: tuple = (), gate
     for fes in pm.hook.graphguard_frontends():
         for fe in fes or []:
             frontends[fe.name] = fe
-    return Plugins(reg, compiled, frontends, loaded)
+    contributed = [replace(p, source=names.get(id(impl.plugin), "?"))
+                   for impl in pm.hook.graphguard_passes.get_hookimpls() for p in impl.function() or []]
+    return Plugins(reg, compiled, frontends, loaded, build_pipeline(PIPELINE, contributed))

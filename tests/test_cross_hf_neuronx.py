@@ -133,7 +133,7 @@ def test_mask_comparisons_twins_not_proved():
                  " dimensions=[0, 2]))", _MASK, _MASK_DT)  # or for and
 
 
-# normalise.fold_constants: HF's exp(arange(D / 2) * c) is the hlo.literal NeuronX's exponential(iota * c) folds into
+# fold_constants (lemma_packs/aten_hlo/passes.py): HF's exp(arange(D / 2) * c) is the hlo.literal NeuronX's exponential(iota * c) folds into
 def _literals(g):
     return sorted(n.attrs["values"] for n in g.nodes if n.op == "hlo.literal" and n.attrs["dtype"] == "float32")
 
@@ -151,7 +151,7 @@ def _small_graph(reg, cx, literal=False):
 
 
 def test_fold_needs_a_program_with_literals():
-    from graphguard.engine.normalise import fold_constants
+    from lemma_packs.aten_hlo.passes import fold_constants
     from graphguard.ir import scalar as S
     from graphguard.plugins import load_plugins
     reg, cx = load_plugins().registry, S.Constraints()
@@ -212,7 +212,7 @@ def test_hf_rms_norm_collapsed_before_proving(tmp_path):
     fused = [n for n in g_s.nodes if n.op == HF]
     assert len(fused) == 3 and not any(n.op == "aten.rsqrt" for n in g_s.nodes)
     # two HF programs keep theirs (their operators meet one by one)
-    from graphguard.engine.normalise import fuse_expressions
+    from graphguard.passes import fuse_expressions
     from graphguard.frontends.ir.load import load_graph
     from graphguard.ir import scalar as S
     from graphguard.plugins import load_plugins

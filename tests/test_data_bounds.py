@@ -19,7 +19,7 @@ import torch  # noqa: E402
 import graphguard  # noqa: E402
 import graphguard.torch as ggt  # noqa: E402
 from conftest import EXAMPLES  # noqa: E402
-from graphguard.engine.normalise import slices_of_concats  # noqa: E402
+from graphguard.passes import slices_of_concats  # noqa: E402
 from graphguard.errors import InputError  # noqa: E402
 from graphguard.frontends.fx.model_file import load_model_file  # noqa: E402
 from graphguard.frontends.fx.relations import _forward_only  # noqa: E402

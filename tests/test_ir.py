@@ -104,7 +104,7 @@ def test_repeated_nodes_inferred_once_with_their_own_terms(plugins, cx):
 
 def test_reinfer_after_a_rewrite(plugins, cx):
     """``x * 1`` becomes ``identity(x)``: checked again in place, the constant no longer read."""
-    from graphguard.engine.normalise import drop_identities
+    from graphguard.passes import drop_identities
     from graphguard.ir.serde import graph_from_dict
     doc = {"graphguard": 1, "inputs": [{"name": "x", "shape": [2, 3]}], "outputs": ["y"],
            "nodes": [{"op": "aten.full", "inputs": [], "outputs": ["one"],

@@ -224,7 +224,7 @@ def test_buffer_written_through_views(plugins, write_all):
     assert res.verdict == ("refines" if write_all else "does-not-refine")
 
 
-# -- OpDef.biased: reshape(addmm(b, x, w)) -> add(reshape(mm(x, w)), b) before proving (engine/normalise.py) -------
+# -- OpDef.biased: reshape(addmm(b, x, w)) -> add(reshape(mm(x, w)), b) before proving (graphguard/passes) ------------
 
 def test_biased_declarations_are_fuzzed(plugins):
     """addmm's declaration passes the fuzzer; false ones (another alpha, a subtraction) are caught."""
@@ -268,7 +268,7 @@ def test_bias_after_rows(plugins, bias_shape, beta, readers, view_to, rewritten)
     node's source line."""
     import numpy as np
 
-    from graphguard.engine.normalise import bias_after_rows
+    from graphguard.passes import bias_after_rows
     from graphguard.engine.replay import run_graph
     from graphguard.ir.scalar import Constraints
     reg, cx = plugins.registry, Constraints()
@@ -288,7 +288,7 @@ def test_bias_after_rows(plugins, bias_shape, beta, readers, view_to, rewritten)
         np.testing.assert_allclose(got[o], want[o], rtol=1e-12, atol=1e-12)
 
 
-# -- round_fills: a float fill holds its number rounded to its dtype (engine/normalise.py) -----------------------
+# -- round_fills: a float fill holds its number rounded to its dtype (graphguard/passes) ----------------------------
 
 def _fill_graph(value, dtype):
     from graphguard.ir.builder import GraphBuilder
@@ -311,7 +311,7 @@ def test_round_fills_rounds_to_the_dtype(plugins, value, dtype, rounded):
 
     import numpy as np
 
-    from graphguard.engine.normalise import round_fills
+    from graphguard.passes import round_fills
     from graphguard.engine.replay import run_graph
     from graphguard.ir.scalar import Constraints
     reg, cx = plugins.registry, Constraints()
@@ -333,7 +333,7 @@ def test_round_fills_keeps_different_values_apart(plugins):
     """Two float32 constants one float32 step apart stay two values."""
     import numpy as np
 
-    from graphguard.engine.normalise import round_fills
+    from graphguard.passes import round_fills
     from graphguard.ir.scalar import Constraints
     reg, cx = plugins.registry, Constraints()
     a = float(np.float32(1e-6))
@@ -347,7 +347,7 @@ def test_round_fills_keeps_different_values_apart(plugins):
 def test_round_fills_rounds_the_terms_too(plugins):
     """The rounded value is what the engine reads: the node's term, not only its attribute (a fill's term
     keeping the decimal left two programs' eps constants apart when nothing else re-inferred the graph)."""
-    from graphguard.engine.normalise import round_fills
+    from graphguard.passes import round_fills
     from graphguard.ir.expr import to_text
     from graphguard.ir.scalar import Constraints
     reg, cx = plugins.registry, Constraints()
@@ -356,7 +356,7 @@ def test_round_fills_rounds_the_terms_too(plugins):
     assert "8796093/8796093022208" in to_text(g.node_terms(g.nodes[0])[0])
 
 
-# -- widen_fills: a fill read by broadcasting ops of one shape takes that shape (engine/normalise.py) --------
+# -- widen_fills: a fill read by broadcasting ops of one shape takes that shape (graphguard/passes) -------------
 
 def _where_graph(extra_reader: bool = False):
     from graphguard.ir.builder import GraphBuilder
@@ -392,7 +392,7 @@ def _hlo_beside():
 def test_widen_fills(plugins, beside, extra_reader, widened):
     import numpy as np
 
-    from graphguard.engine.normalise import widen_fills
+    from graphguard.passes import widen_fills
     from graphguard.engine.replay import run_graph
     from graphguard.ir.scalar import Constraints
     reg, cx = plugins.registry, Constraints()
@@ -409,7 +409,7 @@ def test_widen_fills(plugins, beside, extra_reader, widened):
         assert got[o].dtype == want[o].dtype
 
 
-# -- masked_softmax: a mask added to the scores, or selected in their place (engine/normalise.py) -----------------
+# -- masked_softmax: a mask added to the scores, or selected in their place (graphguard/passes) ----------------------
 
 def _masked_softmax_graph(fill=-30000, mask="interval"):
     """HF's eager attention over a causal and left-padding mask: softmax(S + where(key <= q & key >= start, 0,
@@ -457,7 +457,7 @@ def test_masked_softmax(plugins, bound, ranges, fill, mask, rewritten):
     import numpy as np
 
     from graphguard.api import value_ranges
-    from graphguard.engine.normalise import masked_softmax
+    from lemma_packs.aten_hlo.passes import masked_softmax
     from graphguard.engine.replay import run_graph
     from graphguard.ir.scalar import Constraints
     reg, cx = plugins.registry, Constraints()
@@ -485,7 +485,7 @@ def test_masked_softmax_differs_on_a_padding_row_without_a_key(plugins):
     made (above), and here is the difference it would hide."""
     import numpy as np
 
-    from graphguard.engine.normalise import masked_softmax
+    from lemma_packs.aten_hlo.passes import masked_softmax
     from graphguard.engine.replay import run_graph
     from graphguard.ir.scalar import Constraints
     reg, cx = plugins.registry, Constraints()
@@ -510,7 +510,7 @@ def test_the_relation_states_assumptions_by_name(plugins):
             parse_relation_text("inputs:\n  x: x@0\n" + bad, "r", plugins.registry)
 
 
-# -- scale_into_product: (x @ y) * c -> (x * c) @ y beside another framework's program (engine/normalise.py) -------
+# -- scale_into_product: (x @ y) * c -> (x * c) @ y beside another framework's program (graphguard/passes) ------------
 
 def _scaled_scores(read_product_too=False):
     from graphguard.ir.builder import GraphBuilder
@@ -553,7 +553,7 @@ def _hlo_program(scaled=True):
 def test_scale_into_product(plugins, beside, read_product_too, moved):
     import numpy as np
 
-    from graphguard.engine.normalise import scale_into_product
+    from lemma_packs.aten_hlo.passes import scale_into_product
     from graphguard.engine.replay import run_graph
     from graphguard.ir.scalar import Constraints
     reg, cx = plugins.registry, Constraints()

@@ -28,7 +28,7 @@ class M(torch.nn.Module):
     def __init__(self, world=1):
         super().__init__()
         self.world = world
-        self.up = torch.nn.Linear(8, 16 // world)  # fx: view, addmm, view (engine/normalise.py: bias_after_rows)
+        self.up = torch.nn.Linear(8, 16 // world)  # fx: view, addmm, view (graphguard/passes/bias.py)
         self.down = torch.nn.Linear(16 // world, 8, bias=False)
     def forward(self, x):
         y = self.down(torch.sigmoid(self.up(x)) * self.up(x) / 3.0)  # (Div by a constant: fx's mul.Scalar)

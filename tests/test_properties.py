@@ -245,7 +245,7 @@ def test_scalar_factors_through_linear_ops_and_not_others():
                       shapes)
 
 
-# -- scalar forms (engine/normalise.py): x * c, x / c for a constant c are mul.Scalar before proving ------------
+# -- scalar forms (graphguard/passes): x * c, x / c for a constant c are mul.Scalar before proving ------------
 
 def _factor_around_all_reduce(plugins, put, take, left=False, take_op="aten.div.Tensor", dtype="float32"):
     """G_s: Y = gelu(X @ W). G_d: each rank's partial product times the constant ``put`` (a ``scalar_tensor``;
@@ -350,7 +350,7 @@ def test_every_copy_of_a_replicated_input_reaches_a_deferred_operators_readers(p
 def test_scalar_forms_need_a_constant_that_holds_the_factor(plugins):
     """Only a constant that holds its number exactly becomes a scalar form: an integer constant of 1/2 holds 0
     (and 0 * x is no factor to take back); a float16 constant of 2049 holds 2048."""
-    from graphguard.engine.normalise import holds
+    from graphguard.ir.values import holds
     from fractions import Fraction
     assert holds("float32", Fraction(1, 4)) and holds("int64", Fraction(3)) and holds(None, Fraction(2))
     assert not holds("int64", Fraction(1, 2)) and not holds("float16", Fraction(2049))
@@ -749,7 +749,7 @@ def test_new_aten_ops_are_captured_and_match_torch(plugins):
         assert np.allclose(np.asarray(got, dtype=np.float64), want.numpy().astype(np.float64)), name
 
 
-# -- identity elements (engine/normalise.py): x + 0, x * 1 dropped before proving ------------------------------
+# -- identity elements (graphguard/passes): x + 0, x * 1 dropped before proving ------------------------------
 
 def _partial_sum_from(fill, fill_op="aten.full", alpha=1):
     """Y = X @ W in G_s; on each rank Z = C + X@r @ W@r, a partial sum started from a constant C (Y is their

@@ -51,11 +51,10 @@ GIVE_UPS = {  # module -> caps above which a prover claims nothing
     "graphguard.engine.memo": ("MAX_ENTRIES",),
     "graphguard.engine.egraph": ("MAX_OPTIONAL_ARITY",),
     "graphguard.engine.explain": ("MAX_NEIGHBOURS", "MAX_HOPS"),  # (the report's drawing and hint, not a proof)
-    "graphguard.engine.normalise": ("MAX_EXP",),  # (a float's exponent range, not a size)
 }
 # caps whose forcing to 0 makes every run a bad input rather than a run without the shortcut (their value is a
 # dtype table, an arity the e-graph declares ops for): forced only where a number is meaningful
-NOT_FORCED = {("graphguard.engine.normalise", "MAX_EXP"), ("graphguard.engine.egraph", "MAX_OPTIONAL_ARITY")}
+NOT_FORCED = {("graphguard.engine.egraph", "MAX_OPTIONAL_ARITY")}
 
 PROVING = {
     "row-parallel": lambda p: _row_parallel(p),

@@ -138,7 +138,7 @@ def capture(tp: int, out, make: Path = MAKE, variant: str = "ok", kv_map=None, o
     rel["inputs"] = {k: v for k, v in rel["inputs"].items() if k in used}  # (--outputs cache reads fewer inputs)
     # a decode step's positions: the new tokens at P.. (after the cache), every row's padding within the cache
     # (its first valid position at most P) -- so every query row keeps a key; and the attention scores within
-    # +-14000, so NeuronX's -30000 underflows either way (the masked-softmax normal form, engine/normalise.py)
+    # +-14000, so NeuronX's -30000 underflows either way (the masked-softmax pass, lemma_packs/aten_hlo/passes.py)
     ranges = {"cache_ids": f"[{hf_model.P}, {hf_model.T})", "start_ids": f"[0, {hf_model.P}]"}
     rel["ranges"] = {k: v for k, v in ranges.items() if k in used}
     if "start_ids" in used:

@@ -361,7 +361,7 @@ def _through_movement(op, move: str, attr: str, var: str, examples):
 @family(1218, "fused-expression")
 def fused_expression(op, reg):  # the expression an op fuses (OpDef.fuses) -> op(x0, x1, ...)
     """The expression an op declares it computes (``fuses``: HF's RMSNorm spelt out in ATen ops) is that op.
-    normalise.fuse_expressions collapses the expression in the graphs with this lemma's two sides before
+    passes.fusion.fuse_expressions collapses the expression in the graphs with this lemma's two sides before
     proving; as a lemma it is what ``lemmas check`` fuzzes (the declaration's soundness)."""
     if not op.fuses:
         return

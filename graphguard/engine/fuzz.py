@@ -481,7 +481,7 @@ def _declaration_rngs(seed: int, k: int, name: str) -> tuple[random.Random, np.r
 
 
 def check_identity(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS) -> list[tuple[str, int, str | None]]:
-    """Each ``identity`` declaration of ``op`` (:mod:`graphguard.engine.normalise` drops the op where it holds)
+    """Each ``identity`` declaration of ``op`` (:mod:`graphguard.passes.identities` drops the op where it holds)
     fuzzed: ``op`` of x and a constant of the identity value -- of x's shape or 0-dim, in x's dtype or another
     -- equals x wherever the result keeps x's shape and dtype, over every dtype, empty and size-1 dims, and
     0, -0.0, inf, NaN mixed into x. Returns ``(name, instances, failure or None)`` per declaration."""
@@ -581,7 +581,7 @@ SCALAR_FORM_VALUES = (2, -3, Fraction(1, 2), Fraction(-1, 4), 8, 1, 0, 12, Fract
 
 
 def check_scalar_form(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS) -> list[tuple[str, int, str | None]]:
-    """Each ``scalar_form`` declaration of ``op`` (:mod:`graphguard.engine.normalise` rewrites the op where it
+    """Each ``scalar_form`` declaration of ``op`` (:mod:`graphguard.passes.scalars` rewrites the op where it
     holds) fuzzed: ``op`` of x and a constant c -- of x's shape or 0-dim, in a float or integer dtype that holds
     it -- equals the scalar op of x with its attribute c ** power, wherever neither result changes x's floating
     dtype (as the rewrite requires), over empty and size-1 dims and 0, -0.0, inf, NaN mixed into x. Returns
@@ -593,7 +593,7 @@ def check_scalar_form(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIA
 
 def _check_scalar_form(op, reg: Registry, seed: int, trials: int) -> list[tuple[str, int, str | None]]:
     from ..ir.ops import normalize_attrs
-    from .normalise import holds
+    from ..ir.values import holds
     out = []
     for k, (pos, name, attr, power) in enumerate(op.scalar_form):
         label = f"scalar-form[{op.name}#{k}]"
@@ -641,7 +641,7 @@ def _check_scalar_form(op, reg: Registry, seed: int, trials: int) -> list[tuple[
 
 
 def check_biased(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS) -> list[tuple[str, int, str | None]]:
-    """The ``biased`` declaration of ``op`` (``(product, add, attrs)``; :func:`graphguard.engine.normalise.bias_after_rows`
+    """The ``biased`` declaration of ``op`` (``(product, add, attrs)``; :func:`graphguard.passes.bias.bias_after_rows`
     rewrites the op where it holds) fuzzed: under those attributes, ``op(c, a, b)`` equals ``add(product(a, b), c)``
     for a row bias c (``[n]``, ``[1, n]``), matrices with empty and size-1 dims, every float dtype, 0, -0.0, inf,
     NaN mixed in. Returns ``[(name, instances, failure or None)]``."""

@@ -10,7 +10,10 @@ attributes, every tensor is defined exactly once (graph input or node output) be
 shapes infer (and agree with declared ones), every dtype is a known name (:data:`~graphguard.ir.ops.DTYPES`)
 and follows the ops' dtype rules (a declared dtype must agree; clean ops and collectives keep their
 inputs' one dtype), and ranks are consistent. Mutate a graph only through
-:meth:`add_input` / :meth:`add_node` / :attr:`outputs`, then call :meth:`validate`.
+:meth:`add_input` / :meth:`add_node` / :attr:`outputs`, then call :meth:`validate`. A validated graph is
+rewritten (the graph passes, :mod:`graphguard.passes`) through :meth:`rewrite` / :meth:`insert_node` /
+:meth:`remove_nodes`, then :meth:`revalidate`; until then the producers', readers' and terms' tables are those
+of the last validation.
 """
 from __future__ import annotations
 
@@ -84,6 +87,9 @@ class Graph:
         self.world_size: int | None = None
         self.repeat: tuple[str, int, int] | None = None  # (layers' module path, count, the layer traced): copied (fx repeat)
         self._terms: dict[str, Term] = {}
+        self._edited: dict[int, tuple[Node, list[str]]] = {}  # rewritten in place: id -> (node, inputs before)
+        self._inserts: dict[int, list[Node]] = {}  # id of a node (0: the end) -> nodes to place after it
+        self._restructured = False  # nodes added, removed or outputs renamed since the last validation
 
     # -- construction ---------------------------------------------------------------------------
     def add_input(self, name: str, shape, dtype: str = "float32") -> str:
@@ -100,7 +106,91 @@ class Graph:
                     module)
         node._declared = shapes or {}  # type: ignore[attr-defined]
         self.nodes.append(node)
+        self._restructured = True
         return node
+
+    # -- rewriting a validated graph (graph passes), then revalidate --------------------------------
+    def rewrite(self, node: Node, *, op: str | None = None, inputs: list[str] | None = None,
+                attrs: dict | None = None, outputs: list[str] | None = None) -> Node:
+        """Change ``node`` in place: its operator, inputs, attributes or output names (a new output name is
+        the tensor it writes from now on; its info is inferred again by :meth:`revalidate`)."""
+        if id(node) not in self._edited:
+            self._edited[id(node)] = (node, list(node.inputs))
+        if op is not None:
+            node.op = op
+        if inputs is not None:
+            node.inputs = list(inputs)
+        if attrs is not None:
+            node.attrs = dict(attrs)
+        if outputs is not None and list(outputs) != node.outputs:
+            for old, new in zip(node.outputs, outputs):
+                if new not in self.tensors and old in self.tensors:  # (a placeholder: names stay unique)
+                    self.tensors[new] = TensorInfo(new, self.tensors[old].shape, self.tensors[old].dtype)
+            node.outputs = list(outputs)
+            self._restructured = True
+        return node
+
+    def insert_node(self, after: Node | None, op: str, inputs: list[str], outputs: list[str],
+                    attrs: dict | None = None, name: str = "", loc: str | None = None, func: str | None = None,
+                    module: str | None = None) -> Node:
+        """A new node placed right after node ``after`` (None: at the end) when the graph is revalidated."""
+        node = Node(op, list(inputs), list(outputs), dict(attrs or {}), name or f"n{len(self.nodes)}", loc, func,
+                    module)
+        node._declared = {}  # type: ignore[attr-defined]
+        for o in outputs:
+            self.tensors.setdefault(o, TensorInfo(o, (), "float32"))  # (a placeholder: names stay unique)
+        self._inserts.setdefault(0 if after is None else id(after), []).append(node)
+        self._restructured = True
+        return node
+
+    def remove_nodes(self, nodes) -> None:
+        """Drop ``nodes`` and the tensors they write."""
+        gone = {id(n) for n in nodes}
+        if not gone:
+            return
+        self.nodes = [n for n in self.nodes if id(n) not in gone]
+        for n in nodes:
+            for o in n.outputs:
+                self.tensors.pop(o, None)
+        self._restructured = True
+
+    def revalidate(self, reg: Registry, cx: Constraints) -> "Graph":
+        """Check the graph after :meth:`rewrite` / :meth:`insert_node` / :meth:`remove_nodes`: nodes rewritten
+        in place, keeping their outputs and reading tensors defined before them, are inferred again (their
+        terms) and the readers' table updated -- the order stays topological; where nodes were added, removed
+        or renamed their outputs, where a node reads a tensor not defined before it, or where an output's
+        shape or dtype came out different, the whole graph is validated again."""
+        edited = list(self._edited.values())
+        if self._restructured or self._inserts:
+            return self.validate(reg, cx)
+        self._edited = {}
+        if not edited:
+            return self
+        pos = None
+        for n, before in edited:
+            new = [i for i in n.inputs if i not in before]
+            if new:
+                if pos is None:
+                    pos = {id(x): k for k, x in enumerate(self._order)}
+                    ins = set(self.inputs)
+                if any(i not in ins and (i not in self.producer or
+                                         pos.get(id(self.producer[i]), len(pos)) >= pos.get(id(n), -1))
+                       for i in new):
+                    return self.validate(reg, cx)
+        outs = {o: self.tensors[o] for n, _ in edited for o in n.outputs}
+        for n, before in edited:
+            self._infer(n, reg, cx)
+            for i in dict.fromkeys(before):
+                if i not in n.inputs:
+                    self.consumers[i] = [c for c in self.consumers.get(i, []) if c is not n]
+            for i in dict.fromkeys(n.inputs):
+                if i not in before:
+                    self.consumers.setdefault(i, []).append(n)
+        if any(self.tensors[o] != t for o, t in outs.items()):
+            return self.validate(reg, cx)
+        if any(not n.inputs or not before for n, before in edited):
+            self.sources = [n for n in self.nodes if not n.inputs]
+        return self
 
     @property
     def distributed(self) -> bool:
@@ -123,6 +213,10 @@ class Graph:
     # -- lint -----------------------------------------------------------------------------------
     def validate(self, reg: Registry, cx: Constraints) -> "Graph":
         src = self.source
+        if self._inserts:  # (nodes inserted by a rewrite take their places)
+            ins, self._inserts = self._inserts, {}
+            self.nodes = [y for x in self.nodes for y in (x, *ins.get(id(x), ()))] + ins.get(0, [])
+        self._edited, self._restructured = {}, False
         defined: dict[str, str] = {t: "input" for t in self.inputs}
         for n in self.nodes:
             if not n.outputs:
@@ -170,22 +264,6 @@ class Graph:
             self._infer_memo(n, reg, cx, memo)
         if self.distributed:
             self._check_world()
-        return self
-
-    def reinfer(self, nodes: list[Node], reg: Registry, cx: Constraints, dropped: list[str | None] | None = None
-                ) -> "Graph":
-        """After ``nodes`` were rewritten in place (attributes, or reading a subset of their inputs: tensor
-        ``dropped[i]`` no longer read by ``nodes[i]``), meant to give outputs of unchanged shapes and dtypes:
-        infer them again (their terms) and update the readers' table -- the order stays topological (only
-        reads were removed). Where an output's shape or dtype came out different, the whole graph is
-        validated again."""
-        before = {o: self.tensors[o] for n in nodes for o in n.outputs}
-        for n, gone in zip(nodes, dropped or [None] * len(nodes)):
-            self._infer(n, reg, cx)
-            if gone is not None and gone not in n.inputs:
-                self.consumers[gone] = [c for c in self.consumers.get(gone, []) if c is not n]
-        if any(self.tensors[o] != t for o, t in before.items()):
-            return self.validate(reg, cx)
         return self
 
     def _check_world(self) -> None:

@@ -198,15 +198,15 @@ class OpDef:
     checks that permuting the input's rows permutes the output's.
     ``identity``: ``((input, value, attrs), ...)`` -- that input filled with ``value`` (under those attribute
     values) makes the op return its other input (``x + 0``, ``x * 1``) where shape and dtype stay the same;
-    :mod:`graphguard.engine.normalise` drops such ops before proving, and the fuzzer checks the declaration.
+    :mod:`graphguard.passes.identities` drops such ops before proving, and the fuzzer checks the declaration.
     ``fill``: an op without tensor inputs whose every entry is its number attribute of that name (a constant).
     ``scalar_form``: ``((input, op, attr, power), ...)`` -- that input a constant c makes the op the scalar op
     ``op`` of its other input with number attribute ``attr`` = c ** power (``x * c`` is ``mul.Scalar(x, c)``,
-    ``x / c`` is ``mul.Scalar(x, 1 / c)``) where shape and dtype stay the same; :mod:`graphguard.engine.normalise`
+    ``x / c`` is ``mul.Scalar(x, 1 / c)``) where shape and dtype stay the same; :mod:`graphguard.passes.scalars`
     rewrites such ops before proving, and the fuzzer checks the declaration.
     ``biased``: ``(product, add, attrs)`` -- under those attribute values the op is ``add(product(in1, in2), in0)``
     (``addmm`` = ``add.Tensor(mm(a, b), c)``). Where its output is read only by a reshape that keeps the last dim
-    and its bias is a row (``[n]``, ``[1, n]``), :mod:`graphguard.engine.normalise` makes it the product, the
+    and its bias is a row (``[n]``, ``[1, n]``), :mod:`graphguard.passes.bias` makes it the product, the
     reshape, then the add of the bias (an ``nn.Linear`` captured by fx, then, has the pieces of its ONNX export);
     the fuzzer checks the declaration.
     """
@@ -247,7 +247,7 @@ class OpDef:
     biased: tuple = ()
     # the expression this op computes, spelt out over ``?x0``, ``?x1``... (its tensor inputs) and ``?p_<attr>``
     # (its attributes), with a condition: where a graph computes that expression op by op, its intermediate
-    # tensors read only inside it, normalise.fuse_expressions collapses it into this one op (HF's RMSNorm's seven
+    # tensors read only inside it, passes.fusion.fuse_expressions collapses it into this one op (HF's RMSNorm's seven
     # ATen ops beside a kernel that fuses them); family 1218 states the identity, so ``lemmas check`` fuzzes it
     fuses: tuple[str, str] | tuple = ()
     # the elementwise function the op computes, by a name every dialect shares ("where", "le", "and", "exp"...):

@@ -465,7 +465,7 @@ SECTIONS = ("inputs", "symbols", "expect", "allow_partial", "ranges", "assume")
 ASSUMPTIONS = {
     "masked_scores_within": "every score a masked softmax reads lies in [-N, N] (a mask filled with a large "
                             "negative number: added to the scores, or selected in their place, gives the same "
-                            "probabilities where every row keeps a key; engine/normalise.py masked_softmax)",
+                            "probabilities where every row keeps a key; the aten-hlo pack's masked_softmax pass)",
 }
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from ...ir.expr import Leaf, Term, leaves
 from ...ir.graph import Node
 from ...ir.semantics import term_eval
-from ..normalise import identities
+from ...ir.values import identities
 from .layout import concrete, is_movement, labelled
 from .replicas import replica_labels
 

@@ -66,6 +66,8 @@ API = {"spec", "impl", "inputs", "relation", "expect", "dynamic_dims"}
 
 PRELUDE = '''
 
+import math as _gg_math
+
 import torch as _gg_torch
 import torch.distributed as _gg_dist
 import torch.distributed._functional_collectives as _gg_funcol
@@ -335,6 +337,19 @@ def _gg_h_ar_loop(x, op, g):  # all-reduce: all-gather the flattened tensor, add
     return out.reshape(x.shape)
 
 
+def _gg_h_ar_loop_short(x, op, g):  # bug: the loop of additions stops one rank short
+    if op not in ("sum", "avg", "max"):
+        return _gg_funcol.all_reduce(x, op, g)
+    w = _gg_ws(g)
+    y = _gg_funcol.all_gather_tensor(x.reshape(1, -1), 0, g)
+    out = y[0]
+    for i in range(1, w - 1):
+        out = _gg_torch.maximum(out, y[i]) if op == "max" else out + y[i]
+    if op == "avg":
+        out = out / w
+    return out.reshape(x.shape)
+
+
 def _gg_h_ar_a2a(x, op, g):  # all-reduce: all-to-all (each rank reduces one chunk of everyone's), all-gather
     if op not in ("sum", "avg", "max"):
         return _gg_funcol.all_reduce(x, op, g)
@@ -454,7 +469,8 @@ def _gg_h_relu_scaled(x, c):  # relu(x / c) * c: c > 0 is the identity on relu (
 
 
 def _gg_h_relu_rowscale(x):  # relu(x / s) * s with a positive per-row scale s (as quantisation scales)
-    s = x.abs().amax(-1, keepdim=True) + 1
+    # (detached, as scales are; with it, abs's backward is aten.sign: no operator graphguard knows, capture fails)
+    s = x.detach().abs().amax(-1, keepdim=True) + 1
     return _gg_torch.relu(x / s) * s
 
 
@@ -478,33 +494,37 @@ def _gg_h_mse_pow_sum(a, y, reduction="mean"):  # (a - y).pow(2).sum() / a.numel
     return (a - y).pow(2).sum() / a.numel()
 
 
-def _gg_h_rope_offset(cos, sin, delta):  # the RoPE tables of positions p + delta from those of p (angle addition)
-    hd = cos.shape[-1]
-    inv = 1.0 / (10000 ** (_gg_torch.arange(0, hd, 2, dtype=cos.dtype, device=cos.device) / hd))
-    a = _gg_torch.cat((inv, inv)) * delta
-    cd, sd = a.cos(), a.sin()
+def _gg_h_mse_rows(a, y, reduction="mean"):  # bug: (a - y).pow(2).sum() / a.shape[0] (per row, not per entry)
+    if reduction != "mean":
+        return _gg_torch.nn.functional.mse_loss(a, y, reduction=reduction)
+    return (a - y).pow(2).sum() / a.shape[0]
+
+
+def _gg_h_rope_delta(cos, sin, delta):  # the cosine and sine of an extra phase of delta radians on every pair
+    # (a phase the same for every frequency: a position offset's per-frequency angles cannot be captured --
+    # torch.arange(0, hd, 2) is aten.arange.start_step, no operator graphguard knows; a.cos() / a.sin() of a
+    # tensor get nodes named cos / sin, which load_inputs refuses as 'cos@0' defined twice; torch.tensor of the
+    # Python values is a constant of more than one value -- capture failures, not what this rewrite asks)
+    return _gg_math.cos(delta), _gg_math.sin(delta)
+
+
+def _gg_h_rope_offset(cos, sin, delta):  # the RoPE tables with that phase added (angle addition)
+    cd, sd = _gg_h_rope_delta(cos, sin, delta)
     return cos * cd - sin * sd, sin * cd + cos * sd
 
 
-def _gg_h_rope_delta(cos, delta):  # the RoPE tables of the offset delta alone
-    hd = cos.shape[-1]
-    inv = 1.0 / (10000 ** (_gg_torch.arange(0, hd, 2, dtype=cos.dtype, device=cos.device) / hd))
-    a = _gg_torch.cat((inv, inv)) * delta
-    return a.cos(), a.sin()
-
-
 def _gg_h_rope(q, k, cos, sin, how):  # (apply_rope(q, cos, sin), apply_rope(k, cos, sin)) at shifted positions
-    if how == "offset":  # both at positions + 3
-        c, s = _gg_h_rope_offset(cos, sin, 3)
+    if how == "offset":  # both with tables shifted by the phase 0.3 (a rotation applied before theirs)
+        c, s = _gg_h_rope_offset(cos, sin, 0.3)
         return apply_rope(q, c, s), apply_rope(k, c, s)  # noqa: F821 -- the model file's (llama-tp)
-    if how == "twice":  # both rotated once more by the angles of 5 positions
-        c, s = _gg_h_rope_delta(cos, 5)
+    if how == "twice":  # both rotated once more, by the phase 0.5 (after theirs: q.k unchanged for any tables)
+        c, s = _gg_h_rope_delta(cos, sin, 0.5)
         return apply_rope(apply_rope(q, cos, sin), c, s), apply_rope(apply_rope(k, cos, sin), c, s)  # noqa: F821
-    if how == "q-only":  # bug: only q at positions + 3
-        c, s = _gg_h_rope_offset(cos, sin, 3)
+    if how == "q-only":  # bug: only q with the extra phase
+        c, s = _gg_h_rope_offset(cos, sin, 0.3)
         return apply_rope(q, c, s), apply_rope(k, cos, sin)  # noqa: F821
-    c3, s3 = _gg_h_rope_offset(cos, sin, 3)  # bug: q at + 3, k at + 5
-    c5, s5 = _gg_h_rope_offset(cos, sin, 5)
+    c3, s3 = _gg_h_rope_offset(cos, sin, 0.3)  # bug: q with the phase 0.3, k with 0.5
+    c5, s5 = _gg_h_rope_offset(cos, sin, 0.5)
     return apply_rope(q, c3, s3), apply_rope(k, c5, s5)  # noqa: F821
 
 
@@ -978,7 +998,7 @@ KINDS.update({k.name: k for k in [
     Kind("h-relu-scaled", True, _is_relu, lambda n: _call("_gg_h_relu_scaled", n.args[0], ast.Constant(4.0)),
          "relu(x / 4) * 4 (positive homogeneity)", **_H_COLL),
     Kind("h-relu-rowscale", True, _is_relu, lambda n: _call("_gg_h_relu_rowscale", n.args[0]),
-         "relu(x / s) * s, s = |x|.amax(-1) + 1 > 0", **_H_COLL),
+         "relu(x / s) * s, s = |x|.detach().amax(-1) + 1 > 0", **_H_COLL),
     Kind("h-square-scaled", True, _is_square, _square_rw, "x ** 2 as (x / 3) ** 2 * 3 ** 2", **_H_COLL),
     Kind("h-mse-scaled", True, _is_mse, _coll_helper("_gg_h_mse_scaled"), "mse_loss(a / 8, y / 8) * 8 ** 2",
          **_H_COLL),
@@ -986,10 +1006,8 @@ KINDS.update({k.name: k for k in [
          **_H_COLL),
     Kind("h-mse-pow-sum", True, _is_mse, _coll_helper("_gg_h_mse_pow_sum"),
          "mse_loss as (a - y).pow(2).sum() / a.numel()", **_H_COLL),
-    Kind("h-rope-offset", True, _is_rope_pair, _rope_rw("offset"),
-         "RoPE of q and k both at positions + 3 (tables by angle addition)", **_H_COLL),
     Kind("h-rope-twice", True, _is_rope_pair, _rope_rw("twice"),
-         "RoPE of q and k both rotated again by the angles of 5 positions", **_H_COLL),
+         "RoPE of q and k both rotated again, by the phase 0.5", **_H_COLL),
     Kind("h-kv-repeat-interleave", True, _is_kv_expand, _kv_rw("interleave"),
          "grouped-query k/v: x.repeat_interleave(rep, dim=1) for expand + reshape", **_H_COLL),
     Kind("h-kv-repeat", True, _is_kv_expand, _kv_rw("repeat"),
@@ -1007,6 +1025,10 @@ KINDS.update({k.name: k for k in [
     Kind("h-ag-as-ar-mirrored", False, lambda n: _is_coll(n, AG),
          _coll_helper("_gg_h_ag_reversed", "_gg_h_ag_reversed_autograd"),
          "all-gather as an all-reduce of zero-padded shards, each in the mirrored slot", per_example=4, **_H_COLL),
+    Kind("h-ar-as-ag-loop-short", False, lambda n: _is_coll(n, {"all_reduce"}), _coll_helper("_gg_h_ar_loop_short"),
+         "all-reduce as an all-gather and a loop of additions that stops one rank short", per_example=4, **_H_COLL),
+    Kind("h-mse-per-row", False, _is_mse, _coll_helper("_gg_h_mse_rows"),
+         "mse_loss as (a - y).pow(2).sum() / a.shape[0] (divided by the rows, not the entries)", **_H_COLL),
     Kind("h-seq-order-mismatch", False, lambda n: _is_seq_coll(n, AG), _order_rw("reverse", unorder=False),
          "the sequence gathered in reverse rank order and reduce-scattered in rank order",
          only=("gpt-tp-sp", "moe-tp"), all_sites=True, **_H_COLL),
@@ -1019,10 +1041,15 @@ KINDS.update({k.name: k for k in [
          only=("gpt-tp", "gpt-tp-vocab", "llama-tp"), per_example=4, **_H_COLL),
     Kind("h-relu-negative", False, _is_relu, lambda n: _call("_gg_h_relu_scaled", n.args[0], ast.Constant(-4.0)),
          "relu(x / c) * c with c = -4 < 0", **_H_COLL),
-    Kind("h-rope-q-only", False, _is_rope_pair, _rope_rw("q-only"), "RoPE offset by 3 positions on q only",
+    # (equal only when cos / sin are true rotation tables -- then the extra rotation commutes with theirs --, which
+    # the example's relation does not state: the tables are inputs, drawn arbitrary by the ground truth)
+    Kind("h-rope-offset-tables", False, _is_rope_pair, _rope_rw("offset"),
+         "RoPE of q and k both with tables shifted by a phase 0.3 (angle addition; the tables are inputs)",
+         **_H_COLL),
+    Kind("h-rope-q-only", False, _is_rope_pair, _rope_rw("q-only"), "RoPE with an extra phase on q only",
          **_H_COLL),
     Kind("h-rope-offsets-differ", False, _is_rope_pair, _rope_rw("differ"),
-         "RoPE offset by 3 positions on q and by 5 on k", **_H_COLL),
+         "RoPE with the extra phase 0.3 on q and 0.5 on k", **_H_COLL),
     Kind("h-moe-unmasked", False, lambda n: _is_gates(n) or _is_dispatch(n), _unmask_rw,
          "MoE dispatch and combine both without the top-k mask", all_sites=True, **_H_COLL),
 ]})

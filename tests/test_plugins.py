@@ -119,7 +119,7 @@ def test_one_hookspec_module_lists_every_extension_point():
     from graphguard import hookspecs
     hooks = sorted(n for n in dir(hookspecs) if n.startswith("graphguard_"))
     assert hooks == ["graphguard_collective_ops", "graphguard_frontends", "graphguard_lemma_functions",
-                     "graphguard_lemmas", "graphguard_ops"]
+                     "graphguard_lemmas", "graphguard_ops", "graphguard_passes"]
 
 
 @pytest.mark.parametrize("change,msg", [

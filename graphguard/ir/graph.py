@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import InputError, ShapeError
 from . import scalar as S
-from .expr import App, Leaf, Term, app, rank_of
+from .expr import VARIADIC, App, Leaf, Term, app, rank_of
 from .ops import DTYPES, OpDef, Registry, Shape, expand, fmt_shape, normalize_attrs, normalize_dims
 from .scalar import Constraints
 from .semantics import term_dtype, term_shape
@@ -213,9 +213,12 @@ class Graph:
     # -- lint -----------------------------------------------------------------------------------
     def validate(self, reg: Registry, cx: Constraints) -> "Graph":
         src = self.source
-        if self._inserts:  # (nodes inserted by a rewrite take their places)
-            ins, self._inserts = self._inserts, {}
-            self.nodes = [y for x in self.nodes for y in (x, *ins.get(id(x), ()))] + ins.get(0, [])
+        if self._inserts:  # (nodes inserted by a rewrite take their places; after a removed node: at the end)
+            ins, self._inserts, nodes = self._inserts, {}, []
+            for x in self.nodes:
+                nodes.append(x)
+                nodes += ins.pop(id(x), ())
+            self.nodes = nodes + [y for ys in ins.values() for y in ys]
         self._edited, self._restructured = {}, False
         defined: dict[str, str] = {t: "input" for t in self.inputs}
         for n in self.nodes:
@@ -325,6 +328,8 @@ class Graph:
         if op is None:
             raise InputError(f"{where}: unknown operator '{n.op}' (no loaded op definition or lemma pack "
                              f"provides it; see `graphguard plugins`)")
+        if op.name in VARIADIC and len(n.inputs) == 1:  # a one-operand concat / sum / max is its operand
+            op, n.attrs = reg.get("core.identity"), {}
         n.op = op.name
         if op.arity is not None and len(n.inputs) != op.arity:
             raise InputError(f"{where}: {op.name} takes {op.arity} input(s), got {len(n.inputs)}")

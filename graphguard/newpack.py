@@ -113,12 +113,16 @@ OPS = [
 LEMMAS = '''\
 """Lemmas of the ``$name`` pack: true identities over its operators, one line each.
 
-A lemma is ``$name:NUMBER``: numbers are unique within this pack only (another pack's lemma 1 is another lemma).
+A lemma is ``$name:NUMBER``: numbers are unique within this pack only (another pack's lemma 1 is another lemma),
+and each file declares the numbers its lemmas take (``NUMBERS``, before them): the loader refuses a lemma outside
+them, and two files of the pack whose numbers overlap.
 A lemma fires only where its side condition is proved, and it must hold for every instance: an unsound lemma
 makes graphguard certify wrong programs. ``graphguard lemmas check --ref $name:1`` fuzzes one against the NumPy
 references.
 """
 from graphguard.ir.lemma import L
+
+NUMBERS = range(1, 100)  # this file's lemma numbers (a range, or a tuple of ranges)
 
 S = "$name.my_scale"
 
@@ -180,7 +184,9 @@ them (`graphguard new-pack $name` wrote this skeleton).
 - `$name/ops.py`: each operator's typed attributes, shape function, dtype rule and NumPy reference, and its
   algebraic properties (`elementwise`, `linear`, ...), from which graphguard derives the standard lemma families.
 - `$name/lemmas.py`: hand-written lemmas, `L(number, name, "lhs => rhs", condition)`; the number is unique
-  within this pack (the lemma is `$name:number`).
+  within this pack (the lemma is `$name:number`) and lies in the file's declared `NUMBERS`. A lemma that restates
+  a rule graphguard derives from the ops' properties (or another lemma) is refused unless it says why it must
+  exist too (`L(..., duplicates="...")`).
 - `$name/__init__.py`: the hooks (`graphguard_ops`, `graphguard_lemmas`) graphguard calls.
 - `tests/test_$name.py`: one-line "proves" / "must not prove" tests and the fuzzer over every lemma.
 

@@ -127,6 +127,41 @@ def _gate(name: str, mod, rules: list, reg: Registry) -> None:
         raise GraphGuardError(f"lemma pack '{name}' is refused: {one_line} (see `graphguard lemmas check`)")
 
 
+def _span(r) -> str:
+    return f"{r.start}-{r.stop - 1}" if len(r) > 1 else str(r.start)
+
+
+def _check_numbers(lemmas: list) -> None:
+    """Lemma numbers come from a range each pack file declares (``NUMBERS = range(1300, 1310)``, or a tuple of
+    ranges, at module level before its lemmas: graphguard/ir/lemma.py's ``L``): refuse a file that declares none,
+    a lemma outside its file's numbers, and two files of one pack whose numbers overlap."""
+    files: dict[tuple[str, str], tuple] = {}  # (pack, file) -> its ranges
+    for lem in lemmas:
+        path = lem.where.rsplit(":", 1)[0]
+        decl = lem.numbers
+        if not decl:
+            raise GraphGuardError(f"lemma {lem.label} ({lem.where}): its file declares no lemma numbers; declare "
+                                  f"them at module level before its lemmas (NUMBERS = range(first, last + 1))")
+        if not all(isinstance(r, range) and r.step == 1 and len(r) for r in decl):
+            raise GraphGuardError(f"lemma {lem.label} ({lem.where}): NUMBERS of {path} must be a range or a tuple "
+                                  f"of ranges (step 1, not empty), not {decl!r}")
+        if not any(lem.ref in r for r in decl):
+            raise GraphGuardError(f"lemma {lem.label} {lem.name} ({lem.where}): {lem.ref} lies outside the numbers "
+                                  f"its file declares ({', '.join(map(_span, decl))}); take a free one of those, or "
+                                  f"widen NUMBERS")
+        files.setdefault((lem.pack, path), decl)
+    keys = list(files)
+    for i, (pack, a) in enumerate(keys):
+        for pack2, b in keys[i + 1:]:
+            if pack2 != pack:
+                continue
+            common = [(x, y) for x in files[pack, a] for y in files[pack, b] if max(x.start, y.start) < min(x.stop, y.stop)]
+            if common:
+                x, y = common[0]
+                raise GraphGuardError(f"lemma numbers of pack '{pack}' overlap: {a} declares {_span(x)} and {b} "
+                                      f"{_span(y)}; give each file its own numbers")
+
+
 @lru_cache(maxsize=8)
 def load_plugins(disabled: frozenset[str] = frozenset(), extra: tuple = (), gate: bool = True) -> Plugins:
     """Every plugin not disabled. ``gate``: refuse a third-party lemma pack whose lemmas fail the fuzzer
@@ -153,7 +188,7 @@ def load_plugins(disabled: frozenset[str] = frozenset(), extra: tuple = (), gate
                                       f"is defined twice")
             reg.functions[name] = fn
     from .engine.families import FAMILIES, derive
-    from .engine.lemma import compile_lemmas
+    from .engine.lemma import compile_lemmas, duplicate_problems
     lemmas = []
     seen: dict[tuple[str, int], str] = {}  # (pack, number) -> file:line: numbers are unique within a pack only
     family = {ref: name for ref, name, *_ in FAMILIES}
@@ -169,8 +204,12 @@ def load_plugins(disabled: frozenset[str] = frozenset(), extra: tuple = (), gate
                                       f"pack's operators derive; choose another")
             seen[lem.key] = lem.where
             lemmas.append(lem)
+    _check_numbers(lemmas)
     lemmas += derive(reg)  # the families of the ops' declared properties (engine/families.py)
     compiled = compile_lemmas(lemmas, reg)
+    dup = duplicate_problems(compiled)  # one fact, written once
+    if dup:
+        raise GraphGuardError(f"{len(dup)} lemma(s) restate another rule: " + "; ".join(dup))
     if gate:
         for name, mod in getattr(pm, "_third_party", {}).items():
             _gate(name, mod, [r for r in compiled if r.lemma.pack == name], reg)

@@ -25,7 +25,7 @@ lemma and its file:line) and each remembers where it was written.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from fractions import Fraction
 from typing import Any, Callable
 
@@ -33,7 +33,7 @@ import sympy as sp
 
 from ..errors import GraphGuardError, ShapeError
 from ..ir import scalar as S
-from ..ir.expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, App, Leaf, PVar, Term, attr_text
+from ..ir.expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, App, AVar, Leaf, PVar, Term, attr_text
 from ..ir.lemma import Lemma
 from ..ir.ops import OpDef, Registry, coerce_attr, normalize_dims
 from ..ir.relation import ALIASES, RawCall, parse_cond, parse_raw
@@ -339,6 +339,98 @@ def compile_lemmas(lemmas: list[Lemma], reg: Registry) -> list[Rule]:
     out = []
     for lem in lemmas:
         out.extend(build_rules(lem, reg))
+    return out
+
+
+
+# -- one fact, written once: rules equal up to the names of their variables ----------------------------
+
+def _renamed(x, names: dict):
+    """``x`` with its pattern variables renamed ``v0, v1, ...`` in order of first occurrence (``names``: the
+    renaming so far, extended)."""
+    if isinstance(x, (PVar, AVar)):
+        return type(x)(names.setdefault(x.name, f"v{len(names)}"))
+    if isinstance(x, tuple):
+        return tuple(_renamed(i, names) for i in x)
+    if is_dataclass(x) and not isinstance(x, type):
+        return type(x)(*(_renamed(getattr(x, f.name), names) for f in fields(x)))
+    return x
+
+
+def _conjuncts(c) -> list:
+    if c is None:
+        return []
+    if isinstance(c, ABin) and c.op == "and":
+        return _conjuncts(c.left) + _conjuncts(c.right)
+    return [c]
+
+
+def normal_form(rule: Rule) -> tuple[tuple, frozenset]:
+    """(the rule's (lhs, rhs) with its variables renamed in order of first occurrence, its guards): every
+    condition a rule must meet to fire -- the conjuncts of its condition, the pattern that must exist (``when``),
+    ``exists``, ``late`` and ``tensors`` -- in the same renaming."""
+    names: dict = {}
+    key = (_renamed(rule.lhs, names), _renamed(rule.rhs, names))
+    guards = set()
+    if rule.when is not None:
+        guards.add(("when", _renamed(rule.when, names)))
+    guards.update(("if", _renamed(c, names)) for c in _conjuncts(rule.cond))
+    if rule.exists in ("root", "tensor"):  # (exists="args" builds the left side: no guard)
+        guards.add(("exists", "root"))
+    if rule.exists == "tensor":
+        guards.add(("exists", "tensor"))
+    if rule.lemma.late:
+        guards.add(("late",))
+    guards.update(("tensor", names.get(v, v)) for v in rule.lemma.tensors)
+    return key, frozenset(guards)
+
+
+def _guard_text(g: tuple) -> str:
+    if g[0] == "when":
+        return "a 'when' pattern that must exist"
+    if g[0] == "if":
+        return "a condition"
+    if g[0] == "exists":
+        return f"exists='{g[1]}'"
+    return {"late": "late=True", "tensor": "tensors="}[g[0]]
+
+
+def duplicate_problems(rules: list[Rule]) -> list[str]:
+    """Pack lemmas (hand-written) with a rule equal, up to the names of its variables, to a family's derived rule
+    (engine/families.py) or to another pack lemma's rule: one line each. Refused: such a lemma without a stated
+    reason (``L(..., duplicates="...")``), and with one where it drops a guard of the derived rule it restates
+    (fires where the family's rule does not: remove it, the family's guarded rule stays)."""
+    derived: dict = {}
+    hand: dict = {}
+    forms = []
+    for r in rules:
+        key, guards = normal_form(r)
+        forms.append((r, key, guards))
+        if r.lemma.variant:
+            derived.setdefault(key, (r, guards))
+    out = []
+    for r, key, guards in forms:
+        if r.lemma.variant:
+            continue
+        lem = r.lemma
+        d = derived.get(key)
+        if d is not None:
+            dr, dguards = d
+            missing = sorted({_guard_text(g) for g in dguards - guards})
+            if missing:
+                out.append(f"lemma {lem.label} {lem.name} ({lem.where}): rule {r.id} restates {dr.id} "
+                           f"{dr.lemma.name} (derived: {dr.lemma.where}) without its guards ({', '.join(missing)}); "
+                           f"remove it: the family's guarded rule stays")
+            elif not lem.duplicates:
+                out.append(f"lemma {lem.label} {lem.name} ({lem.where}): rule {r.id} equals {dr.id} "
+                           f"{dr.lemma.name} (derived: {dr.lemma.where}) up to variable names; remove it, or state "
+                           f"why it must exist (L(..., duplicates=\"...\"))")
+            continue
+        first = hand.setdefault(key, r)
+        if first is not r and not (lem.duplicates or first.lemma.duplicates):
+            out.append(f"lemma {lem.label} {lem.name} ({lem.where}): rule {r.id} equals {first.id} "
+                       f"{first.lemma.name} ({first.lemma.where}) up to variable names; remove one, or state why "
+                       f"it must exist (L(..., duplicates=\"...\"))")
     return out
 
 

@@ -32,6 +32,8 @@ class Lemma:
     late: bool = False  # run only in the searches after the label provers' equalities (EGraph.late)
     tensors: tuple = ()  # variables whose e-class must hold a G_d tensor (a leaf) for the lemma to fire
     family: tuple = ()  # a derived lemma's (family name, op) (engine/families.py)
+    duplicates: str = ""  # why a rule equal to another (a derived one's) must exist too; the loader refuses it else
+    numbers: tuple = ()  # the numbers its file declares (module-level ``NUMBERS``): ranges; the loader enforces them
 
     @property
     def key(self) -> tuple[str, int]:
@@ -58,17 +60,29 @@ class Lemma:
 
 
 def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root", examples: tuple = (),
-      when: str = "", index: dict | None = None, late: bool = False, tensors: tuple = ()) -> Lemma:
+      when: str = "", index: dict | None = None, late: bool = False, tensors: tuple = (),
+      duplicates: str = "") -> Lemma:
     """Declare a lemma (records the caller's file:line). ``examples`` seed the fuzzer where random shapes
     rarely satisfy the pattern; they are checked numerically like any other instance. ``index``
     (``{"i": "size(?a, 0)"}``) names tensor variables that hold indices and the bound of the left side's
     domain (torch raises outside [0, bound)); the fuzzer draws them as integers in [0, bound). ``late``: the
     lemma runs only in the search that follows layouts proven on labelled entries (``engine/labels``), where
     rows of several ranks interleave; everywhere, it would grow every concatenation of slices. ``tensors``:
-    variables that must stand for an e-class holding a G_d tensor (a rank's own rows, not any sub-term)."""
+    variables that must stand for an e-class holding a G_d tensor (a rank's own rows, not any sub-term).
+    ``duplicates``: why the lemma must exist although one of its rules equals another loaded rule (a family's
+    derived rule or another pack lemma's) up to the names of its variables -- e.g. a cheaper firing condition;
+    without it the plugin loader refuses such a lemma, and with it too where the lemma drops a guard of the
+    derived rule it restates (engine/lemma.py, :func:`~graphguard.engine.lemma.duplicate_problems`).
+
+    The calling module declares the numbers its lemmas take, before them: ``NUMBERS = range(1300, 1310)``, or
+    several ranges, ``NUMBERS = (range(300, 470), range(490, 500))``. The plugin loader refuses a lemma outside its
+    file's numbers, a file without them, and two files of one pack whose numbers overlap."""
     f = sys._getframe(1)
+    decl = f.f_globals.get("NUMBERS")
+    numbers = () if decl is None else tuple(decl) if isinstance(decl, (tuple, list)) else (decl,)
     return Lemma(ref, name, rule, cond, exists, f"{f.f_code.co_filename}:{f.f_lineno}", examples=tuple(examples),
-                 when=when, index=tuple((index or {}).items()), late=late, tensors=tuple(tensors))
+                 when=when, index=tuple((index or {}).items()), late=late, tensors=tuple(tensors),
+                 duplicates=duplicates, numbers=numbers)
 
 
 def keeps_order(cx, shape, p) -> bool:

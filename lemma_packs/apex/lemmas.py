@@ -10,6 +10,8 @@ import math
 
 from graphguard.ir.lemma import L
 
+NUMBERS = range(600, 700)  # this file's lemma numbers (the plugin loader refuses others)
+
 FWD, BWD = "apex.fused_layer_norm_affine", "apex.fused_layer_norm_affine_bwd"
 _WB = "?w, ?c, normalized_shape=?n, eps=?e"
 

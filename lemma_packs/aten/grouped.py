@@ -28,6 +28,8 @@ from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape
 
 from .ops import ABSENT, _optional, _same
 
+NUMBERS = range(1900, 1910)  # this file's lemma numbers (the plugin loader refuses others)
+
 _NAME = "aten._grouped_mm"
 
 

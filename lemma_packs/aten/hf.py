@@ -1,4 +1,5 @@
-"""Lemmas for HF transformers' models under HF's own TP plans (bench/hf_zoo.py). References: 14xx.
+"""Lemmas for HF transformers' models under HF's own TP plans (bench/hf_zoo.py). References: 1401-1406
+(``NUMBERS``: 1400-1499).
 
 RoPE applied to a prefix of the head dim (``q[..., :rotary_dim]``, ``q[..., rotary_dim:]`` and their concat)
 leaves an empty tensor where the prefix is the whole head (Phi-3): concatenating an empty tensor adds
@@ -9,13 +10,16 @@ another dim (``packed_colwise``: both halves of the fused gate/up projection sha
 with concatenating or slicing along the other dims.
 
 Activations HF writes out elementwise (xIELU: ``where(x > 0, ..., expm1(min(x, eps)) ...)``) on column-sharded
-activations: elementwise ops commute with concatenation -- one lemma per op here (1410-1439), until the
-op properties of the ATen pack derive them.
+activations: elementwise ops commute with concatenation -- the families the ATen ops' declared properties
+derive (engine/families.py: elementwise-of-concats, 1201), no lemma here.
 
 Per-head normalisation (Qwen3's q_norm / k_norm, OLMo's...) reduces over the head dim of heads sharded
-across ranks: a mean over dims the concat does not split is the concat of the parts' means.
+across ranks: a mean over dims the concat does not split is the concat of the parts' means -- the family
+reduction-of-concat-other-dims (aten:1205[aten.mean.dim]), not a lemma here.
 """
 from graphguard.ir.lemma import L
+
+NUMBERS = range(1400, 1500)  # this file's lemma numbers (the plugin loader refuses others)
 
 _D = "?k - rank(?i) + 1"  # the dim of the indexed tensor that dim ?k of the gathered rows is
 _FILL = "aten.full(size=?s, fill_value=?f, dtype=?t)"
@@ -33,10 +37,6 @@ LEMMAS = [
       examples=[{"a": [2, 3], "b": [2, 0], "d": 1}, {"a": [0, 2], "b": [0, 2], "d": 0}]),
     L(1402, "concat-with-empty-left", "concat(?a, ?b, dim=?d) => ?b", "size(?a, ?d) == 0",
       examples=[{"a": [2, 0, 4], "b": [2, 3, 4], "d": 1}]),
-    L(1400, "mean-of-concat-other-dims",
-      "aten.mean.dim(concat(?a, ?b, dim=?d), dim=?k, keepdim=?kd, dtype=?t)"
-      " => concat(aten.mean.dim(?a, dim=?k, keepdim=?kd, dtype=?t), aten.mean.dim(?b, dim=?k, keepdim=?kd, dtype=?t), dim=reduced_dim(?d, ?k, ?kd))",
-      "?k != None and len(?k) > 0 and not contains(?k, ?d)"),
     L(1403, "index-rows-of-concat-other-dim",
       "aten.index.Tensor(concat(?a, ?b, dim=?d), ?i, absent=?n)"
       " => concat(aten.index.Tensor(?a, ?i, absent=?n), aten.index.Tensor(?b, ?i, absent=?n), dim=?d + rank(?i) - 1)",

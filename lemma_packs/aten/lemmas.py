@@ -25,6 +25,8 @@ from .titan import LEMMAS as TITAN
 from .vocab import LEMMAS as VOCAB
 from .zoo import LEMMAS as ZOO
 
+NUMBERS = (range(300, 470), range(490, 500))  # (470-489: vocab.py)
+
 BRIDGES = [
     L(301, "mm-is-matmul", "aten.mm(?a, ?b) <=> matmul(?a, ?b)"),
     L(302, "addmm-is-mm-plus-bias", "aten.addmm(?c, ?a, ?b) => aten.add.Tensor(aten.mm(?a, ?b), ?c)"),
@@ -117,7 +119,8 @@ CONSTANTS = [
       "dtype(?x) == ?t or (floating(dtype(?x)) and not floating(?t))"),
     L(408, "zero-plus", "aten.add.Tensor(aten.scalar_tensor(s=0, dtype=?t), ?x) => ?x",
       "dtype(?x) == ?t or (floating(dtype(?x)) and not floating(?t))"),
-    L(409, "scalar-factor-of-sum", "aten.mul.Scalar(sum(?a, ?b), other=?c) <=> sum(aten.mul.Scalar(?a, other=?c), aten.mul.Scalar(?b, other=?c))",
+    # (the other way, a factor of a sum distributed, is the family linear-over-sum's aten:1203[aten.mul.Scalar])
+    L(409, "scalar-factor-of-sum", "sum(aten.mul.Scalar(?a, other=?c), aten.mul.Scalar(?b, other=?c)) => aten.mul.Scalar(sum(?a, ?b), other=?c)",
       "finite(?c) and dtype(?a) != \"bool\" and dtype(?b) != \"bool\""),
     L(411, "mse-of-equal-halves",
       "aten.mse_loss(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), reduction=1)"
@@ -175,7 +178,6 @@ CONSTANTS = [
       " => sum(?m, concat(?a, ?b, dim=?d))", "shape(?a) == ?u and shape(?b) == ?s and dtype(?a) == ?t and dtype(?b) == ?t",
       examples=[{"a": a, "b": b, "u": a, "s": b, "d": d, "t": "float64", "m": m}
                 for a, b, d, m in _ACC_PADS]),
-    L(428, "neg-of-partial-sum", "aten.neg(sum(?a, ?b)) => sum(aten.neg(?a), aten.neg(?b))", "shape(?a) == shape(?b)"),
     L(410, "mean-of-equal-halves",
       "aten.mean(concat(?a, ?b, dim=?d), dtype=?t) => aten.mul.Scalar(sum(aten.mean(?a, dtype=?t), aten.mean(?b, dtype=?t)), other=0.5)",
       "shape(?a) == shape(?b)"),

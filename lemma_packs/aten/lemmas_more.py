@@ -4,6 +4,8 @@
 """
 from graphguard.ir.lemma import L
 
+NUMBERS = range(1250, 1300)  # this file's lemma numbers (the plugin loader refuses others)
+
 LEMMAS = [
     # reversing a concatenation along its own dim reverses the parts and their order
     L(1250, "flip-of-concat-along-it",

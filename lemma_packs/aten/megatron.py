@@ -1,4 +1,5 @@
-"""Lemmas for megatron-core's own layers (``examples/megatron-gpt``). References: 1300-1399.
+"""Lemmas for megatron-core's own layers (``examples/megatron-gpt``). References: 1300-1309
+(1310-1349: ``megatron_ce.py``, 1350-1359: ``megatron_moe.py``).
 
 Megatron's attention works on [s, b, heads, hn] tensors: it views q and k as [s, b*heads, hn] (batch and heads
 merged into one dim, in which the head shards of the ranks interleave: rank r holds heads [r*h/W, (r+1)*h/W)
@@ -9,6 +10,8 @@ view of the transposed tensor (1301), so the merged dim becomes an ordinary batc
 """
 from graphguard.ir import scalar as S
 from graphguard.ir.lemma import L
+
+NUMBERS = range(1300, 1310)  # this file's lemma numbers (the plugin loader refuses others)
 
 
 def _groups(ctx, x: tuple, s: tuple) -> list[tuple[int, int]]:
@@ -107,9 +110,6 @@ LEMMAS = [
       " shape=batched_mm_shape(?x, ?y))",
       "rank(?x) >= 4 and rank(?y) == rank(?x) and numel(?x) > 0 and numel(?y) > 0",
       examples=[{"x": [2, 3, 4, 5], "y": [2, 3, 5, 2]}, {"x": [2, 1, 3, 4, 5], "y": [2, 1, 3, 5, 3]}]),
-    # scaling by a number commutes with a view
-    L(1303, "mul-scalar-of-reshape",
-      "aten.mul.Scalar(reshape(?x, shape=?s), other=?c) => reshape(aten.mul.Scalar(?x, other=?c), shape=?s)"),
     # masked_fill is elementwise in its input and its (broadcast) mask: the attention mask [1, 1, s, s] applied
     # to head-sharded scores, or a mask sharded like the input
     L(1304, "masked-fill-of-concat-and-broadcast-mask",

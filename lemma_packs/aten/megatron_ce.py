@@ -1,5 +1,5 @@
 """Lemmas for megatron-core's own vocab-parallel cross-entropy with labels (``examples/megatron-gpt``,
-``GG_LABELS=1``). References: 1310-1327.
+``GG_LABELS=1``). References: 1310-1349 (``NUMBERS``; 1310-1327 taken).
 
 ``VocabParallelCrossEntropy.calculate_predicted_logits`` (megatron/core/tensor_parallel/cross_entropy.py) on rank
 r, owning vocabulary columns [s, e) of the logits: ``mask = (target < s) | (target >= e)``, ``local = target - s``
@@ -21,6 +21,8 @@ capacity mask when the capacity covers every token and the token permutation it 
 ``examples/megatron-moe``).
 """
 from graphguard.ir.lemma import L
+
+NUMBERS = range(1310, 1350)  # this file's lemma numbers (the plugin loader refuses others)
 
 _FALSE = 'aten.full(size={z}, fill_value=0, dtype="bool")'
 _MASK = "aten.bitwise_or.Tensor(aten.lt.Scalar({t}, other={s}), aten.ge.Scalar({t}, other={e}))"
@@ -121,10 +123,6 @@ LEMMAS = [
       "rank(?x) == 0 and narrower_dim(?s, ?t) >= 0", when="aten.expand(?x, size=?t, implicit=?i)",
       examples=[{"x": [], "s": [4, 3], "t": [1, 3], "i": False}, {"x": [], "s": [2, 8], "t": [2, 3], "i": False},
                 {"x": [], "s": [5], "t": [2], "i": False}]),
-    # a gradient known up to a factor (scaled.py) through Megatron's attention-mask backward: zeros stay zeros
-    L(1322, "masked-fill-zero-of-scale",
-      "aten.masked_fill.Scalar(scale(?x, factor=?f), ?m, value=0) => scale(aten.masked_fill.Scalar(?x, ?m, value=0), factor=?f)",
-      "floating(dtype(?x))"),
     # Megatron's MoE capacity mask when the capacity covers every token (1351): all true, a product changes nothing;
     # its stable sort (the token permutation) the tokens in order for each expert (examples/megatron-moe)
     L(1323, "copy-of-zero-or-one-fill",

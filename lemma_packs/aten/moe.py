@@ -7,15 +7,11 @@ loss and the gradients of replicated routers are sums, over which products and r
 """
 from graphguard.ir.lemma import L
 
+NUMBERS = (range(500, 540), range(560, 600))  # (540-559: scaled.py)
+
 _K = "k=?k, dim=?j, largest=?l, sorted=?o"
 
 ROUTING = [
-    L(501, "topk-values-of-concat",
-      f"aten.topk#0(concat(?a, ?b, dim=?d), {_K}) => concat(aten.topk#0(?a, {_K}), aten.topk#0(?b, {_K}), dim=?d)",
-      "?j != ?d"),
-    L(502, "topk-indices-of-concat",
-      f"aten.topk#1(concat(?a, ?b, dim=?d), {_K}) => concat(aten.topk#1(?a, {_K}), aten.topk#1(?b, {_K}), dim=?d)",
-      "?j != ?d"),
     # one_hot as captured: eq(indices[..., None], arange(E))
     L(503, "eq-of-concat-and-broadcast",
       "aten.eq.Tensor(concat(?a, ?b, dim=?d), ?c) => concat(aten.eq.Tensor(?a, ?c), aten.eq.Tensor(?b, ?c), dim=?d)",
@@ -53,16 +49,6 @@ LAYOUT = [
 ]
 
 PARTIAL_SUMS = [
-    L(520, "mul-of-partial-sum-left", "aten.mul.Tensor(sum(?a, ?b), ?c) => sum(aten.mul.Tensor(?a, ?c), aten.mul.Tensor(?b, ?c))",
-      "shape(?a) == shape(?b)"),
-    L(521, "mul-of-partial-sum-right", "aten.mul.Tensor(?c, sum(?a, ?b)) => sum(aten.mul.Tensor(?c, ?a), aten.mul.Tensor(?c, ?b))",
-      "shape(?a) == shape(?b)"),
-    L(522, "sum-all-of-partial-sum", "aten.sum(sum(?a, ?b), dtype=?t) => sum(aten.sum(?a, dtype=?t), aten.sum(?b, dtype=?t))",
-      'shape(?a) == shape(?b) and (?t == None or floating(?t)) and dtype(?a) != "bool"'),
-    L(523, "sum-dim-of-partial-sum",
-      "aten.sum.dim_IntList(sum(?a, ?b), dim=?k, keepdim=?kd, dtype=?t)"
-      " => sum(aten.sum.dim_IntList(?a, dim=?k, keepdim=?kd, dtype=?t), aten.sum.dim_IntList(?b, dim=?k, keepdim=?kd, dtype=?t))",
-      'shape(?a) == shape(?b) and (?t == None or floating(?t)) and dtype(?a) != "bool"'),
     # tensor-parallel experts: each expert's output is a partial sum; stacking them stacks the partials
     L(524, "concat-of-partial-sums",
       "concat(sum(?a, ?c), sum(?b, ?e), dim=?d) => sum(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d))",
@@ -73,10 +59,6 @@ PARTIAL_SUMS = [
     L(525, "expand-of-partial-sum",
       "aten.expand(sum(?a, ?b), size=?s, implicit=?i) => sum(aten.expand(?a, size=?s, implicit=?i), aten.expand(?b, size=?s, implicit=?i))",
       "shape(?a) == shape(?b)"),
-    L(526, "softmax-backward-of-partial-sum",
-      "aten._softmax_backward_data(sum(?a, ?b), ?y, dim=?k, input_dtype=?t)"
-      " => sum(aten._softmax_backward_data(?a, ?y, dim=?k, input_dtype=?t), aten._softmax_backward_data(?b, ?y, dim=?k, input_dtype=?t))",
-      "shape(?a) == shape(?b) and floating(dtype(?a)) and floating(dtype(?y))"),
 ]
 
 # A replicated loss divided by the world size (the fix of the aux-loss scaling bug): each rank holds a share
@@ -100,10 +82,6 @@ SPARSE = [
       "?s == shape(?x) and floating(dtype(?x)) and floating(dtype(?y)) and finite(?al)", when=f"aten.index_add(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?y, {_IA})",
       index={"i": "size(?x, ?d)"}),
     # tensor-parallel experts: each rank adds its partial rows (index_add is linear in self and source)
-    L(563, "index-add-of-partial-sums",
-      f"aten.index_add(sum(?p, ?q), ?i, sum(?a, ?b), {_IA}) => sum(aten.index_add(?p, ?i, ?a, {_IA}), aten.index_add(?q, ?i, ?b, {_IA}))",
-      "shape(?p) == shape(?q) and shape(?a) == shape(?b) and floating(dtype(?p)) and floating(dtype(?q)) and finite(?al)",
-      index={"i": "size(?p, ?d)"}),
     L(564, "index-add-into-zeros-of-partial-sum",
       f"aten.index_add(aten.full(size=?s, fill_value=0, dtype=?t), ?i, sum(?a, ?b), {_IA})"
       f" => sum(aten.index_add(aten.full(size=?s, fill_value=0, dtype=?t), ?i, ?a, {_IA}),"

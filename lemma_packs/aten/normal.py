@@ -6,13 +6,10 @@ constant becomes ``mul.Scalar`` and a factor 1 disappears.)
 """
 from graphguard.ir.lemma import L
 
+NUMBERS = range(1500, 1600)  # this file's lemma numbers (the plugin loader refuses others)
+
 LEMMAS = [
-    # commutative operands: b + y is y + b (with broadcasting: the output shape and dtype are symmetric)
-    # (operands of one shape are a sum (303), whose order the engine's regrouping of sums ignores; commuting
-    # them too makes sums of scaled partial losses (409) grow without end)
-    L(1500, "add-commutes", "aten.add.Tensor(?a, ?b, alpha=1) => aten.add.Tensor(?b, ?a, alpha=1)",
-      "shape(?a) != shape(?b)"),
-    L(1501, "mul-commutes", "aten.mul.Tensor(?a, ?b) => aten.mul.Tensor(?b, ?a)"),
+    # (commuting operands: family 1208, commutes-where-mirrored, aten:1208[aten.add.Tensor / aten.mul.Tensor])
     # mean = sum / n (n: the elements folded into one; exact as a rational factor)
     L(1502, "mean-is-scaled-sum",
       "aten.mean.dim(?x, dim=?d, keepdim=?k, dtype=?t) => aten.mul.Scalar(aten.sum.dim_IntList(?x, dim=?d, keepdim=?k, dtype=?t), other=1.0 / numel_at(?x, ?d))",

@@ -8,6 +8,8 @@ size-1 dims (a sum over the repeats split off by a view: expand's keepdim sum).
 """
 from graphguard.ir.lemma import L
 
+NUMBERS = range(1850, 1900)  # this file's lemma numbers (the plugin loader refuses others)
+
 LEMMAS = [
     L(1850, "div-by-number-is-mul",
       "aten.div.Scalar(?x, other=?c) => aten.mul.Scalar(?x, other=1 / ?c)",

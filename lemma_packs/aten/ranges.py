@@ -8,6 +8,8 @@ embedding is defined, indexing reads the same rows (1631), so a G_d that indexes
 """
 from graphguard.ir.lemma import L
 
+NUMBERS = range(1630, 1640)  # this file's lemma numbers (the plugin loader refuses others)
+
 _EMB = "aten.embedding(?w, ?i, padding_idx=-1, scale_grad_by_freq=false, sparse=false)"
 _INT = '(dtype(?i) == "int64" or dtype(?i) == "int32")'
 

@@ -16,6 +16,8 @@ dtype (``masked_fill`` takes its value as a number), so they hold for any float 
 """
 from graphguard.ir.lemma import L
 
+NUMBERS = range(470, 490)  # this file's lemma numbers (the plugin loader refuses others)
+
 # the mask of ids i outside [s, e) and the shifted, masked ids (masked ones point at row 0); s is an integer
 _MASK = "aten.bitwise_or.Tensor(aten.lt.Scalar({i}, other={s}), aten.ge.Scalar({i}, other={e}))"
 _LOCAL = (f"aten.index_put(aten.sub.Tensor({{i}}, aten.scalar_tensor(s={{s}}, dtype=int64)), {_MASK},"
@@ -101,11 +103,6 @@ EMBEDDING = [
 CROSS_ENTROPY = [
     L(474, "max-values-is-amax", "aten.max.dim#0(?x, dim=?d, keepdim=?k) => aten.amax(?x, dim=[?d], keepdim=?k)",
       "rank(?x) >= 1"),
-    # all_reduce(max): the max over a concatenation along a reduced dim is the max of the parts' maxes
-    L(475, "amax-of-concat-along-it",
-      "aten.amax(concat(?a, ?b, dim=?d), dim=?k, keepdim=?kd)"
-      " => max(aten.amax(?a, dim=?k, keepdim=?kd), aten.amax(?b, dim=?k, keepdim=?kd))",
-      "contains(?k, ?d) and size(?a, ?d) > 0 and size(?b, ?d) > 0"),
     # the target's logit of vocabulary-sharded logits [tokens, V]: the sum of the ranks' masked lookups
     L(476, "gather-of-vocab-shards",
       "aten.gather(concat(?a, ?b, dim=1), ?t, dim=1, sparse_grad=?g)"

@@ -6,6 +6,8 @@ Complex RoPE (DeepSeek-V2, Llama-4): ``view_as_complex`` reads pairs along the l
 """
 from graphguard.ir.lemma import L
 
+NUMBERS = range(1800, 1850)  # this file's lemma numbers (the plugin loader refuses others)
+
 LEMMAS = [
     L(1800, "view-as-complex-of-concat",
       "aten.view_as_complex(concat(?a, ?b, dim=?d)) => concat(aten.view_as_complex(?a), aten.view_as_complex(?b), dim=?d)",

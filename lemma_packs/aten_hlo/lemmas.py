@@ -21,6 +21,8 @@ keeps Python scalars as written), so models meant to meet use constants exact in
 """
 from graphguard.ir.lemma import L
 
+NUMBERS = (range(834, 844), range(1100, 1150))  # this file's lemma numbers (the plugin loader refuses others)
+
 # the HLO expressions JAX writes, built from the one HLO node that must exist (the first op applied to ?x): the
 # frontier of G_d reaches the rest from there
 _ONE = "hlo.constant(shape=shape(?x), value=1, dtype=float32)"
@@ -38,14 +40,7 @@ LEMMAS = [
     L(834, "pow-2-is-square", "aten.pow.Tensor_Scalar(?x, exponent=2) => hlo.multiply(?x, ?x)", "floating(dtype(?x))",
       when="hlo.multiply(?x, ?x)"),
     L(835, "rsqrt-is-hlo-rsqrt", "aten.rsqrt(?x) => hlo.rsqrt(?x)", "floating(dtype(?x))", when="hlo.rsqrt(?x)"),
-    L(836, "mul-is-multiply", "aten.mul.Tensor(?a, ?b) => hlo.multiply(?a, ?b)", "shape(?a) == shape(?b)",
-      when="hlo.multiply(?a, ?b)"),
-    # ATen broadcasts implicitly; HLO says how: a weight vector along the last dim ...
-    L(837, "mul-by-vector-is-multiply-by-broadcast",
-      "aten.mul.Tensor(?w, ?y) => hlo.multiply(hlo.broadcast(?w, shape=?s, dimensions=?m), ?y)",
-      "rank(?w) == 1 and ?s == shape(?y) and ?m == [rank(?y) - 1]",
-      when="hlo.broadcast(?w, shape=?s, dimensions=?m)",
-      examples=({"w": [4], "y": [2, 3, 4], "s": [2, 3, 4], "m": [2]},)),
+    # ATen broadcasts implicitly; HLO says how (a weight vector along the last dim: family 1220) ...
     # ... a row statistic ([.., n, 1], keepdim) along the rows: its unit dim dropped, then broadcast
     L(838, "mul-by-row-statistic-is-multiply-by-broadcast",
       "aten.mul.Tensor(?a, ?b) => hlo.multiply(?a, hlo.broadcast(reshape(?b, shape=?u), shape=?s, dimensions=?m))",

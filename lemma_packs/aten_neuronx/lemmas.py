@@ -24,6 +24,8 @@ from lemma_packs.neuronx.ops import RMS
 
 from .ops import HF_RMS
 
+NUMBERS = range(1150, 1180)  # this file's lemma numbers (the plugin loader refuses others)
+
 _RMS_SEEDS = tuple({"x": x, "w": [x[-1]], "c": [], "t": w, "x:dtype": "float32", "w:dtype": w, "c:dtype": "float32"}
                    for x, w in (([2, 3, 4], "float16"), ([3, 5], "float32"), ([1, 2, 2, 3], "float16"),
                                 ([4, 1, 2], "float16"), ([6], "float32")))
@@ -44,10 +46,6 @@ LEMMAS = [
     L(1153, "neuron-rms-norm-of-permute",
       f"{RMS}(permute(?x, dims=?q), ?w, ?c, backend_config=?k) => permute({RMS}(?x, ?w, ?c, backend_config=at(?q, ?k)), dims=?q)",
       "?k >= 0 and ?k < rank(?x)", examples=_PERM_SEEDS),
-    # RoPE's tables: one cosine, one sine, whichever dialect writes them (both elementwise: the full-width
-    # table cos(cat(angles, angles)) meets NeuronX's concatenate of the cosine of the angles by family 1201)
-    L(1154, "cos-is-cosine", "aten.cos(?x) => hlo.cosine(?x)", "floating(dtype(?x))", when="hlo.cosine(?x)"),
-    L(1155, "sin-is-sine", "aten.sin(?x) => hlo.sine(?x)", "floating(dtype(?x))", when="hlo.sine(?x)"),
     # NeuronX's projections contract the hidden-major activations' dim 0 (x [H, S * B] against w [H, out]): a dot
     # contracting both operands' dim 0 is the matmul of the transposed lhs
     L(1156, "dot-contracting-dim-0-is-matmul-of-transpose",

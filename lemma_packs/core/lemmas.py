@@ -7,6 +7,8 @@ Concat and sum are binary inside terms (n-ary ones are left-nested), so these le
 """
 from graphguard.ir.lemma import L
 
+NUMBERS = range(100, 300)  # this file's lemma numbers (the plugin loader refuses others)
+
 CLEAN = [
     L(101, "slice-full", "slice(?x, dim=?d, start=0, end=?e) => ?x", "?e == size(?x, ?d)"),
     L(102, "concat-adjacent-slices",
@@ -57,12 +59,10 @@ CLEAN = [
       "reshape(concat(?a, ?b, dim=?d), shape=?s)"
       " => concat(reshape(?a, shape=reshape_part(?a, ?d, ?s)), reshape(?b, shape=reshape_part(?b, ?d, ?s)), dim=reshape_dim(?a, ?d, ?s))",
       "reshape_concat_ok(?a, ?b, ?d, ?s)"),
-    L(116, "sum-of-slices",
-      "sum(slice(?a, dim=?d, start=?s, end=?e), slice(?b, dim=?d, start=?s, end=?e)) => slice(sum(?a, ?b), dim=?d, start=?s, end=?e)",
+    # (122, 123 the other way: the families elementwise-of-reshapes / -of-permutes, 1213 / 1217 [core.sum])
+    L(122, "reshape-of-sum", "reshape(sum(?a, ?b), shape=?s) => sum(reshape(?a, shape=?s), reshape(?b, shape=?s))",
       "shape(?a) == shape(?b)"),
-    L(122, "reshape-of-sum", "reshape(sum(?a, ?b), shape=?s) <=> sum(reshape(?a, shape=?s), reshape(?b, shape=?s))",
-      "shape(?a) == shape(?b)"),
-    L(123, "permute-of-sum", "permute(sum(?a, ?b), dims=?p) <=> sum(permute(?a, dims=?p), permute(?b, dims=?p))",
+    L(123, "permute-of-sum", "permute(sum(?a, ?b), dims=?p) => sum(permute(?a, dims=?p), permute(?b, dims=?p))",
       "shape(?a) == shape(?b)"),
     L(124, "permute-of-batch-merging-reshape",
       "permute(reshape(?x, shape=?s), dims=?p)"
@@ -83,7 +83,6 @@ CLEAN = [
       "concat(?a, ?b, dim=?d) => concat(slice(concat(?a, ?b, dim=?d), dim=?d, start=0, end=size(?a, ?d)),"
       " slice(concat(?a, ?b, dim=?d), dim=?d, start=size(?a, ?d), end=size(?a, ?d) + size(?b, ?d)), dim=?d)",
       exists="tensor"),
-    L(118, "sum-assoc", "sum(?a, sum(?b, ?c)) => sum(sum(?a, ?b), ?c)"),
     L(131, "sum-swap-where-grouped", "sum(sum(?a, ?b), ?c) => sum(sum(?a, ?c), ?b)", when="sum(?a, ?c)"),
 ]
 
@@ -113,8 +112,6 @@ COMPUTE = [
       examples=[{"a": [2, 3], "c": [4, 3], "w": [3, 2], "s": 1, "e": 3}, {"a": [1, 2], "c": [2, 2], "w": [2, 5], "s": 0, "e": 1},
                 {"a": [3, 4], "c": [3, 4], "w": [4, 1], "s": 0, "e": 3}]),
     L(203, "matmul-cols", "matmul(?x, concat(?a, ?b, dim=1)) => concat(matmul(?x, ?a), matmul(?x, ?b), dim=1)"),
-    L(204, "matmul-sum-left", "matmul(sum(?a, ?b), ?w) => sum(matmul(?a, ?w), matmul(?b, ?w))"),
-    L(205, "matmul-sum-right", "matmul(?x, sum(?a, ?b)) => sum(matmul(?x, ?a), matmul(?x, ?b))"),
     L(219, "batched-matmul-batch-split",
       "batched_matmul(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d)) => concat(batched_matmul(?a, ?c), batched_matmul(?b, ?e), dim=?d)",
       "?d < rank(?a) - 2 and size(?a, ?d) == size(?c, ?d)",
@@ -130,13 +127,6 @@ COMPUTE = [
       examples=[{"a": [2, 3, 4], "b": [2, 3, 1], "c": [2, 4, 5], "e": [2, 1, 5], "d": 2, "k": 1},
                 {"a": [2, 2, 3, 2], "b": [2, 2, 3, 2], "c": [2, 2, 2, 4], "e": [2, 2, 2, 4], "d": 3, "k": 2}]),
     L(210, "add-is-sum", "add(?a, ?b) => sum(?a, ?b)"),
-    L(216, "mul-sum-left", "mul(sum(?a, ?b), ?w) => sum(mul(?a, ?w), mul(?b, ?w))"),
-    L(217, "sub-of-slices",
-      "sub(slice(?x, dim=?d, start=?s, end=?e), slice(?y, dim=?d, start=?s, end=?e)) => slice(sub(?x, ?y), dim=?d, start=?s, end=?e)",
-      "shape(?x) == shape(?y)"),
-    L(218, "add-of-slices",
-      "add(slice(?x, dim=?d, start=?s, end=?e), slice(?y, dim=?d, start=?s, end=?e)) => slice(add(?x, ?y), dim=?d, start=?s, end=?e)",
-      "shape(?x) == shape(?y)"),
 ]
 
 # A tensor known only up to a constant factor (a data-parallel rank's gradient is world x its slice of the

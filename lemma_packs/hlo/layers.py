@@ -1,4 +1,4 @@
-"""More lemmas of the HLO pack, met in NeuronX-style layers. References: 880-899.
+"""More lemmas of the HLO pack, met in NeuronX-style layers. References: 880-885.
 
 Tensor-parallel HLO broadcasts replicated tensors (a causal mask, RoPE tables) to a per-rank shape that is
 narrower than the sequential one along a dim the broadcast repeats (the heads). The sequential broadcast is
@@ -17,6 +17,8 @@ splits (850-857) into dots of those slices; each is the same slice of the rank's
 along a free dim commutes with the dot) -- a clean expression whether or not the rank itself slices there.
 """
 from graphguard.ir.lemma import L
+
+NUMBERS = range(880, 886)  # this file's lemma numbers (the plugin loader refuses others)
 
 _K = "narrower_dim(?s, ?t)"  # the one dim where shape ?t is narrower than ?s
 _NARROWER = "hlo.broadcast(?x, shape=?t, dimensions=?m)"

@@ -1,4 +1,4 @@
-"""Lemmas of the HLO pack. References: 800-879 (880-899: ``layers.py``).
+"""Lemmas of the HLO pack. References: 800-879, 886-899 (880-885: ``layers.py``).
 
 Bridges into the core dialect (800-806), so that HLO programs meet the core algebra (and any other dialect
 bridged the same way, e.g. ATen through 301/303): a plain 2-D ``dot`` is ``matmul``, a batched one
@@ -28,6 +28,8 @@ elementwise ops, and along an uncut dim each of those goes through the concatena
 proves a softmax over row-cut inputs from these lemmas alone, and that one along the cut dim is not proved).
 """
 from graphguard.ir.lemma import L, keeps_order
+
+NUMBERS = (range(800, 880), range(886, 900))  # (880-885: layers.py)
 
 
 
@@ -151,10 +153,6 @@ DOT = [
       f"hlo.dot(?x, concat(?a, ?b, dim=?d), {_DOT}) => concat(hlo.dot(?x, ?a, {_DOT}), hlo.dot(?x, ?b, {_DOT}),"
       f" dim=rank(?x) - len(?lc) + reduced_dim(?d, ?rb, 0) + reduced_dim(?d, ?rc, 0) - ?d)",
       "not contains(?rb, ?d) and not contains(?rc, ?d)", examples=_DOT_EXAMPLES_R),
-    L(856, "dot-of-partial-sum-lhs", f"hlo.dot(sum(?a, ?b), ?y, {_DOT}) => sum(hlo.dot(?a, ?y, {_DOT}), hlo.dot(?b, ?y, {_DOT}))",
-      examples=({"a": [2, 3], "b": [2, 3], "y": [3, 4], "lb": [], "rb": [], "lc": [1], "rc": [0]},)),
-    L(857, "dot-of-partial-sum-rhs", f"hlo.dot(?x, sum(?a, ?b), {_DOT}) => sum(hlo.dot(?x, ?a, {_DOT}), hlo.dot(?x, ?b, {_DOT}))",
-      examples=({"x": [2, 3], "a": [3, 4], "b": [3, 4], "lb": [], "rb": [], "lc": [1], "rc": [0]},)),
 ]
 
 REDUCE = [
@@ -180,18 +178,8 @@ REDUCE = [
       examples=({"a": [3], "b": [3], "s": [2, 3], "m": [1]},)),
 ]
 
-# partial sums (one per rank, all-reduced later) through the elementwise ops a backward pass applies to them
-PARTIAL_SUMS = [
-    # constrained like aten 306: only where the per-rank op exists (free pairings of 8-way sums explode, and so
-    # does distributing products over every grouping of a sum)
-    L(870, "add-of-partial-sums",
-      "hlo.add(sum(?a, ?b), sum(?c, ?e)) => sum(hlo.add(?a, ?c), hlo.add(?b, ?e))", when="hlo.add(?b, ?e)"),
-    L(871, "multiply-by-partial-sum", "hlo.multiply(?c, sum(?a, ?b)) => sum(hlo.multiply(?c, ?a), hlo.multiply(?c, ?b))",
-      when="hlo.multiply(?c, ?b)"),
-    L(872, "multiply-of-partial-sum", "hlo.multiply(sum(?a, ?b), ?c) => sum(hlo.multiply(?a, ?c), hlo.multiply(?b, ?c))",
-      when="hlo.multiply(?b, ?c)"),
-    L(874, "negate-of-partial-sum", "hlo.negate(sum(?a, ?b)) => sum(hlo.negate(?a), hlo.negate(?b))"),
-]
+# partial sums (one per rank, all-reduced later) through dot, add, multiply and negate: family 1203
+# (linear-over-sum), constrained where the op is linear in several inputs (only where the per-rank op exists)
 
 # a multiply by a splat constant is a scale (XLA's and NeuronX's attention scale q before the dot; the factor then
 # moves through the products: family 1204, hlo.dot being linear in each operand)
@@ -214,4 +202,4 @@ SCALES = [
       examples=({"x": [2, 3], "s": [2, 3], "c": 0.5, "t": "float32"},)),
 ]
 
-LEMMAS = BRIDGES + MOVEMENT + SPLITS + DOT + REDUCE + PARTIAL_SUMS + SCALES
+LEMMAS = BRIDGES + MOVEMENT + SPLITS + DOT + REDUCE + SCALES

@@ -11,6 +11,8 @@ from graphguard.ir.lemma import L
 
 from .ops import GELU, RING, RMS, SOFTMAX
 
+NUMBERS = range(900, 930)  # this file's lemma numbers (the plugin loader refuses others)
+
 _RMS = "?w, ?c, backend_config=?k"
 _OTHER = "?d != ?k and ?d != ?k + rank(?a)"  # the split dim is not the normalised one (?k may be negative)
 _OTHER_X = "?d != ?k and ?d != ?k + rank(?x)"

@@ -8,6 +8,8 @@ lemma families (engine/families.py, 12xx).
 """
 from graphguard.ir.lemma import L
 
+NUMBERS = range(2000, 2100)  # this file's lemma numbers (the plugin loader refuses others)
+
 MATMUL = [
     # x @ [A | B] (B a matrix, x of any rank >= 2): the columns of the product split the same way
     L(2001, "onnx-matmul-cols",

@@ -16,6 +16,8 @@ batch-merging views is (364). Each is fuzzed against both references like the ta
 """
 from graphguard.ir.lemma import L
 
+NUMBERS = range(2100, 2150)  # this file's lemma numbers (the plugin loader refuses others)
+
 # (ONNX op, ATen op, the ATen op's attributes beyond the ONNX op's: fixed values); the tensor inputs and the
 # ONNX op's attributes (same names) carry over. The fuzzer keeps this table honest: ONNX's Div truncates
 # integers where ATen's div.Tensor divides exactly (floating inputs only, _COND); Gelu is left out -- the two

@@ -12,6 +12,8 @@ from graphguard.ir.lemma import L
 from .ir import FUSED_IR, FUSED_IR_INPLACE, KV_UPDATE, RMS_IR
 from .ops import ATTN, FUSED, RMS
 
+NUMBERS = range(1600, 1610)  # this file's lemma numbers (the plugin loader refuses others)
+
 _ABS = "layer_name=?l, absent=[3, 4]"
 _E = "epsilon=?e"
 

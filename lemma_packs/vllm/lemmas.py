@@ -17,6 +17,8 @@ shares one KV head (a KV head replicated on several ranks) any split of the quer
 """
 from graphguard.ir.lemma import L
 
+NUMBERS = range(700, 750)  # this file's lemma numbers (the plugin loader refuses others)
+
 RMS, FUSED, SILU = "_C.rms_norm", "_C.fused_add_rms_norm", "_C.silu_and_mul"
 ROTARY, ROPE, ATTN = "_C.rotary_embedding", "vllm.rope", "vllm.unified_attention_with_output"
 _E = "epsilon=?e"

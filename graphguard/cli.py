@@ -304,6 +304,8 @@ def plugins(ctx):
     for r in pl.lemmas:
         by_pack.setdefault(r.lemma.pack, set()).add(id(r.lemma))
     click.echo("lemmas: " + ", ".join(f"{k}: {len(v)}" for k, v in sorted(by_pack.items())))
+    click.echo("passes: " + ", ".join(p.name + (f" ({p.source})" if p.source != "graphguard" else "")
+                                      for p in pl.passes))  # (graphguard/passes: in the order they run)
 
 
 @cli.command()

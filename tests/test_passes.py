@@ -42,6 +42,19 @@ def test_a_bridge_pass_runs_only_while_its_pack_is_loaded():
     assert [p.name for p in without.passes] == [n for n in ORDER if n not in BRIDGE]
 
 
+def test_graphguard_plugins_lists_the_passes_in_order():
+    from conftest import run_cli
+    p = run_cli("plugins")
+    assert p.returncode == 0, p.stderr
+    assert ("passes: bias_after_rows, round_fills, slices_of_concats, fold_constants (aten-hlo), fuse_expressions, "
+            "masked_softmax (aten-hlo), widen_fills, drop_identities, scalar_forms, scale_into_product (aten-hlo)"
+            ) in p.stdout.splitlines()
+    p = run_cli("-p", "no:aten-hlo", "plugins")
+    assert p.returncode == 0, p.stderr
+    assert ("passes: bias_after_rows, round_fills, slices_of_concats, fuse_expressions, widen_fills, drop_identities, "
+            "scalar_forms") in p.stdout.splitlines()
+
+
 def _noop(g, ctx):
     return 0
 

@@ -56,3 +56,30 @@ def test_ground_truth_and_verdict(results, mid):
 def test_unchanged_graphs_are_not_counted(plugins, tmp_path):
     r = corpus.run_one("mlp-tp/add-zero/0", tmp_path, plugins)  # in f's backward, which x never needs
     assert r["status"] == "unchanged"
+
+
+def test_held_out_family_is_apart():
+    """Issue 41: the held-out kinds (written before the fixes, never tuned against) are neither the own kinds'
+    lists nor empty, have bug twins, and bench/mutants.py reports them apart, as its last lines."""
+    import importlib.util
+    import io
+    from contextlib import redirect_stdout
+    assert corpus.HELD_OUT and corpus.HELD_OUT_EQUIVALENT and corpus.HELD_OUT_BUGS
+    assert not corpus.HELD_OUT & set(corpus.EQUIVALENT + corpus.BUGS)
+    ms = corpus.mutants(["mlp-tp"])
+    own = next(m for m in ms if m.kind not in corpus.HELD_OUT and m.equivalent)
+    held = next(m for m in ms if m.kind in corpus.HELD_OUT and m.equivalent)
+    spec = importlib.util.spec_from_file_location("bench_mutants", Path(__file__).resolve().parents[1] / "bench"
+                                                  / "mutants.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    res = {own.id: {"id": own.id, "status": "ok", "changed": False, "verdict": "refines", "hash": "a", "cpu": 1},
+           held.id: {"id": held.id, "status": "ok", "changed": False, "verdict": "does-not-refine", "hash": "a",
+                     "cpu": 1}}
+    out = io.StringIO()
+    with redirect_stdout(out):
+        bench.report([own, held], res, 1.0, 1.0, 1)
+    last = out.getvalue().strip().splitlines()
+    assert last[-6].startswith("false-alarm rate: 0/1 ") and last[-5].startswith("kill rate: 0/0")
+    assert last[-3].startswith("held-out false-alarm rate: 1/1 ") and last[-2].startswith("held-out kill rate: 0/0")
+    assert last[-1].startswith("held-out unsound: 0")

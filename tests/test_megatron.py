@@ -1,4 +1,4 @@
-"""megatron-core's real GPTModel (examples/megatron-gpt) and the lemmas it needs (lemma_packs/aten/megatron.py).
+"""megatron-core's real GPTModel (examples/megatron-gpt) and the lemmas it needs (lemmas 1300-1306 of lemma_packs/aten/).
 
 The example itself runs in test_examples.py (TP=2 forward and backward, with replay); here: its other configurations, the
 one-rank group of a TP=1 capture, and one-line "proves" / "must not prove" tests of lemmas 1300-1306.

@@ -1,4 +1,4 @@
-"""Megatron's vocab-parallel cross-entropy with labels (lemma_packs/aten/megatron_ce.py, 1310-1322) and the
+"""Megatron's vocab-parallel cross-entropy with labels (lemmas 1310-1322 in lemma_packs/aten/: elementwise.py, vocab_lookups.py, ...) and the
 ``ranges:`` section of relation files it needs: its parsing and bad input (exit 2, one line), lemma conditions
 reading ranges (vmin/vend), the fuzzer drawing values in a range, replay, and the example and bug examples
 built on megatron-core (examples/megatron-gpt, examples/bugs/megatron-ce-vocab-offset,

@@ -142,7 +142,7 @@ def test_a_pack_whose_dependency_is_disabled_fails_clearly():
     spec, impl, rel = files(EXAMPLES / "paper-fig1")
     p = run_cli("-p", "no:core", "verify", "--spec", spec, "--impl", impl, "--relation", rel)
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert re.fullmatch(r"graphguard: error: lemma aten:301 \(.*lemmas.py:\d+\): unknown operator 'matmul'\n", p.stderr)
+    assert re.fullmatch(r"graphguard: error: lemma aten:301 \(.*bridges.py:\d+\): unknown operator 'matmul'\n", p.stderr)
 
 
 # -- a lemma is pack:number: numbers are unique within a pack only ----------------------------------------------

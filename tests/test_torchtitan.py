@@ -488,7 +488,7 @@ def test_cross_entropy_backward_is_the_fused_form():
 
 
 def _oh(s_, e, n=4):
-    from lemma_packs.aten.titan import _OH
+    from lemma_packs.aten.vocab_lookups import _OH
     return _OH.format(n=n, z=f"[{n}, {e - s_}]", s=s_, e=e).replace("?i", "I").replace("?y", "float32")
 
 

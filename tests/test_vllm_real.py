@@ -12,7 +12,7 @@ import pytest
 
 import graphguard
 from graphguard.testing import proves
-from lemma_packs.aten.vllm_vocab import lookup
+from lemma_packs.aten.vocab_lookups import lookup
 
 from conftest import EXAMPLES
 

@@ -11,7 +11,7 @@ import pytest
 import graphguard
 import graphguard.torch as ggt
 from graphguard.testing import proves
-from lemma_packs.aten.vocab import _LOCAL, _LOCAL_MF, _LOOKUP, _LOOKUP_MF, _PREDICTED, _PREDICTED_MF
+from lemma_packs.aten.vocab_lookups import _LOCAL, _LOCAL_MF, _LOOKUP, _LOOKUP_MF, _PREDICTED, _PREDICTED_MF
 
 from conftest import EXAMPLES
 

@@ -1,4 +1,5 @@
-"""ATen operators whose bounds or sizes the data decides, and the routing ops around them.
+"""ATen operators whose bounds or sizes the data decides, and the routing ops around them (their
+lemmas, 1360-1367: ``indexing.py``).
 
 A grouped GEMM written as a loop over experts (HF's Aria, ``sequential_experts_gemm``) slices the permuted
 tokens at bounds it reads from a tensor, ``x[cumsum[e]:cumsum[e + 1]]`` (``.item()``: TorchDynamo's unbacked
@@ -16,13 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from graphguard.ir import scalar as S
-from graphguard.ir.lemma import L
 from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, multi_output
 
 from .megatron_moe import _sort_ref, _sort_shapes
 from .ops import _dim
-
-NUMBERS = range(1360, 1400)  # this file's lemma numbers (the plugin loader refuses others)
 
 
 def _bound_shapes(name, shapes, first):
@@ -153,92 +151,3 @@ OPS = [
                      "every rank.")
 
 
-# -- lemmas: the ranks' pieces of a tensor sliced at bounds the data decides ------------------------------------
-# A grouped GEMM over experts sharded across ranks (columns of fc1, rows of fc2) slices each rank's piece at the
-# same bounds: slicing and writing back along the token dim commute with a concatenation along another dim, and
-# writing back is linear in (base, source) jointly -- into zeros, a sum of sources is the sum of the writes. The
-# fuzzer draws the bounds as indices into the sliced dim; a slice length or source that does not match the drawn
-# bounds leaves the left side undefined (no instance), so the seeds slice short dims.
-_SS = "aten.slice_scatter_at({b}, {s}, ?lo, ?hi, dim=?k)"
-_ZEROS = "aten.zeros(size={z}, dtype=?t)"
-_FULL = "aten.full(size={z}, fill_value=?v, dtype=?t)"  # (new_zeros, zeros_like: the backward's buffers)
-_FULL0 = "aten.full(size={z}, fill_value=0, dtype=?t)"
-_BOUNDS = {"lo": "size(?a, ?k)", "hi": "size(?a, ?k) + 1"}
-
-
-def _seeds(pairs):
-    return [{"lo": [], "hi": [], "lo:dtype": "int64", "hi:dtype": "int64", **p} for p in pairs]
-
-
-_AT_Z = {"lo": "at(?z, ?k)", "hi": "at(?z, ?k) + 1"}  # (bounds into a fill of size ?z)
-
-
-def _into_fill_of_concat(ref: int, name: str, fill: str, seeds: list):
-    """``base[lo:hi] = concat(a, b)`` with the base a fill: the fill cut where the source is."""
-    part = lambda x: _SS.format(b=fill.format(z=f"set_at(?z, ?d, size({x}, ?d))"), s=x)  # noqa: E731
-    return L(ref, name, _SS.format(b=fill.format(z="?z"), s="concat(?a, ?b, dim=?d)")
-             + f" => concat({part('?a')}, {part('?b')}, dim=?d)", "?d != ?k", index=_AT_Z, examples=_seeds(seeds))
-
-
-# sources of the fill's dtype (a sum of two rounded to another dtype is not the sum of the two rounded)
-_SUM_SEEDS = _seeds([{"z": z, "a": a, "b": a, "k": k, "t": t, "a:dtype": t, "b:dtype": t}
-                     for z, a, k, dts in (([3, 2], [1, 2], 0, ("float32", "float64", "float16", "int64")),
-                                          ([2, 3], [2, 2], 1, ("float32", "float64", "float16", "int64")),
-                                          ([2], [1], 0, ("float32", "int64")),
-                                          ([4, 3], [2, 3], 0, ("float32", "float64", "int64")),
-                                          ([2, 4, 2], [2, 2, 2], 1, ("float32", "int64")))
-                     for t in dts])
-
-
-def _into_zeros_of_sum(ref: int, name: str, zeros: str):
-    """``zeros[lo:hi] = a + b`` (the ranks' partial sums) is the sum of the two writes into zeros."""
-    one = lambda x: _SS.format(b=zeros.format(z="?z"), s=x)  # noqa: E731
-    return L(ref, name, f"{one('sum(?a, ?b)')} => sum({one('?a')}, {one('?b')})",
-             "dtype(?a) == ?t and dtype(?b) == ?t", index=_AT_Z, examples=_SUM_SEEDS)
-
-
-LEMMAS = [
-    L(1360, "slice-at-of-concat",
-      "aten.slice_at(concat(?a, ?b, dim=?d), ?lo, ?hi, dim=?k, length=?n, count=?c)"
-      " => concat(aten.slice_at(?a, ?lo, ?hi, dim=?k, length=?n, count=?c),"
-      " aten.slice_at(?b, ?lo, ?hi, dim=?k, length=?n, count=?c), dim=?d)",
-      "?d != ?k", index=_BOUNDS,
-      examples=_seeds([{"a": [3, 2], "b": [3, 1], "d": 1, "k": 0, "n": 3, "c": 1},
-                       {"a": [2, 2], "b": [2, 3], "d": 1, "k": 0, "n": 2, "c": 1},
-                       {"a": [2, 3], "b": [1, 3], "d": 0, "k": 1, "n": 3, "c": 2},
-                       {"a": [2, 2, 2], "b": [2, 2, 1], "d": 2, "k": 1, "n": 2, "c": 0}])),
-    L(1361, "slice-scatter-at-of-concats",
-      _SS.format(b="concat(?p, ?q, dim=?d)", s="concat(?a, ?b, dim=?d)")
-      + " => concat(" + _SS.format(b="?p", s="?a") + ", " + _SS.format(b="?q", s="?b") + ", dim=?d)",
-      "?d != ?k and size(?p, ?d) == size(?a, ?d)", index={"lo": "size(?p, ?k)", "hi": "size(?p, ?k) + 1"},
-      examples=_seeds([{"p": [3, 2], "q": [3, 1], "a": [1, 2], "b": [1, 1], "d": 1, "k": 0},
-                       {"p": [2, 2], "q": [2, 3], "a": [1, 2], "b": [1, 3], "d": 1, "k": 0},
-                       {"p": [2, 3], "q": [1, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1}])),
-    _into_fill_of_concat(1362, "slice-scatter-at-into-zeros-of-concat", _ZEROS,
-                         [{"z": [3, 3], "a": [1, 2], "b": [1, 1], "d": 1, "k": 0, "t": "float32"},
-                          {"z": [2, 5], "a": [1, 2], "b": [1, 3], "d": 1, "k": 0, "t": "float16"},
-                          {"z": [3, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1, "t": "float64"}]),
-    _into_fill_of_concat(1365, "slice-scatter-at-into-full-of-concat", _FULL,
-                         [{"z": [3, 3], "a": [1, 2], "b": [1, 1], "d": 1, "k": 0, "t": "float32", "v": 0},
-                          {"z": [2, 5], "a": [1, 2], "b": [1, 3], "d": 1, "k": 0, "t": "float16", "v": 1},
-                          {"z": [3, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1, "t": "float64", "v": -2},
-                          {"z": [3, 3], "a": [2, 2], "b": [1, 2], "d": 0, "k": 1, "t": "int64", "v": 0}]),
-    L(1363, "slice-scatter-at-of-sums",
-      _SS.format(b="sum(?p, ?q)", s="sum(?a, ?b)")
-      + " => sum(" + _SS.format(b="?p", s="?a") + ", " + _SS.format(b="?q", s="?b") + ")",
-      "dtype(?a) == dtype(?p) and dtype(?b) == dtype(?q)", index={"lo": "size(?p, ?k)", "hi": "size(?p, ?k) + 1"},
-      examples=_seeds([{"p": [3, 2], "q": [3, 2], "a": [1, 2], "b": [1, 2], "k": 0},
-                       {"p": [2, 3], "q": [2, 3], "a": [2, 2], "b": [2, 2], "k": 1}])),
-    _into_zeros_of_sum(1364, "slice-scatter-at-into-zeros-of-sum", _ZEROS),
-    _into_zeros_of_sum(1366, "slice-scatter-at-into-full-zeros-of-sum", _FULL0),
-    # the backward of ``out[lo:hi] = y`` into a buffer: the buffer's gradient with those rows zeroed
-    L(1367, "slice-scatter-at-of-full-into-concat",
-      _SS.format(b="concat(?p, ?q, dim=?d)", s=_FULL.format(z="?z"))
-      + " => concat(" + _SS.format(b="?p", s=_FULL.format(z="set_at(?z, ?d, size(?p, ?d))")) + ", "
-      + _SS.format(b="?q", s=_FULL.format(z="set_at(?z, ?d, size(?q, ?d))")) + ", dim=?d)",
-      "?d != ?k and len(?z) == rank(?p)", index={"lo": "size(?p, ?k)", "hi": "size(?p, ?k) + 1"},
-      examples=_seeds([{"p": [3, 2], "q": [3, 1], "z": [1, 3], "d": 1, "k": 0, "t": "float32", "v": 0},
-                       {"p": [2, 2], "q": [2, 3], "z": [1, 5], "d": 1, "k": 0, "t": "float16", "v": 0},
-                       {"p": [2, 3], "q": [1, 3], "z": [3, 2], "d": 0, "k": 1, "t": "float64", "v": 1},
-                       {"p": [2, 3], "q": [2, 3], "z": [4, 1], "d": 0, "k": 1, "t": "int64", "v": 0}])),
-]

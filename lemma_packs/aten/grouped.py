@@ -1,6 +1,7 @@
 """Grouped matrix products: ``aten._grouped_mm``, the kernel of mixture-of-experts layers that run every
 expert's tokens in one call (HF transformers' default ``grouped_mm`` experts in bfloat16, torchtitan's
-MoE), and the gather that puts their rows back in token order. References: 1900-1909.
+MoE), and the gather that puts their rows back in token order. Their lemmas:
+``products.py`` (1900-1903), ``indexing.py`` (1904).
 
 ``_grouped_mm(x, w, offs)`` with ``x [S, K]`` (rows sorted by expert) and ``w [E, K, N]``: group ``g`` is the
 rows ``offs[g - 1]:offs[g]`` (``offs[-1]`` read as 0), multiplied by ``w[g]``. The offsets are data (a cumulative
@@ -23,12 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphguard.ir.lemma import L
 from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape
 
 from .ops import ABSENT, _optional, _same
 
-NUMBERS = range(1900, 1910)  # this file's lemma numbers (the plugin loader refuses others)
 
 _NAME = "aten._grouped_mm"
 
@@ -97,39 +96,4 @@ OPS = [
           linear=(0, 1)),
 ]
 
-_G = "absent=[3]"  # offsets given, no bias
-_OFFS = {"o": "size(?x, 0) + 1"}
-_OFFS_T = {"o": "size(?x, 1) + 1"}
 
-LEMMAS = [
-    L(1900, "grouped-mm-cols",
-      f"aten._grouped_mm(?x, concat(?a, ?b, dim=2), ?o, {_G})"
-      f" => concat(aten._grouped_mm(?x, ?a, ?o, {_G}), aten._grouped_mm(?x, ?b, ?o, {_G}), dim=1)",
-      "rank(?x) == 2 and rank(?a) == 3", index=_OFFS,
-      examples=[{"x": [6, 4], "a": [3, 4, 2], "b": [3, 4, 3], "o": [3]},
-                {"x": [5, 2], "a": [2, 2, 1], "b": [2, 2, 2], "o": [2]}]),
-    L(1901, "grouped-mm-block-k",
-      f"aten._grouped_mm(concat(?x, ?y, dim=1), concat(?a, ?b, dim=1), ?o, {_G})"
-      f" => sum(aten._grouped_mm(?x, ?a, ?o, {_G}), aten._grouped_mm(?y, ?b, ?o, {_G}))",
-      "rank(?x) == 2 and rank(?a) == 3 and size(?x, 1) == size(?a, 1)", index=_OFFS,
-      examples=[{"x": [6, 2], "y": [6, 3], "a": [3, 2, 4], "b": [3, 3, 4], "o": [3]},
-                {"x": [4, 1], "y": [4, 1], "a": [2, 1, 2], "b": [2, 1, 2], "o": [2]}]),
-    L(1902, "grouped-mm-weight-grad-rows",
-      f"aten._grouped_mm(concat(?a, ?b, dim=0), ?y, ?o, {_G})"
-      f" => concat(aten._grouped_mm(?a, ?y, ?o, {_G}), aten._grouped_mm(?b, ?y, ?o, {_G}), dim=1)",
-      "rank(?a) == 2 and rank(?y) == 2", index={"o": "size(?a, 1) + 1"},
-      examples=[{"a": [2, 6], "b": [3, 6], "y": [6, 4], "o": [3]},
-                {"a": [1, 4], "b": [2, 4], "y": [4, 2], "o": [2]}]),
-    L(1903, "grouped-mm-weight-grad-cols",
-      f"aten._grouped_mm(?x, concat(?a, ?b, dim=1), ?o, {_G})"
-      f" => concat(aten._grouped_mm(?x, ?a, ?o, {_G}), aten._grouped_mm(?x, ?b, ?o, {_G}), dim=2)",
-      "rank(?x) == 2 and rank(?a) == 2", index=_OFFS_T,
-      examples=[{"x": [3, 6], "a": [6, 2], "b": [6, 3], "o": [3]},
-                {"x": [2, 4], "a": [4, 1], "b": [4, 2], "o": [2]}]),
-    # the experts' outputs, each rank's partial sum, put back in token order: a gather of rows is linear
-    L(1904, "index-rows-of-partial-sum",
-      "aten.index.Tensor(sum(?a, ?b), ?i, absent=[]) => sum(aten.index.Tensor(?a, ?i, absent=[]),"
-      " aten.index.Tensor(?b, ?i, absent=[]))",
-      "floating(dtype(?a)) and rank(?a) >= 1", index={"i": "size(?a, 0)"},
-      examples=[{"a": [6, 4], "b": [6, 4], "i": [6]}, {"a": [3, 2, 2], "b": [3, 2, 2], "i": [2, 2]}]),
-]

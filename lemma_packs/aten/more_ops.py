@@ -2,7 +2,7 @@
 
 Each declares its algebraic properties (:class:`graphguard.ir.ops.OpDef`), so the engine's lemma families
 (engine/families.py) carry it through concatenations, partial sums and scalar factors; flip along a cut dim, which
-no property states, has its own lemma (``lemmas_more.py``).
+no property states, has its own lemma (``views_movement.py``, 1250).
 """
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Lemmas for megatron-core's own layers (``examples/megatron-gpt``). References: 1300-1309
-(1310-1349: ``megatron_ce.py``, 1350-1359: ``megatron_moe.py``).
+"""Lemma functions of views (the ``graphguard_lemma_functions`` hook): which dims a reshape merges or splits, and
+the permutation of the merged or split view -- the conditions of 1301 and 1306 (``views_movement.py``), met in
+megatron-core's own layers (``examples/megatron-gpt``; its lemmas 1300-1306: ``products.py``,
+``views_movement.py``, ``attention.py``).
 
 Megatron's attention works on [s, b, heads, hn] tensors: it views q and k as [s, b*heads, hn] (batch and heads
 merged into one dim, in which the head shards of the ranks interleave: rank r holds heads [r*h/W, (r+1)*h/W)
@@ -9,9 +11,6 @@ view of the transposed tensor (1301), so the merged dim becomes an ordinary batc
 (lemmas 364, 219); the scaled product ignores its first operand when ``beta`` is 0 (1300).
 """
 from graphguard.ir import scalar as S
-from graphguard.ir.lemma import L
-
-NUMBERS = range(1300, 1310)  # this file's lemma numbers (the plugin loader refuses others)
 
 
 def _groups(ctx, x: tuple, s: tuple) -> list[tuple[int, int]]:
@@ -78,50 +77,3 @@ FUNCTIONS = {
     "batched_mm_shape": lambda ctx, x, y: tuple(ctx.shape_of(x)[:-1]) + (ctx.shape_of(y)[-1],),
 }
 
-LEMMAS = [
-    # torch.baddbmm ignores its first operand when beta is 0 (even NaN or inf in an empty buffer)
-    L(1300, "baddbmm-without-input",
-      "aten.baddbmm(?c, ?a, ?b, beta=0, alpha=?s) => aten.mul.Scalar(aten.bmm(?a, ?b), other=?s)",
-      "finite(?s) and floating(dtype(?a))"),
-    # a transpose of a view merging neighbouring dims: transpose first, with each merged run moved whole
-    L(1301, "permute-of-merging-reshape",
-      "permute(reshape(?x, shape=?s), dims=?p) => reshape(permute(?x, dims=merge_perm(?x, ?s, ?p)), shape=permuted(?s, ?p))",
-      "len(merge_perm(?x, ?s, ?p)) == rank(?x) and len(?s) < rank(?x)",
-      examples=[{"x": [3, 2, 4, 5], "s": [3, 8, 5], "p": [1, 0, 2]},
-                {"x": [3, 2, 4, 5], "s": [6, 4, 5], "p": [2, 0, 1]},
-                {"x": [3, 2, 4, 5], "s": [3, 8, 5], "p": [1, 2, 0]},
-                {"x": [2, 3, 1, 4], "s": [6, 4], "p": [1, 0]},
-                {"x": [8, 2, 1, 4], "s": [8, 2, 4], "p": [1, 0, 2]},
-                {"x": [3, 1, 2, 1], "s": [3, 2, 1], "p": [2, 0, 1]},
-                {"x": [2, 3, 4], "s": [2, 12], "p": [1, 0]}]),
-    # the same for a view that splits dims (the backward of a merging view): transpose first, each split dim whole
-    L(1306, "permute-of-splitting-reshape",
-      "permute(reshape(?x, shape=?s), dims=?p) => reshape(permute(?x, dims=split_perm(?x, ?s, ?p)), shape=permuted(?s, ?p))",
-      "len(split_perm(?x, ?s, ?p)) == rank(?x) and len(?s) > rank(?x)",
-      examples=[{"x": [4, 8, 5], "s": [2, 2, 8, 5], "p": [2, 0, 1, 3]},
-                {"x": [4, 8, 5], "s": [2, 2, 8, 5], "p": [3, 2, 0, 1]},
-                {"x": [6, 4], "s": [2, 3, 4], "p": [2, 0, 1]},
-                {"x": [6, 4], "s": [6, 2, 2], "p": [1, 2, 0]},
-                {"x": [2, 8, 4], "s": [2, 1, 8, 4], "p": [2, 0, 1, 3]}]),
-    # the converse of 364: a batched matmul over several batch dims is a bmm of the views merging them (what a
-    # rank computes when its batch rows are a slice of a merged dim)
-    L(1302, "batched-matmul-is-bmm-of-merged-views",
-      "batched_matmul(?x, ?y) => reshape(aten.bmm(reshape(?x, shape=batch_merged(?x)), reshape(?y, shape=batch_merged(?y))),"
-      " shape=batched_mm_shape(?x, ?y))",
-      "rank(?x) >= 4 and rank(?y) == rank(?x) and numel(?x) > 0 and numel(?y) > 0",
-      examples=[{"x": [2, 3, 4, 5], "y": [2, 3, 5, 2]}, {"x": [2, 1, 3, 4, 5], "y": [2, 1, 3, 5, 3]}]),
-    # masked_fill is elementwise in its input and its (broadcast) mask: the attention mask [1, 1, s, s] applied
-    # to head-sharded scores, or a mask sharded like the input
-    L(1304, "masked-fill-of-concat-and-broadcast-mask",
-      "aten.masked_fill.Scalar(concat(?a, ?b, dim=?d), ?m, value=?v)"
-      " => concat(aten.masked_fill.Scalar(?a, ?m, value=?v), aten.masked_fill.Scalar(?b, ?m, value=?v), dim=?d)",
-      "rank(?a) >= rank(?m) and const_along(?m, rank(?a), ?d)",
-      examples=[{"a": [2, 1, 3, 3], "b": [2, 2, 3, 3], "m": [1, 1, 3, 3], "d": 1}, {"a": [2, 3], "b": [1, 3], "m": [3], "d": 0}]),
-    L(1305, "masked-fill-of-concats",
-      "aten.masked_fill.Scalar(concat(?a, ?b, dim=?d), concat(?m, ?n, dim=?k), value=?v)"
-      " => concat(aten.masked_fill.Scalar(?a, ?m, value=?v), aten.masked_fill.Scalar(?b, ?n, value=?v), dim=?d)",
-      "rank(?a) >= rank(?m) and ?k == bdim(?m, rank(?a), ?d) and size(?a, ?d) == size(?m, ?k)"
-      " and size(?b, ?d) == size(?n, ?k)",
-      examples=[{"a": [2, 3], "b": [1, 3], "m": [2, 3], "n": [1, 3], "d": 0, "k": 0},
-                {"a": [2, 2, 3], "b": [2, 1, 3], "m": [2, 3], "n": [1, 3], "d": 1, "k": 0}]),
-]

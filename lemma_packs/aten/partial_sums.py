@@ -1,0 +1,73 @@
+"""Partial sums (one per rank, all-reduced later): concatenations and expands of them, complementary zero pads
+added up, ``view_as_complex``/``view_as_real`` of a sum.
+
+Part of the ATen pack's lemmas, one file per subject (``__init__.py`` joins them).
+"""
+from __future__ import annotations
+
+from graphguard.ir.lemma import L
+
+# the numbers its lemmas have, then 2700-2749 for new ones
+NUMBERS = (range(306, 307), range(425, 428), range(429, 432), range(524, 526), range(1802, 1804), range(2700, 2750))
+
+
+_ACC_PADS = (([2, 3], [2, 3], 0, [4, 3]), ([2, 1], [2, 3], 1, [2, 4]), ([3], [2], 0, [5]), ([1, 4], [3, 4], 0, [4, 4]),
+             ([2, 2, 1], [2, 2, 2], 2, [2, 2, 3]), ([0, 2], [2, 2], 0, [2, 2]), ([2, 4, 6, 2], [2, 4, 6, 2], 3, [2, 4, 6, 4]))
+_PADS = [{"a": a, "b": b, "u": a, "s": b, "d": d, "t": "float64"}
+         for a, b, d in (([2, 3], [2, 3], 0), ([1, 4], [3, 4], 0), ([2, 1], [2, 3], 1), ([3], [2], 0), ([0, 2], [2, 2], 0),
+                         ([2, 2, 1], [2, 2, 2], 2))]
+
+LEMMAS = [
+    # the backward of x[..., :k] and x[..., k:] (slice_scatter into zeros) adds two zero-padded halves;
+    # stated for the whole pattern: "x + 0 = x" alone would put x inside its own class (sum(0, x))
+    L(425, "add-of-complementary-zero-pads",
+      "aten.add.Tensor(concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d), concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d))"
+      " => concat(?a, ?b, dim=?d)", "shape(?a) == ?u and shape(?b) == ?s and dtype(?a) == ?t and dtype(?b) == ?t",
+      examples=_PADS),
+    L(426, "add-of-complementary-zero-pads-mirrored",
+      "aten.add.Tensor(concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d), concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d))"
+      " => concat(?a, ?b, dim=?d)", "shape(?a) == ?u and shape(?b) == ?s and dtype(?a) == ?t and dtype(?b) == ?t",
+      examples=_PADS),
+    # the same two pads summed as the ranks' partial results are (core sum: the pads' add once it is a sum)
+    L(427, "sum-of-complementary-zero-pads",
+      "sum(concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d), concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d))"
+      " => concat(?a, ?b, dim=?d)", "shape(?a) == ?u and shape(?b) == ?s and dtype(?a) == ?t and dtype(?b) == ?t",
+      examples=_PADS),
+    L(429, "sum-of-complementary-zero-pads-mirrored",
+      "sum(concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d), concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d))"
+      " => concat(?a, ?b, dim=?d)", "shape(?a) == ?u and shape(?b) == ?s and dtype(?a) == ?t and dtype(?b) == ?t",
+      examples=_PADS),
+    # ... and accumulated one at a time into a third gradient (the backward of cat((-x2, x1)) added to x * cos's
+    # gradient after it: (g + pad(b)) + pad(a))
+    L(430, "complementary-zero-pads-accumulated",
+      "sum(sum(?m, concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d)), concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d))"
+      " => sum(?m, concat(?a, ?b, dim=?d))", "shape(?a) == ?u and shape(?b) == ?s and dtype(?a) == ?t and dtype(?b) == ?t",
+      examples=[{"a": a, "b": b, "u": a, "s": b, "d": d, "t": "float64", "m": m}
+                for a, b, d, m in _ACC_PADS]),
+    L(431, "complementary-zero-pads-accumulated-mirrored",
+      "sum(sum(?m, concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d)), concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d))"
+      " => sum(?m, concat(?a, ?b, dim=?d))", "shape(?a) == ?u and shape(?b) == ?s and dtype(?a) == ?t and dtype(?b) == ?t",
+      examples=[{"a": a, "b": b, "u": a, "s": b, "d": d, "t": "float64", "m": m}
+                for a, b, d, m in _ACC_PADS]),
+    L(306, "add-of-partial-sums",
+      "aten.add.Tensor(sum(?a, ?b), sum(?c, ?e)) => sum(aten.add.Tensor(?a, ?c), aten.add.Tensor(?b, ?e))",
+      "shape(?a) == shape(?c) and shape(?b) == shape(?e)", when="aten.add.Tensor(?b, ?e)"),
+    # tensor-parallel experts: each expert's output is a partial sum; stacking them stacks the partials
+    L(524, "concat-of-partial-sums",
+      "concat(sum(?a, ?c), sum(?b, ?e), dim=?d) => sum(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d))",
+      "shape(?a) == shape(?c) and shape(?b) == shape(?e) and dtype(?a) == dtype(?b) and dtype(?c) == dtype(?e)",
+      # constrained (§4.3): with concat interchange it would enumerate pairings. On the last summands, so that
+      # left-nested sums (world size 4: sum(sum(sum(a0, a1), a2), a3)) take apart one rank at a time
+      when="concat(?c, ?e, dim=?d)"),
+    L(525, "expand-of-partial-sum",
+      "aten.expand(sum(?a, ?b), size=?s, implicit=?i) => sum(aten.expand(?a, size=?s, implicit=?i), aten.expand(?b, size=?s, implicit=?i))",
+      "shape(?a) == shape(?b)"),
+    # both are linear: the ranks' partial sums of a RoPE gradient go through (the family linear-over-sum, 1203,
+    # asks floating(), which a complex input is not, and one dtype of the summands, which these ops need)
+    L(1802, "view-as-complex-of-sum",
+      "aten.view_as_complex(sum(?a, ?b)) => sum(aten.view_as_complex(?a), aten.view_as_complex(?b))",
+      "dtype(?a) == dtype(?b)"),
+    L(1803, "view-as-real-of-sum",
+      "aten.view_as_real(sum(?a, ?b)) => sum(aten.view_as_real(?a), aten.view_as_real(?b))",
+      "dtype(?a) == dtype(?b)"),
+]

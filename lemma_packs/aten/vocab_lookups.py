@@ -1,0 +1,390 @@
+"""Masked lookups over vocabulary shards: rank r owns rows [s, e) of an embedding table or the logits' columns;
+ids outside are masked (Megatron: ``index_put`` of shifted ids, or ``masked_fill``; vLLM: ``get_masked_input_and_mask``;
+torchtitan: multiplied by the mask) and the ranks' lookups, target logits and one-hot updates are summed. The same
+fact in each framework's spelling (issue 40: one canonical lookup with per-framework spellings is still to come).
+
+Part of the ATen pack's lemmas, one file per subject (``__init__.py`` joins them).
+"""
+from __future__ import annotations
+
+from graphguard.ir.lemma import L
+
+# the numbers its lemmas have, then 2450-2499 for new ones
+NUMBERS = (range(470, 474), range(476, 488), range(1315, 1317), range(1318, 1320), range(1620, 1623),
+           range(1710, 1714), range(1734, 1736), range(2450, 2500))
+
+
+# the mask of ids i outside [s, e) and the shifted, masked ids (masked ones point at row 0); s is an integer
+_MASK = "aten.bitwise_or.Tensor(aten.lt.Scalar({i}, other={s}), aten.ge.Scalar({i}, other={e}))"
+_LOCAL = (f"aten.index_put(aten.sub.Tensor({{i}}, aten.scalar_tensor(s={{s}}, dtype=int64)), {_MASK},"
+          " aten.full(size=[], fill_value=0, dtype=int64))")
+_ZERO = "aten.full(size=[], fill_value=0, dtype=float32)"
+# VocabParallelEmbedding: weight[local], masked rows zeroed
+_LOOKUP = (f"aten.index_put(aten.embedding({{w}}, {_LOCAL}, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q),"
+           f" {_MASK}, {_ZERO})")
+# its backward: the gradient of masked rows zeroed, summed into the shard's rows
+_EMB_BW = (f"aten.embedding_dense_backward(aten.index_put({{g}}, {_MASK}, aten.zeros(size=[], dtype=float32)),"
+           f" {_LOCAL}, num_weights={{n}}, padding_idx=?pi, scale_grad_by_freq=false)")
+# _VocabParallelCrossEntropy: the target's logit x[arange, local] of rows [0, m), zero where masked ...
+_ROWS = "aten.arange.start(start=0, end={m})"
+_PREDICTED = f"aten.index_put(aten.index.Tensor({{x}}, {_ROWS}, {_LOCAL}), {_MASK}, {_ZERO})"
+# ... and its backward: x[arange, local] -= 1 - mask (softmax minus the one-hot of the target it owns)
+_ONE_HOT_UPDATE = (f"aten.index_put({{x}}, {_ROWS}, {_LOCAL},"
+                   f" aten.sub.Tensor(aten.index.Tensor({{x}}, {_ROWS}, {_LOCAL}),"
+                   f" aten.rsub.Scalar(aten._to_copy({_MASK}, dtype=float32), other=1)))")
+
+_A, _B, _AB = "size(?a, 0)", "size(?b, 0)", "size(?a, 0) + size(?b, 0)"  # vocabulary rows of the parts
+_AC, _ABC = "size(?a, 1)", "size(?a, 1) + size(?b, 1)"  # vocabulary columns of the parts
+_T1 = "reshape(?t, shape=[size(?t, 0)])"  # [tokens, 1] targets as [tokens]
+_COLS = f"rank(?a) == 2 and {_AC} >= 1 and size(?b, 1) >= 1"
+_NESTED = f"?n == size(?a, 0) and ?s // 1 == ?s and ?e - ?s == {_ABC} and {_COLS}"  # [s, e) split into ?a, ?b
+_NESTED_EXAMPLES = [{"a": [n, a], "b": [n, b], "t": [n], "n": n, "s": s, "e": s + a + b}
+                    for n, a, b, s in ((3, 2, 3, 1), (4, 2, 2, 0), (2, 1, 3, 4), (5, 3, 1, 2), (1, 2, 2, 0))]
+
+# -- the masked_fill form (480-486) ------------------------------------------------------------------
+_LOCAL_MF = (f"aten.masked_fill.Scalar(aten.sub.Tensor({{i}}, aten.scalar_tensor(s={{s}}, dtype=int64)), {_MASK},"
+             " value=0)")
+_ZERO_ROWS_MF = f"aten.masked_fill.Scalar({{x}}, reshape({_MASK}, shape=?u), value=0)"  # x[mask, :] = 0
+_LOOKUP_MF = _ZERO_ROWS_MF.replace(
+    "{x}", f"aten.embedding({{w}}, {_LOCAL}, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)")
+_EMB_BW_MF = (f"aten.embedding_dense_backward({_ZERO_ROWS_MF.replace('{x}', '{g}')}, {_LOCAL}, num_weights={{n}},"
+              " padding_idx=?pi, scale_grad_by_freq=false)")
+_PREDICTED_MF = f"aten.masked_fill.Scalar(aten.index.Tensor({{x}}, {_ROWS}, {_LOCAL}), {_MASK}, value=0)"
+# ?u is the ids' shape with a trailing 1 (mask.unsqueeze(-1)): ids of rank 1 to 3
+_UNSQ = ("(rank(?i) == 1 and ?u == [size(?i, 0), 1]) or (rank(?i) == 2 and ?u == [size(?i, 0), size(?i, 1), 1])"
+         " or (rank(?i) == 3 and ?u == [size(?i, 0), size(?i, 1), size(?i, 2), 1])")
+# rank 0's unsqueezed mask: binds ?u where ids are compared with 0
+_RANK0_UNSQ = "reshape(aten.bitwise_or.Tensor(aten.lt.Scalar(?i, other=0), ?g), shape=?u)"
+
+
+def _unsq(shape):
+    return list(shape) + [1]
+
+_CE_LOCAL = _LOCAL
+_CE_MASK = _MASK
+
+
+def lookup(w, i, s, e, a, o, u):
+    """Rank r's masked lookup as vLLM writes it: shard [s, e), empty added range [a, a), added offset o; u the
+    shape of the unsqueezed mask."""
+    org = f"aten.bitwise_and.Tensor(aten.ge.Scalar({i}, other={s}), aten.lt.Scalar({i}, other={e}))"
+    added = f"aten.bitwise_and.Tensor(aten.ge.Scalar({i}, other={a}), aten.lt.Scalar({i}, other={a}))"
+    offset = (f"aten.add.Tensor(aten.mul.Tensor({org}, aten.scalar_tensor(s={s}, dtype=int64)),"
+              f" aten.mul.Tensor({added}, aten.scalar_tensor(s={o}, dtype=int64)), alpha=1)")
+    mask = f"aten.bitwise_or.Tensor({org}, {added})"
+    ids = f"aten.mul.Tensor({mask}, aten.sub.Tensor({i}, {offset}, alpha=1))"
+    return (f"aten.masked_fill.Scalar(aten.embedding({w}, {ids}, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q),"
+            f" reshape(aten.bitwise_not({mask}), shape={u}), value=0)")
+
+
+_VLLM_A, _VLLM_B, _VLLM_AB = "size(?a, 0)", "size(?b, 0)", "size(?a, 0) + size(?b, 0)"
+_U = "[size(?i, 0), 1]"
+_IDS = "rank(?i) == 1 and dtype(?i) == \"int64\""
+
+
+_FALSE = 'aten.full(size={z}, fill_value=0, dtype="bool")'
+_MCE_MASK = "aten.bitwise_or.Tensor(aten.lt.Scalar({t}, other={s}), aten.ge.Scalar({t}, other={e}))"
+_MCE_LOCAL = (f"aten.index_put(aten.sub.Tensor({{t}}, aten.scalar_tensor(s={{s}}, dtype=int64)), {_MCE_MASK},"
+          " aten.full(size=[], fill_value=0, dtype=int64))")
+_MCE_ZERO = "aten.full(size=[], fill_value=0, dtype=float32)"
+# Megatron's predicted logits of logits x [m, cols] for targets t (any shape of m entries), ids in [s, e)
+_MCE_LOOKUP = f"aten.index.Tensor({{x}}, aten.arange.start(start=0, end={{m}}), reshape({_MCE_LOCAL}, shape={{u}}))"
+_MCE_PREDICTED = f"aten.index_put(reshape({_MCE_LOOKUP}, shape={{w}}), {_MCE_MASK}, {_MCE_ZERO})"
+
+# its backward: grad_2d[arange, local.view(-1)] -= 1 - mask.view(-1).float() (softmax minus the one-hot of the
+# target on the rank owning it)
+_MCE_ROWS = "aten.arange.start(start=0, end={m})"
+_MCE_IDS = f"reshape({_MCE_LOCAL}, shape={{u}})"
+_ONE_HOT = (f"aten.index_put({{x}}, {_MCE_ROWS}, {_MCE_IDS}, aten.sub.Tensor(aten.index.Tensor({{x}}, {_MCE_ROWS}, {_MCE_IDS}),"
+            f" aten.rsub.Scalar(aten._to_copy(reshape({_MCE_MASK}, shape={{u}}), dtype=float32), other=1)))")
+
+
+def _one_hot(x, t, s, e, m, u="[?m]"):
+    return _ONE_HOT.format(x=x, t=t, s=s, e=e, m=m, u=u)
+
+
+def _pred(x, t, s, e, m, u, w):
+    return _MCE_PREDICTED.format(x=x, t=t, s=s, e=e, m=m, u=u, w=w)
+
+
+_CA, _CAB = "size(?a, 1)", "size(?a, 1) + size(?b, 1)"
+_SPLIT_EXAMPLES = [{"a": [n, a], "b": [n, b], "t": t, "m": n, "u": [n], "w": t, "s": s, "e": s + a + b}
+                   for n, a, b, s, t in ((6, 2, 3, 1, [3, 2]), (4, 2, 2, 0, [2, 2]), (2, 1, 3, 4, [1, 2]),
+                                         (6, 3, 1, 2, [2, 3]), (3, 2, 2, 0, [3, 1]), (4, 4, 4, 0, [4]))]
+
+
+# -- torchtitan's vocabulary-parallel embedding ----------------------------------------------------------------
+# rank r owns rows [s, e): ids in range, (i >= s) & (i < e); shifted ids clamped into the shard
+_TT_MASK = "aten.bitwise_and.Tensor(aten.ge.Scalar({i}, other={s}), aten.lt.Scalar({i}, other={e}))"
+_TT_LOCAL = "aten.clamp(aten.sub.Tensor({i}, aten.scalar_tensor(s={s}, dtype=int64)), min=0, max={x})"  # x: e - s - 1
+# mask.unsqueeze(-1).to(out.dtype); on a right side u, t are unit_dim_after(?i) and the table's dtype
+_CAST = "aten._to_copy(reshape(" + _TT_MASK + ", shape={u}), dtype={t})"
+# the rows looked up, times the mask
+_TT_LOOKUP = (f"aten.mul.Tensor(aten.embedding({{w}}, {_TT_LOCAL}, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q),"
+           f" {_CAST})")
+# its backward: the gradient times the mask, summed into the shard's rows
+_TT_EMB_BW = (f"aten.embedding_dense_backward(aten.mul.Tensor({{g}}, {_CAST}), {_TT_LOCAL}, num_weights={{n}},"
+           " padding_idx=?pi, scale_grad_by_freq=false)")
+_TT_A, _TT_B, _TT_AB = "size(?a, 0)", "size(?b, 0)", "size(?a, 0) + size(?b, 0)"
+
+
+def _lookup(w, i, s, e, x=None, u="?u", t="?t"):
+    """The masked lookup of rows [s, e); ``x`` the clamp's bound, ``u``/``t`` the cast mask's shape and dtype
+    (variables on a left side)."""
+    return _TT_LOOKUP.format(w=w, i=i, s=s, e=e, x=x or f"({e}) - ({s}) - 1", u=u, t=t)
+
+
+def _emb_bw(g, i, s, e, n, x=None, u="?u", t="?t"):
+    return _TT_EMB_BW.format(g=g, i=i, s=s, e=e, n=n, x=x or f"({e}) - ({s}) - 1", u=u, t=t)
+
+
+_FLOAT_MASK = "floating(?t) and ?t == dtype(?a) and ?p == -1"  # torchtitan has no padding row
+_TT_U, _T = "unit_dim_after(?i)", "dtype(?a)"
+
+# torchtitan's one-hot of a rank's targets in [s, e) (Megatron's masks and masked local ids, above): zeros [n, e - s] with (mask - 1) at (row, masked local id)
+_OH = ("aten.index_put(aten.full(size={z}, fill_value=0, dtype=?y), aten.arange(end={n}, dtype=None),"
+       f" {_CE_LOCAL.format(i='?i', s='{s}', e='{e}')},"
+       f" aten.sub.Tensor(aten._to_copy({_CE_MASK.format(i='?i', s='{s}', e='{e}')}, dtype=?y),"
+       " aten.scalar_tensor(s=1, dtype=?y), alpha=1))")
+
+LEMMAS = [
+    # constrained (§4.3) to ids compared with 0 (rank 0's mask): never the masked ids inside a masked lookup,
+    # where it would nest lookups of lookups for every grouping of the shards
+    L(470, "embedding-of-vocab-shards",
+      f"aten.embedding(concat(?a, ?b, dim=0), ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
+      f" => sum({_LOOKUP.format(w='?a', i='?i', s=0, e=_A)}, {_LOOKUP.format(w='?b', i='?i', s=_A, e=_AB)})",
+      f"rank(?a) == 2 and {_A} >= 1 and {_B} >= 1", when="aten.lt.Scalar(?i, other=0)", index={"i": _AB},
+      examples=[{"a": [3, 4], "b": [2, 4], "i": [2, 3]}, {"a": [2, 3], "b": [2, 3], "i": [5]}]),
+    L(471, "masked-lookup-of-vocab-shards",
+      f"{_LOOKUP.format(w='concat(?a, ?b, dim=0)', i='?i', s='?s', e='?e')}"
+      f" => sum({_LOOKUP.format(w='?a', i='?i', s='?s', e='?s + ' + _A)},"
+      f" {_LOOKUP.format(w='?b', i='?i', s='?s + ' + _A, e='?e')})",
+      f"?s // 1 == ?s and ?e - ?s == {_AB} and {_A} >= 1 and {_B} >= 1", index={"i": "?e + 2"},
+      examples=[{"a": [a, 3], "b": [b, 3], "i": i, "s": s, "e": s + a + b}
+                for a, b, i, s in ((2, 3, [7], 1), (1, 2, [2, 3], 0), (4, 4, [3, 4], 4), (3, 1, [6], 2),
+                                   (2, 2, [1, 2, 4], 0))]),
+    # backward, constrained (§4.3): the full gradient splits where the ids are compared with a shard's end
+    # (a rank's mask), then where a rank's masked gradient exists
+    L(472, "embedding-backward-splits-at-vocab-shard",
+      "aten.embedding_dense_backward(?g, ?i, num_weights=?v, padding_idx=?pi, scale_grad_by_freq=false)"
+      f" => concat({_EMB_BW.format(g='?g', i='?i', s=0, e='?n', n='?n')},"
+      f" {_EMB_BW.format(g='?g', i='?i', s='?n', e='?v', n='?v - ?n')}, dim=0)",
+      "?pi == -1 and ?n // 1 == ?n and 0 < ?n and ?n < ?v", when="aten.ge.Scalar(?i, other=?n)", index={"i": "?v"},
+      examples=[{"g": g, "i": g[:-1], "v": v, "n": n, "pi": -1}
+                for g, v, n in (([2, 3, 4], 5, 2), ([5, 2], 3, 1), ([4, 3], 8, 4), ([1, 2], 2, 1), ([3, 2, 2], 6, 5))]),
+    L(473, "masked-embedding-backward-splits",
+      f"{_EMB_BW.format(g='?g', i='?i', s='?s', e='?e', n='?w')}"
+      f" => concat({_EMB_BW.format(g='?g', i='?i', s='?s', e='?m', n='?k')},"
+      f" {_EMB_BW.format(g='?g', i='?i', s='?m', e='?e', n='?e - ?m')}, dim=0)",
+      "?pi == -1 and ?s // 1 == ?s and ?w == ?e - ?s and ?k == ?m - ?s and ?s < ?m and ?m < ?e",
+      when=_EMB_BW.format(g="?g", i="?i", s="?s", e="?m", n="?k"), index={"i": "?e + 2"},
+      examples=[{"g": [2, 3, 4], "i": [2, 3], "s": s, "e": e, "w": e - s, "m": m, "k": m - s, "pi": -1}
+                for s, m, e in ((1, 3, 6), (0, 2, 4), (4, 8, 16), (2, 3, 4), (0, 1, 5))]),
+    # the target's logit of vocabulary-sharded logits [tokens, V]: the sum of the ranks' masked lookups
+    L(476, "gather-of-vocab-shards",
+      "aten.gather(concat(?a, ?b, dim=1), ?t, dim=1, sparse_grad=?g)"
+      f" => reshape(sum({_PREDICTED.format(x='?a', m='size(?a, 0)', i=_T1, s=0, e=_AC)},"
+      f" {_PREDICTED.format(x='?b', m='size(?a, 0)', i=_T1, s=_AC, e=_ABC)}), shape=shape(?t))",
+      f"shape(?t) == [size(?a, 0), 1] and {_COLS}",
+      index={"t": _ABC}, examples=[{"a": [3, 2], "b": [3, 4], "t": [3, 1]}]),
+    L(477, "masked-target-logit-of-vocab-shards",
+      f"{_PREDICTED.format(x='concat(?a, ?b, dim=1)', m='?n', i='?t', s='?s', e='?e')}"
+      f" => sum({_PREDICTED.format(x='?a', m='?n', i='?t', s='?s', e='?s + ' + _AC)},"
+      f" {_PREDICTED.format(x='?b', m='?n', i='?t', s='?s + ' + _AC, e='?e')})",
+      _NESTED, index={"t": "?e + 2"}, examples=_NESTED_EXAMPLES),
+    # the backward: softmax minus the one-hot of the target (scatter_add of -1) of sharded softmax rows
+    L(478, "one-hot-update-of-vocab-shards",
+      "aten.scatter_add(concat(?a, ?b, dim=1), ?t, aten.full(size=?z, fill_value=?o, dtype=?y), dim=1)"
+      f" => concat({_ONE_HOT_UPDATE.format(x='?a', m='size(?a, 0)', i=_T1, s=0, e=_AC)},"
+      f" {_ONE_HOT_UPDATE.format(x='?b', m='size(?a, 0)', i=_T1, s=_AC, e=_ABC)}, dim=1)",
+      f"?o == -1 and shape(?t) == [size(?a, 0), 1] and ?z == shape(?t) and {_COLS} and floating(?y)"
+      " and floating(dtype(?a)) and floating(dtype(?b))",
+      index={"t": _ABC}, examples=[{"a": [n, a], "b": [n, b], "t": [n, 1], "z": [n, 1], "o": -1}
+                                   for n, a, b in ((3, 2, 4), (4, 2, 2), (2, 1, 3), (5, 3, 1), (1, 2, 2))]),
+    L(479, "masked-one-hot-update-of-vocab-shards",
+      f"{_ONE_HOT_UPDATE.format(x='concat(?a, ?b, dim=1)', m='?n', i='?t', s='?s', e='?e')}"
+      f" => concat({_ONE_HOT_UPDATE.format(x='?a', m='?n', i='?t', s='?s', e='?s + ' + _AC)},"
+      f" {_ONE_HOT_UPDATE.format(x='?b', m='?n', i='?t', s='?s + ' + _AC, e='?e')}, dim=1)",
+      _NESTED, index={"t": "?e + 2"}, examples=_NESTED_EXAMPLES),
+    # (i - s).masked_fill(mask, 0) is Megatron's i - s with [mask] = 0
+    L(480, "masked-fill-ids-are-index-put-ids",
+      f"{_LOCAL_MF.format(i='?i', s='?s', e='?e')} => {_LOCAL.format(i='?i', s='?s', e='?e')}",
+      "?s // 1 == ?s and rank(?i) >= 1", index={"i": "?e + 2"},
+      examples=[{"i": i, "s": s, "e": e} for i, s, e in (([2, 3], 1, 3), ([5], 0, 2), ([1, 4], 2, 6))]),
+    # as 470, zeroing the rows with masked_fill; constrained to rank 0's unsqueezed mask, which gives ?u
+    L(481, "embedding-of-vocab-shards-masked-fill",
+      f"aten.embedding(concat(?a, ?b, dim=0), ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
+      f" => sum({_LOOKUP_MF.format(w='?a', i='?i', s=0, e=_A)}, {_LOOKUP_MF.format(w='?b', i='?i', s=_A, e=_AB)})",
+      f"rank(?a) == 2 and {_A} >= 1 and {_B} >= 1 and ({_UNSQ})", when=_RANK0_UNSQ,
+      index={"i": _AB},
+      examples=[{"a": [3, 4], "b": [2, 4], "i": [2, 3], "u": [2, 3, 1], "g": [2, 3]},
+                {"a": [2, 3], "b": [2, 3], "i": [5], "u": [5, 1], "g": [5]},
+                {"a": [1, 2], "b": [3, 2], "i": [1, 2, 2], "u": [1, 2, 2, 1], "g": [1, 2, 2]}]),
+    L(482, "masked-fill-lookup-of-vocab-shards",
+      f"{_LOOKUP_MF.format(w='concat(?a, ?b, dim=0)', i='?i', s='?s', e='?e')}"
+      f" => sum({_LOOKUP_MF.format(w='?a', i='?i', s='?s', e='?s + ' + _A)},"
+      f" {_LOOKUP_MF.format(w='?b', i='?i', s='?s + ' + _A, e='?e')})",
+      f"?s // 1 == ?s and ?e - ?s == {_AB} and {_A} >= 1 and {_B} >= 1 and ({_UNSQ})", index={"i": "?e + 2"},
+      examples=[{"a": [a, 3], "b": [b, 3], "i": i, "u": _unsq(i), "s": s, "e": s + a + b}
+                for a, b, i, s in ((2, 3, [7], 1), (1, 2, [2, 3], 0), (4, 4, [3, 4], 4), (3, 1, [6], 2),
+                                   (2, 2, [1, 2, 4], 0))]),
+    # backward: the gradient of masked_fill is the gradient masked_fill'ed; as 472 (split where a rank's unsqueezed
+    # mask compares the ids with its shard's end, which gives ?u) and 473
+    L(483, "embedding-backward-splits-at-vocab-shard-masked-fill",
+      "aten.embedding_dense_backward(?g, ?i, num_weights=?v, padding_idx=?pi, scale_grad_by_freq=false)"
+      f" => concat({_EMB_BW_MF.format(g='?g', i='?i', s=0, e='?n', n='?n')},"
+      f" {_EMB_BW_MF.format(g='?g', i='?i', s='?n', e='?v', n='?v - ?n')}, dim=0)",
+      f"?pi == -1 and ?n // 1 == ?n and 0 < ?n and ?n < ?v and rank(?g) == rank(?i) + 1 and ({_UNSQ})",
+      when="reshape(aten.bitwise_or.Tensor(?l, aten.ge.Scalar(?i, other=?n)), shape=?u)", index={"i": "?v"},
+      examples=[{"g": g, "i": g[:-1], "l": g[:-1], "u": _unsq(g[:-1]), "v": v, "n": n, "pi": -1}
+                for g, v, n in (([2, 3, 4], 5, 2), ([5, 2], 3, 1), ([4, 3], 8, 4), ([1, 2], 2, 1), ([3, 2, 2], 6, 5))]),
+    L(484, "masked-fill-embedding-backward-splits",
+      f"{_EMB_BW_MF.format(g='?g', i='?i', s='?s', e='?e', n='?w')}"
+      f" => concat({_EMB_BW_MF.format(g='?g', i='?i', s='?s', e='?m', n='?k')},"
+      f" {_EMB_BW_MF.format(g='?g', i='?i', s='?m', e='?e', n='?e - ?m')}, dim=0)",
+      f"?pi == -1 and ?s // 1 == ?s and ?w == ?e - ?s and ?k == ?m - ?s and ?s < ?m and ?m < ?e and ({_UNSQ})",
+      when=_EMB_BW_MF.format(g="?g", i="?i", s="?s", e="?m", n="?k"), index={"i": "?e + 2"},
+      examples=[{"g": [2, 3, 4], "i": [2, 3], "u": [2, 3, 1], "s": s, "e": e, "w": e - s, "m": m, "k": m - s, "pi": -1}
+                for s, m, e in ((1, 3, 6), (0, 2, 4), (4, 8, 16), (2, 3, 4), (0, 1, 5))]),
+    # the target's logit zeroed with masked_fill: as 476 and 477
+    L(485, "gather-of-vocab-shards-masked-fill",
+      "aten.gather(concat(?a, ?b, dim=1), ?t, dim=1, sparse_grad=?g)"
+      f" => reshape(sum({_PREDICTED_MF.format(x='?a', m='size(?a, 0)', i=_T1, s=0, e=_AC)},"
+      f" {_PREDICTED_MF.format(x='?b', m='size(?a, 0)', i=_T1, s=_AC, e=_ABC)}), shape=shape(?t))",
+      f"shape(?t) == [size(?a, 0), 1] and {_COLS}",
+      index={"t": _ABC}, examples=[{"a": [3, 2], "b": [3, 4], "t": [3, 1]}, {"a": [1, 1], "b": [1, 2], "t": [1, 1]}]),
+    L(486, "masked-fill-target-logit-of-vocab-shards",
+      f"{_PREDICTED_MF.format(x='concat(?a, ?b, dim=1)', m='?n', i='?t', s='?s', e='?e')}"
+      f" => sum({_PREDICTED_MF.format(x='?a', m='?n', i='?t', s='?s', e='?s + ' + _AC)},"
+      f" {_PREDICTED_MF.format(x='?b', m='?n', i='?t', s='?s + ' + _AC, e='?e')})",
+      _NESTED, index={"t": "?e + 2"}, examples=_NESTED_EXAMPLES),
+    # torch.where(mask, 0, x) is x.masked_fill(mask, 0) (a whole-number fill: the same value whatever the
+    # dtypes promote to), so the masked_fill lemmas above cover the torch.where form too
+    L(487, "where-of-a-scalar-is-masked-fill",
+      "aten.where.self(?m, aten.scalar_tensor(s=?v, dtype=?t), ?x) => aten.masked_fill.Scalar(?x, ?m, value=?v)",
+      "?v // 1 == ?v and (floating(?t) or ?t == \"int64\") and (dtype(?x) == ?t or (floating(dtype(?x)) and not floating(?t)))"),
+    L(1620, "embedding-of-vocab-shards-vllm",
+      "aten.embedding(concat(?a, ?b, dim=0), ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
+      f" => sum({lookup('?a', '?i', 0, _VLLM_A, _VLLM_AB, f'{_VLLM_AB} - {_VLLM_A}', _U)},"
+      f" {lookup('?b', '?i', _VLLM_A, _VLLM_AB, _VLLM_AB, f'{_VLLM_AB} - {_VLLM_B}', _U)})",
+      f"rank(?a) == 2 and {_VLLM_A} >= 1 and {_VLLM_B} >= 1 and {_IDS}", when="aten.ge.Scalar(?i, other=0)",
+      index={"i": _VLLM_AB},
+      examples=[{"a": [3, 4], "b": [2, 4], "i": [5]}, {"a": [2, 3], "b": [2, 3], "i": [4]},
+                {"a": [1, 2], "b": [3, 2], "i": [6]}]),
+    L(1621, "masked-lookup-of-vocab-shards-vllm",
+      f"{lookup('concat(?a, ?b, dim=0)', '?i', '?s', '?e', '?n', '?o', '?u')}"
+      f" => sum({lookup('?a', '?i', '?s', f'?s + {_VLLM_A}', '?n', f'?n - {_VLLM_A}', '?u')},"
+      f" {lookup('?b', '?i', f'?s + {_VLLM_A}', '?e', '?n', f'?n - {_VLLM_B}', '?u')})",
+      f"?s // 1 == ?s and ?n // 1 == ?n and ?o // 1 == ?o and ?e - ?s == {_VLLM_AB} and {_VLLM_A} >= 1 and {_VLLM_B} >= 1"
+      f" and {_IDS} and ?u == {_U}", index={"i": "?n + 3"},
+      examples=[{"a": [a, 3], "b": [b, 3], "i": [t], "u": [t, 1], "s": s, "e": s + a + b, "n": n, "o": n - a - b}
+                for a, b, t, s, n in ((2, 3, 7, 1, 8), (1, 2, 3, 0, 3), (4, 4, 5, 4, 16), (3, 1, 6, 2, 6),
+                                      (2, 2, 4, 0, 9))]),
+    # a padded vocabulary: vLLM pads the table to a multiple of 64 rows per rank, so the last shard ends in
+    # A + B - n padding rows past the n real ones, and that rank's shard is [A, n) with the added offset
+    # A - (A + B - n) = n - B. The padding rows are read for ids in [n, A + B) alone -- by the whole table, not
+    # by the ranks, which mask them -- so the lemma needs the ids in [0, n): a relation file's ranges: (the
+    # token ids of a vocabulary of n). ?n is what rank 0 compares ids with for its (empty) added range.
+    L(1622, "embedding-of-padded-vocab-shards-vllm",
+      "aten.embedding(concat(?a, ?b, dim=0), ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
+      f" => sum({lookup('?a', '?i', 0, _VLLM_A, '?n', f'?n - {_VLLM_A}', _U)},"
+      f" {lookup('?b', '?i', _VLLM_A, '?n', '?n', f'?n - {_VLLM_B}', _U)})",
+      f"rank(?a) == 2 and {_VLLM_A} >= 1 and ?n // 1 == ?n and {_VLLM_A} < ?n and ?n < {_VLLM_AB} and {_IDS}"
+      " and vmin(?i) >= 0 and vend(?i) <= ?n", when="aten.lt.Scalar(?i, other=?n)", index={"i": _VLLM_AB},
+      examples=[{"a": [a, 4], "b": [b, 4], "i": [t], "n": n}
+                for a, b, t, n in ((3, 3, 5, 5), (2, 4, 4, 3), (4, 4, 6, 7), (1, 3, 3, 2))]),
+    # the ranks' masked lookups over their column shards add up to the masked lookup of the whole (any ids)
+    L(1315, "megatron-predicted-logits-of-vocab-shards",
+      f"{_pred('concat(?a, ?b, dim=1)', '?t', '?s', '?e', '?m', '?u', '?w')}"
+      f" => sum({_pred('?a', '?t', '?s', '?s + ' + _CA, '?m', '[?m]', 'shape(?t)')},"
+      f" {_pred('?b', '?t', '?s + ' + _CA, '?e', '?m', '[?m]', 'shape(?t)')})",
+      f"?u == [?m] and ?w == shape(?t) and ?m == numel(?t) and ?m == size(?a, 0) and rank(?a) == 2"
+      f" and ?s // 1 == ?s and ?e - ?s == {_CAB} and {_CA} >= 1 and size(?b, 1) >= 1",
+      index={"t": "?e + 2"}, examples=_SPLIT_EXAMPLES),
+    # ids all in [0, cols): a plain lookup of the target's logit is its masked form over all the columns
+    L(1316, "lookup-of-ids-in-range-is-megatron-masked-lookup",
+      "aten.index.Tensor(?x, aten.arange.start(start=0, end=?m), reshape(?t, shape=?u))"
+      f" => reshape({_pred('?x', '?t', 0, 'size(?x, 1)', '?m', '[?m]', 'shape(?t)')}, shape=[?m])",
+      "?u == [?m] and ?m == numel(?t) and rank(?x) == 2 and vmin(?t) >= 0 and vend(?t) <= size(?x, 1)",
+      examples=[{"x": [n, c], "t": t, "m": n, "u": [n], "t:range": r}
+                for n, c, t, r in ((6, 4, [3, 2], (0, 4)), (4, 3, [2, 2], (1, 3)), (2, 5, [2], (0, 5)),
+                                   (6, 2, [2, 3], (0, 2)))]),
+    # the backward: the ranks' one-hot updates of their column shards are the columns of the whole one's (any ids)
+    L(1318, "megatron-one-hot-update-of-vocab-shards",
+      f"{_one_hot('concat(?a, ?b, dim=1)', '?t', '?s', '?e', '?m', '?u')}"
+      f" => concat({_one_hot('?a', '?t', '?s', '?s + ' + _CA, '?m')}, {_one_hot('?b', '?t', '?s + ' + _CA, '?e', '?m')},"
+      f" dim=1)",
+      f"?u == [?m] and ?m == numel(?t) and ?m == size(?a, 0) and rank(?a) == 2 and ?s // 1 == ?s and ?e - ?s == {_CAB}"
+      f" and {_CA} >= 1 and size(?b, 1) >= 1 and floating(dtype(?a)) and floating(dtype(?b))",
+      index={"t": "?e + 2"}, examples=[{k: v for k, v in x.items() if k != "w"} for x in _SPLIT_EXAMPLES]),
+    # ids all in [0, cols): x[arange, ids] -= 1 - 0 (the TP=1 program, its mask all false) is the masked update
+    L(1319, "one-hot-update-of-ids-in-range-is-megatron-masked-update",
+      "aten.index_put(?x, aten.arange.start(start=0, end=?m), reshape(?t, shape=?u),"
+      " aten.sub.Tensor(aten.index.Tensor(?x, aten.arange.start(start=0, end=?m), reshape(?t, shape=?u)),"
+      f" aten.rsub.Scalar(aten._to_copy(reshape({_FALSE.format(z='?z')}, shape=?u), dtype=float32), other=1)))"
+      f" => {_one_hot('?x', '?t', 0, 'size(?x, 1)', '?m')}",
+      "?u == [?m] and ?m == numel(?t) and ?z == shape(?t) and rank(?x) == 2 and floating(dtype(?x))"
+      " and vmin(?t) >= 0 and vend(?t) <= size(?x, 1)",
+      examples=[{"x": [n, c], "t": t, "m": n, "u": [n], "z": t, "t:range": r}
+                for n, c, t, r in ((6, 4, [3, 2], (0, 4)), (4, 3, [2, 2], (1, 3)), (2, 5, [2], (0, 5)),
+                                   (6, 2, [2, 3], (0, 2)))]),
+    # constrained (§4.3) to rank 0's cast mask (ids compared with 0), which also gives the mask's shape and dtype
+    L(1710, "embedding-of-vocab-shards-mask-multiplied",
+      "aten.embedding(concat(?a, ?b, dim=0), ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
+      f" => sum({_lookup('?a', '?i', 0, _TT_A, u=_TT_U, t=_T)}, {_lookup('?b', '?i', _TT_A, _TT_AB, u=_TT_U, t=_T)})",
+      f"rank(?a) == 2 and {_TT_A} >= 1 and {_TT_B} >= 1 and floating(dtype(?a)) and ?p == -1",
+      when="aten.ge.Scalar(?i, other=0)",
+      index={"i": _TT_AB},
+      examples=[{"a": [3, 4], "b": [2, 4], "i": [2, 3], "p": -1}, {"a": [2, 3], "b": [2, 3], "i": [5], "p": -1},
+                {"a": [1, 2], "b": [3, 2], "i": [1, 2, 2], "p": -1}]),
+    # a masked lookup of a concatenation (more than two ranks): the parts' masked lookups, the shift moved along
+    L(1711, "mask-multiplied-lookup-of-vocab-shards",
+      f"{_lookup('concat(?a, ?b, dim=0)', '?i', '?s', '?e', '?x')}"
+      f" => sum({_lookup('?a', '?i', '?s', '?s + ' + _TT_A)}, {_lookup('?b', '?i', '?s + ' + _TT_A, '?e')})",
+      f"?s // 1 == ?s and ?e - ?s == {_TT_AB} and ?x == ?e - ?s - 1 and {_TT_A} >= 1 and {_TT_B} >= 1 and ({_UNSQ})"
+      f" and {_FLOAT_MASK}",
+      index={"i": "?e + 2"},
+      examples=[{"a": [a, 3], "b": [b, 3], "i": i, "u": _unsq(i), "s": s, "e": s + a + b, "t": "float32",
+                 "x": a + b - 1, "p": -1}
+                for a, b, i, s in ((2, 3, [7], 1), (1, 2, [2, 3], 0), (4, 4, [3, 4], 4), (3, 1, [6], 2),
+                                   (2, 2, [1, 2, 4], 0))]),
+    # backward, constrained to a rank's cast mask comparing the ids with its shard's end ?n
+    L(1712, "embedding-backward-splits-at-vocab-shard-mask-multiplied",
+      "aten.embedding_dense_backward(?g, ?i, num_weights=?v, padding_idx=?pi, scale_grad_by_freq=false)"
+      f" => concat({_emb_bw('?g', '?i', 0, '?n', '?n', u=_TT_U, t='dtype(?g)')},"
+      f" {_emb_bw('?g', '?i', '?n', '?v', '?v - ?n', u=_TT_U, t='dtype(?g)')}, dim=0)",
+      "?pi == -1 and ?n // 1 == ?n and 0 < ?n and ?n < ?v and rank(?g) == rank(?i) + 1 and floating(dtype(?g))",
+      when="aten.lt.Scalar(?i, other=?n)",
+      index={"i": "?v"},
+      examples=[{"g": g, "i": g[:-1], "v": v, "n": n, "pi": -1}
+                for g, v, n in (([2, 3, 4], 5, 2), ([5, 2], 3, 1), ([4, 3], 8, 4), ([1, 2], 2, 1), ([3, 2, 2], 6, 5))]),
+    L(1713, "mask-multiplied-embedding-backward-splits",
+      f"{_emb_bw('?g', '?i', '?s', '?e', '?w', '?x')}"
+      f" => concat({_emb_bw('?g', '?i', '?s', '?m', '?k')}, {_emb_bw('?g', '?i', '?m', '?e', '?e - ?m')}, dim=0)",
+      f"?pi == -1 and ?s // 1 == ?s and ?w == ?e - ?s and ?k == ?m - ?s and ?s < ?m and ?m < ?e and ({_UNSQ})"
+      " and ?x == ?e - ?s - 1 and ?y == ?m - ?s - 1 and floating(?t) and ?t == dtype(?g)",
+      when=_emb_bw("?g", "?i", "?s", "?m", "?k", "?y"), index={"i": "?e + 2"},
+      examples=[{"g": [2, 3, 4], "i": [2, 3], "u": [2, 3, 1], "s": s, "e": e, "w": e - s, "m": m, "k": m - s,
+                 "pi": -1, "t": "float32", "x": e - s - 1, "y": m - s - 1}
+                for s, m, e in ((1, 3, 6), (0, 2, 4), (4, 8, 16), (2, 3, 4), (0, 1, 5))]),
+    # that one-hot over a vocabulary split at m (the first rank's shard end, where its mask compares the ids):
+    # each rank's one-hot of its own targets, -1 where it owns the target and 0 elsewhere (mask - 1), written
+    # at the masked local ids
+    L(1734, "one-hot-of-vocab-shards",
+      "aten.scatter.value(aten.full(size=?z, fill_value=0, dtype=?y), reshape(?i, shape=?u), dim=1, value=-1)"
+      f" => concat({_OH.format(n='size(?i, 0)', z='[size(?i, 0), ?m]', s=0, e='?m')},"
+      f" {_OH.format(n='size(?i, 0)', z='[size(?i, 0), at(?z, 1) - ?m]', s='?m', e='at(?z, 1)')}, dim=1)",
+      "rank(?i) == 1 and ?u == [size(?i, 0), 1] and len(?z) == 2 and at(?z, 0) == size(?i, 0) and ?m // 1 == ?m"
+      " and 0 < ?m and ?m < at(?z, 1) and floating(?y)", when="aten.ge.Scalar(?i, other=?m)",
+      index={"i": "at(?z, 1)"},
+      examples=[{"i": [n], "u": [n, 1], "z": [n, v], "m": m} for n, v, m in ((3, 4, 2), (1, 5, 1), (4, 6, 5), (2, 3, 1))]),
+    # ... and a rank's one-hot of [s, e) split again at m (more ranks)
+    L(1735, "masked-one-hot-of-vocab-shards",
+      f"{_OH.format(n='?n', z='?z', s='?s', e='?e')}"
+      f" => concat({_OH.format(n='?n', z='[?n, ?m - ?s]', s='?s', e='?m')},"
+      f" {_OH.format(n='?n', z='[?n, ?e - ?m]', s='?m', e='?e')}, dim=1)",
+      "rank(?i) == 1 and size(?i, 0) == ?n and ?z == [?n, ?e - ?s] and ?s // 1 == ?s and ?m // 1 == ?m and ?s < ?m"
+      " and ?m < ?e and floating(?y)", when="aten.ge.Scalar(?i, other=?m)", index={"i": "?e + 2"},
+      examples=[{"i": [n], "n": n, "z": [n, e - s], "s": s, "e": e, "m": m}
+                for n, s, m, e in ((3, 1, 3, 6), (2, 0, 2, 4), (4, 4, 8, 16), (1, 2, 3, 4), (5, 0, 1, 5))]),
+]

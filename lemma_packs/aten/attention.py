@@ -65,6 +65,7 @@ def _split_bwd(k, d):
     parts = [_bwd(k, f"?g{i}", f"?q{i}", f"?k{i}", f"?v{i}", f"?o{i}", f"?l{i}") for i in (1, 2)]
     return f"{lhs} => {_cat(parts[0], parts[1], d)}"
 
+
 ATTENTION = [
     L(1700, "cpu-attention-of-head-groups", _split_fwd(0, 1), _GROUPS, examples=_attn_examples(True)),
     L(1701, "cpu-attention-lse-of-head-groups", _split_fwd(1, 1), _GROUPS, examples=_attn_examples(True)),

@@ -149,5 +149,3 @@ OPS = [
                  doc="Entries sorted along dim and their indices; equal entries come in the order of one "
                      "implementation (graphguard's reference: stable) -- a function of the data, the same on "
                      "every rank.")
-
-

@@ -14,6 +14,7 @@ NUMBERS = (range(406, 409), range(1310, 1314), range(1317, 1318), range(1323, 13
 
 _FALSE = 'aten.full(size={z}, fill_value=0, dtype="bool")'
 
+
 LEMMAS = [
     L(406, "times-one", "aten.mul.Scalar(?x, other=1) => ?x", 'dtype(?x) != "bool"'),
     L(407, "plus-zero", "aten.add.Tensor(?x, aten.scalar_tensor(s=0, dtype=?t)) => ?x",

@@ -95,5 +95,3 @@ OPS = [
               "(rows past offs[-1] undefined); x [K, S] by y [S, N]: out[g] = x[:, group] @ y[group].",
           linear=(0, 1)),
 ]
-
-

@@ -94,6 +94,7 @@ def _into_zeros_of_sum(ref: int, name: str, zeros: str):
     return L(ref, name, f"{one('sum(?a, ?b)')} => sum({one('?a')}, {one('?b')})",
              "dtype(?a) == ?t and dtype(?b) == ?t", index=_AT_Z, examples=_SUM_SEEDS)
 
+
 LEMMAS = [
     # one_hot as captured: eq(indices[..., None], arange(E))
     L(503, "eq-of-concat-and-broadcast",

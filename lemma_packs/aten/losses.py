@@ -20,6 +20,7 @@ _MAXES = "max(aten.amax(?a, dim=[?d], keepdim=true), aten.amax(?b, dim=[?d], kee
 _SUMEXP = "aten.sum.dim_IntList(aten.exp({x}), dim=[?d], keepdim=true, dtype=None)"
 _SUMS = f"sum({_SUMEXP.format(x=_SUB.format(x='?a', y=_MAXES))}, {_SUMEXP.format(x=_SUB.format(x='?b', y=_MAXES))})"
 
+
 LEMMAS = [
     L(411, "mse-of-equal-halves",
       "aten.mse_loss(concat(?a, ?b, dim=?d), concat(?c, ?e, dim=?d), reduction=1)"

@@ -64,5 +64,3 @@ FUNCTIONS = {
     "sliced_permuted_shape": lambda ctx, x, p, d, a, b: tuple(
         b - a if k == int(d) else ctx.shape_of(x)[int(i)] for k, i in enumerate(p)),
 }
-
-

@@ -22,6 +22,7 @@ _LNB_EXAMPLE = [{"g1": [2, 3, 4], "x1": [2, 3, 4], "m1": [2, 3, 1], "r1": [2, 3,
                  "x2": [1, 3, 4], "m2": [1, 3, 1], "r2": [1, 3, 1], "w": [4], "c": [4], "d": 0, "n": [4],
                  "o": [1, 1, 1]}]
 
+
 LEMMAS = [
     L(377, "layer-norm-backward-input-of-concats",
       f"aten.native_layer_norm_backward#0({_LNB_SHARDED}) => concat(aten.native_layer_norm_backward#0({_LNB_1}),"

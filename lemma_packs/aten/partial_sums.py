@@ -17,6 +17,7 @@ _PADS = [{"a": a, "b": b, "u": a, "s": b, "d": d, "t": "float64"}
          for a, b, d in (([2, 3], [2, 3], 0), ([1, 4], [3, 4], 0), ([2, 1], [2, 3], 1), ([3], [2], 0), ([0, 2], [2, 2], 0),
                          ([2, 2, 1], [2, 2, 2], 2))]
 
+
 LEMMAS = [
     # the backward of x[..., :k] and x[..., k:] (slice_scatter into zeros) adds two zero-padded halves;
     # stated for the whole pattern: "x + 0 = x" alone would put x inside its own class (sum(0, x))

@@ -16,6 +16,7 @@ _G = "absent=[3]"  # offsets given, no bias
 _OFFS = {"o": "size(?x, 0) + 1"}
 _OFFS_T = {"o": "size(?x, 1) + 1"}
 
+
 LEMMAS = [
     L(364, "bmm-of-batch-merging-views",
       "aten.bmm(reshape(?x, shape=?s), reshape(?y, shape=?t))"

@@ -24,6 +24,7 @@ _LNB = "?x, ?m, ?r, ?w, ?c, normalized_shape=?n, output_mask=?o"
 _LNB_EXAMPLE = [{"g": [2, 3, 4], "x": [2, 3, 4], "m": [2, 3, 1], "r": [2, 3, 1], "w": [4], "c": [4], "n": [4],
                  "o": [1, 1, 1], "f": 0.5}]
 
+
 LEMMAS = [
     L(400, "div-by-constant", "aten.div.Tensor(?x, aten.scalar_tensor(s=?c, dtype=?t)) => aten.mul.Scalar(?x, other=1 / ?c)",
       "?c != 0 and floating(dtype(?x)) and " + HOLDS_C),

@@ -138,7 +138,7 @@ OPS = (
 )
 
 # =================================================================================================
-# Lemmas
+# Lemma functions (the lemmas: attention.py, vocab_lookups.py, indexing.py, losses.py)
 # =================================================================================================
 
 
@@ -148,5 +148,3 @@ def unit_dim_after(ctx, t):
 
 
 FUNCTIONS = {"unit_dim_after": unit_dim_after}
-
-

@@ -76,4 +76,3 @@ FUNCTIONS = {
     # the shape of batched_matmul(x, y)
     "batched_mm_shape": lambda ctx, x, y: tuple(ctx.shape_of(x)[:-1]) + (ctx.shape_of(y)[-1],),
 }
-

@@ -18,6 +18,7 @@ NUMBERS = (range(305, 306), range(510, 512), range(1250, 1251), range(1301, 1302
 _SRC = "reshape_src_dim(?x, ?s, ?d)"
 _A, _B = "reshape_src_index(?x, ?s, ?d, ?a)", "reshape_src_index(?x, ?s, ?d, ?b)"
 
+
 LEMMAS = [
     L(305, "expand-to-own-shape", "aten.expand(?x, size=?s, implicit=?i) => ?x", "?s == shape(?x)"),
     # [world * E/world, t, H] <-> [world, E/world, t, H]: a slice of the view is a view of a slice

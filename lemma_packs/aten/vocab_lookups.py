@@ -147,6 +147,7 @@ _OH = ("aten.index_put(aten.full(size={z}, fill_value=0, dtype=?y), aten.arange(
        f" aten.sub.Tensor(aten._to_copy({_CE_MASK.format(i='?i', s='{s}', e='{e}')}, dtype=?y),"
        " aten.scalar_tensor(s=1, dtype=?y), alpha=1))")
 
+
 LEMMAS = [
     # constrained (§4.3) to ids compared with 0 (rank 0's mask): never the masked ids inside a masked lookup,
     # where it would nest lookups of lookups for every grouping of the shards

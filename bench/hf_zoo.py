@@ -142,7 +142,9 @@ def worker(mt: str, tps: list[int], mode: str) -> None:
                        op=r.failure.op if r.failure else "-", reason=r.failure.reason if r.failure else "",
                        loc=r.failure.loc if r.failure else None,
                        n_spec=r.timings["n_spec_ops"], n_impl=r.timings["n_impl_ops"],
-                       verify_s=round(r.timings["total"], 2))
+                       verify_s=round(r.timings["total"], 2),
+                       check_s=round(r.timings["check"], 3) if "check" in r.timings else None,
+                       check_cpu_s=round((r.checked or {}).get("cpu_seconds", 0), 3) if r.checked else None)
         except _Stop as stop:
             if stop.kind is not None:
                 rec = dict(verdict=stop.kind, op=stop.op, reason=stop.reason)
@@ -279,6 +281,13 @@ def report(models: list[str], tps: list[int], modes: list[str], results: dict, c
     print(f"\nzoo: {len(classes)} *ForCausalLM classes with a base_model_tp_plan (transformers "
           f"{_tf_version()}); shown: {len(models)}; experts {os.environ.get('GG_HF_EXPERTS', 'batched_mm')}, dtype "
           f"{os.environ.get('GG_HF_DTYPE', 'float32')}; summed wall time {total:.0f} s")
+    checked = [r for r in rows if r.get("check_s") is not None]
+    if checked:  # the independent checker (graphguard/check.py, on by default) against verification alone
+        ratios = sorted(r["check_s"] / max(r["verify_s"], 1e-9) for r in checked)
+        print(f"checker: {len(checked)} verified runs checked; checker {sum(r['check_s'] for r in checked):.1f} s "
+              f"against verification's {sum(r['verify_s'] for r in checked):.1f} s "
+              f"({100 * sum(r['check_s'] for r in checked) / max(sum(r['verify_s'] for r in checked), 1e-9):.1f} %); "
+              f"per run median {100 * ratios[len(ratios) // 2]:.1f} %, largest {100 * ratios[-1]:.1f} %")
     for tp in tps:
         for mode in modes:
             sel = [r for r in rows if r["tp"] == tp and r["mode"] == mode]

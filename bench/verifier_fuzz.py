@@ -2183,7 +2183,15 @@ def main(argv=None):
     ap.add_argument("--summarize", default=None, help="print the summary of a results file (--out) written before")
     a = ap.parse_args(argv)
     if a.summarize:
-        records = [json.loads(line) for line in open(a.summarize) if line.strip()]
+        import gzip
+        opener = gzip.open if a.summarize.endswith(".gz") else open
+        with opener(a.summarize, "rt") as f:
+            records = []
+            for line in f:
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:  # (the last line of a file still being written)
+                    pass
         info = {"modes": sorted({r["mode"] for r in records if "mode" in r}, key=["engine", "checker"].index),
                 "worker_cpu": sum(r.get("cpu", 0) for r in records if "mode" in r) +
                 sum(r.get("cpu_truth", 0) + r.get("cpu_prep", 0) for r in records if r.get("start"))}

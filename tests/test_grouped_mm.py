@@ -39,47 +39,8 @@ def test_reference_is_the_kernel_on_any_offsets(seed):
         np.testing.assert_allclose(got, torch._grouped_mm(a, b, offs=offs).numpy(), rtol=1e-5, atol=1e-5)
 
 
-SHAPES = {"X": [6, 4], "X1": [6, 2], "X2": [6, 2], "W": [3, 4, 8], "A": [3, 4, 3], "B": [3, 4, 5],
-          "K1": [3, 2, 8], "K2": [3, 2, 8], "O": [3], "R1": [4, 2], "R2": [4, 4], "V1": [2, 5], "V2": [4, 5], "T1": [2, 6], "T2": [3, 6],
-          "Y": [6, 5], "Y1": [6, 2], "Y2": [6, 3], "XT": [4, 6], "S1": [3, 4], "S2": [3, 4]}
-INT = {"O": "int32"}
-PROVES = [
-    # column-parallel experts: each rank's output columns
-    (f"aten._grouped_mm(X, concat(A, B, dim=2), O, {G})",
-     f"concat(aten._grouped_mm(X, A, O, {G}), aten._grouped_mm(X, B, O, {G}), dim=1)"),
-    # row-parallel experts: the sum of the ranks' partial products
-    (f"aten._grouped_mm(concat(X1, X2, dim=1), concat(K1, K2, dim=1), O, {G})",
-     f"sum(aten._grouped_mm(X1, K1, O, {G}), aten._grouped_mm(X2, K2, O, {G}))"),
-    # the weight gradient's two dims
-    (f"aten._grouped_mm(concat(T1, T2, dim=0), Y, O, {G})",
-     f"concat(aten._grouped_mm(T1, Y, O, {G}), aten._grouped_mm(T2, Y, O, {G}), dim=1)"),
-    (f"aten._grouped_mm(XT, concat(Y1, Y2, dim=1), O, {G})",
-     f"concat(aten._grouped_mm(XT, Y1, O, {G}), aten._grouped_mm(XT, Y2, O, {G}), dim=2)"),
-]
-MUST_NOT_PROVE = [
-    # a row split of the tokens: rows 0..2 of the second part would be group 0's again
-    (f"aten._grouped_mm(concat(S1, S2, dim=0), W, O, {G})",
-     f"concat(aten._grouped_mm(S1, W, O, {G}), aten._grouped_mm(S2, W, O, {G}), dim=0)"),
-    # the ranks' columns in the other order
-    (f"aten._grouped_mm(X, concat(A, B, dim=2), O, {G})",
-     f"concat(aten._grouped_mm(X, B, O, {G}), aten._grouped_mm(X, A, O, {G}), dim=1)"),
-    # one rank's partial product is not the sum
-    (f"aten._grouped_mm(concat(X1, X2, dim=1), concat(K1, K2, dim=1), O, {G})",
-     f"aten._grouped_mm(X1, K1, O, {G})"),
-    # the weight gradient does not split along the grouped (token) dim
-    (f"aten._grouped_mm(concat(R1, R2, dim=1), concat(V1, V2, dim=0), O, {G})",
-     f"sum(aten._grouped_mm(R1, V1, O, {G}), aten._grouped_mm(R2, V2, O, {G}))"),
-]
+# what the grouped products' lemmas prove, and must not: lemma_packs/aten/proofs.py (tests/test_pack_proofs.py)
 
-
-@pytest.mark.parametrize("lhs,rhs", PROVES)
-def test_grouped_lemmas_prove(lhs, rhs):
-    assert proves(lhs, rhs, SHAPES, dtypes=INT)
-
-
-@pytest.mark.parametrize("lhs,rhs", MUST_NOT_PROVE)
-def test_grouped_lemmas_must_not_prove(lhs, rhs):
-    assert not proves(lhs, rhs, SHAPES, dtypes=INT)
 
 
 def test_a_token_row_split_fails_the_fuzzer(plugins):

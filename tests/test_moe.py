@@ -9,7 +9,6 @@ import pytest
 
 import graphguard
 import graphguard.torch as ggt
-from graphguard.testing import proves
 from graphguard.ir.builder import GraphBuilder
 from graphguard.ir.relation import parse_relation_text
 
@@ -95,37 +94,4 @@ def test_a_copy_times_one_is_a_copy_not_a_share(plugins):
     assert r.verdict == "refines" and sorted(r.r_o_lines()) == ["Y = Y@0", "Y = Y@1"]
 
 
-SHAPES = {"X": [6, 4], "Y": [3, 2, 4], "P": [4, 2], "Q": [4, 3], "A": [2, 3], "B": [2, 3], "C": [2, 3], "D": [2, 3],
-          "Z": [2, 4, 3]}
-
-PROVES = [
-    # the [world * E/world, t, H] -> [world, E/world, t, H] view of an all-to-all output, sliced per sender
-    ("slice(reshape(X, shape=[2, 3, 4]), dim=0, start=1, end=2)", "reshape(slice(X, dim=0, start=3, end=6), shape=[1, 3, 4])"),
-    # and back: a slice of a merged dim aligned with the outer one
-    ("slice(reshape(Y, shape=[6, 4]), dim=0, start=2, end=6)", "reshape(slice(Y, dim=0, start=1, end=3), shape=[4, 4])"),
-    ("slice(reshape(Z, shape=[1, 2, 4, 3]), dim=1, start=1, end=2)", "reshape(slice(Z, dim=0, start=1, end=2), shape=[1, 1, 4, 3])"),
-    # routing is row-wise: top-k over the experts of each token
-    ("aten.topk#1(concat(P, Q, dim=1), k=2, dim=0, largest=true, sorted=true)",
-     "concat(aten.topk#1(P, k=2, dim=0, largest=true, sorted=true), aten.topk#1(Q, k=2, dim=0, largest=true, sorted=true), dim=1)"),
-    ("concat(sum(A, B), sum(C, D), dim=0)", "sum(concat(A, C, dim=0), concat(B, D, dim=0))"),
-]
-
-MUST_NOT_PROVE = [
-    # a slice inside a merged block is not a slice of the source
-    ("slice(reshape(Y, shape=[6, 4]), dim=0, start=1, end=3)", "reshape(slice(Y, dim=0, start=0, end=1), shape=[2, 4])"),
-    # top-k along the sharded dim needs every shard
-    ("aten.topk#1(concat(P, Q, dim=1), k=2, dim=1, largest=true, sorted=true)",
-     "concat(aten.topk#1(P, k=1, dim=1, largest=true, sorted=true), aten.topk#1(Q, k=1, dim=1, largest=true, sorted=true), dim=1)"),
-    # partial sums pair up by rank, not crosswise
-    ("concat(sum(A, B), sum(C, D), dim=0)", "sum(concat(A, D, dim=0), concat(C, B, dim=0))"),
-]
-
-
-@pytest.mark.parametrize("lhs,rhs", PROVES)
-def test_proves(lhs, rhs):
-    assert proves(lhs, rhs, SHAPES)
-
-
-@pytest.mark.parametrize("lhs,rhs", MUST_NOT_PROVE)
-def test_must_not_prove(lhs, rhs):
-    assert not proves(lhs, rhs, SHAPES)
+# what the MoE lemmas prove, and must not: lemma_packs/aten/proofs.py (tests/test_pack_proofs.py)

@@ -1,6 +1,6 @@
 """Each built-in lemma pack says beside itself what its lemmas prove and what they must not (``proofs.py`` in the
-pack's package: ``SHAPES``, ``PROVES`` and ``MUST_NOT_PROVE``, pairs of terms; optional ``DTYPES`` and
-``MUST_NOT_SHAPES``): one parametrised test runs them all."""
+pack's package: ``SHAPES``, ``PROVES`` and ``MUST_NOT_PROVE``, pairs of terms or (lhs, rhs, shapes, dtypes); optional
+``DTYPES`` and ``MUST_NOT_SHAPES``): one parametrised test runs them all."""
 from __future__ import annotations
 
 import importlib
@@ -27,10 +27,20 @@ def _packs():
 
 
 PACKS = _packs()
-CASES = [pytest.param(mod, lhs, rhs, True, id=f"{name}-proves-{i}") for name, mod in PACKS
-         for i, (lhs, rhs) in enumerate(mod.PROVES)]
-CASES += [pytest.param(mod, lhs, rhs, False, id=f"{name}-must-not-{i}") for name, mod in PACKS
-          for i, (lhs, rhs) in enumerate(mod.MUST_NOT_PROVE)]
+def _case(mod, case, holds):
+    """(lhs, rhs, shapes, dtypes): a case of two takes its module's SHAPES (MUST_NOT_SHAPES for a must-not) and
+    DTYPES; a case of four its own."""
+    if len(case) == 4:
+        return case
+    lhs, rhs = case
+    shapes = mod.SHAPES if holds else getattr(mod, "MUST_NOT_SHAPES", mod.SHAPES)
+    return lhs, rhs, shapes, getattr(mod, "DTYPES", None)
+
+
+CASES = [pytest.param(*_case(mod, c, True), True, id=f"{name}-proves-{i}") for name, mod in PACKS
+         for i, c in enumerate(mod.PROVES)]
+CASES += [pytest.param(*_case(mod, c, False), False, id=f"{name}-must-not-{i}") for name, mod in PACKS
+          for i, c in enumerate(mod.MUST_NOT_PROVE)]
 
 
 def test_packs_state_their_proofs():
@@ -38,7 +48,6 @@ def test_packs_state_their_proofs():
     assert all(mod.PROVES and mod.MUST_NOT_PROVE for _, mod in PACKS)
 
 
-@pytest.mark.parametrize("mod,lhs,rhs,holds", CASES)
-def test_pack_proof(mod, lhs, rhs, holds):
-    shapes = mod.SHAPES if holds else getattr(mod, "MUST_NOT_SHAPES", mod.SHAPES)
-    assert proves(lhs, rhs, shapes, dtypes=getattr(mod, "DTYPES", None)) == holds
+@pytest.mark.parametrize("lhs,rhs,shapes,dtypes,holds", CASES)
+def test_pack_proof(lhs, rhs, shapes, dtypes, holds):
+    assert proves(lhs, rhs, shapes, dtypes=dtypes) == holds

@@ -1,5 +1,5 @@
 """What the ATen pack's normal forms prove -- and what they must not: each case a pair of terms over the tensors of
-``SHAPES`` (``DTYPES``), proved equal (``PROVES``) or not (``MUST_NOT_PROVE``) by the loaded lemmas (the normal
+``SHAPES`` (``DTYPES``; a case of four, its own shapes and dtypes), proved equal (``PROVES``) or not (``MUST_NOT_PROVE``) by the loaded lemmas (the normal
 forms 1500-1507 and 1850-1860, the constants 400-408, products written transposed). tests/test_pack_proofs.py
 collects every built-in pack's ``proofs.py``."""
 from __future__ import annotations
@@ -151,3 +151,72 @@ MUST_NOT_PROVE = [
     ("aten.mm(m, permute(m, dims=[1, 0]))", f"permute(aten.mm(permute(m, {T}), m), {T})"),  # m m^T is not m^T m
     ("aten.mm(x, m)", f"permute(aten.mm(permute(x, {T}), permute(m, {T})), {T})"),  # operands not swapped
 ]
+
+
+# -- mixture of experts (moe.py's lemmas, now views_movement.py and partial_sums.py; 1207's top-k): each case with
+# its own shapes -------------------------------------------------------------------------------------------------
+MOE_SHAPES = {"X": [6, 4], "Y": [3, 2, 4], "P": [4, 2], "Q": [4, 3], "A": [2, 3], "B": [2, 3], "C": [2, 3], "D": [2, 3],
+              "Z": [2, 4, 3]}
+
+MOE_PROVES = [
+    # the [world * E/world, t, H] -> [world, E/world, t, H] view of an all-to-all output, sliced per sender
+    ("slice(reshape(X, shape=[2, 3, 4]), dim=0, start=1, end=2)", "reshape(slice(X, dim=0, start=3, end=6), shape=[1, 3, 4])"),
+    # and back: a slice of a merged dim aligned with the outer one
+    ("slice(reshape(Y, shape=[6, 4]), dim=0, start=2, end=6)", "reshape(slice(Y, dim=0, start=1, end=3), shape=[4, 4])"),
+    ("slice(reshape(Z, shape=[1, 2, 4, 3]), dim=1, start=1, end=2)", "reshape(slice(Z, dim=0, start=1, end=2), shape=[1, 1, 4, 3])"),
+    # routing is row-wise: top-k over the experts of each token
+    ("aten.topk#1(concat(P, Q, dim=1), k=2, dim=0, largest=true, sorted=true)",
+     "concat(aten.topk#1(P, k=2, dim=0, largest=true, sorted=true), aten.topk#1(Q, k=2, dim=0, largest=true, sorted=true), dim=1)"),
+    ("concat(sum(A, B), sum(C, D), dim=0)", "sum(concat(A, C, dim=0), concat(B, D, dim=0))"),
+]
+
+MOE_MUST_NOT_PROVE = [
+    # a slice inside a merged block is not a slice of the source
+    ("slice(reshape(Y, shape=[6, 4]), dim=0, start=1, end=3)", "reshape(slice(Y, dim=0, start=0, end=1), shape=[2, 4])"),
+    # top-k along the sharded dim needs every shard
+    ("aten.topk#1(concat(P, Q, dim=1), k=2, dim=1, largest=true, sorted=true)",
+     "concat(aten.topk#1(P, k=1, dim=1, largest=true, sorted=true), aten.topk#1(Q, k=1, dim=1, largest=true, sorted=true), dim=1)"),
+    # partial sums pair up by rank, not crosswise
+    ("concat(sum(A, B), sum(C, D), dim=0)", "sum(concat(A, D, dim=0), concat(C, B, dim=0))"),
+]
+
+PROVES += [(lhs, rhs, MOE_SHAPES, None) for lhs, rhs in MOE_PROVES]
+MUST_NOT_PROVE += [(lhs, rhs, MOE_SHAPES, None) for lhs, rhs in MOE_MUST_NOT_PROVE]
+
+
+# -- grouped matrix products (aten._grouped_mm: products.py 1900-1903) ------------------------------------------
+_G = "absent=[3]"
+GROUPED_SHAPES = {"X": [6, 4], "X1": [6, 2], "X2": [6, 2], "W": [3, 4, 8], "A": [3, 4, 3], "B": [3, 4, 5],
+                  "K1": [3, 2, 8], "K2": [3, 2, 8], "O": [3], "R1": [4, 2], "R2": [4, 4], "V1": [2, 5], "V2": [4, 5], "T1": [2, 6], "T2": [3, 6],
+                  "Y": [6, 5], "Y1": [6, 2], "Y2": [6, 3], "XT": [4, 6], "S1": [3, 4], "S2": [3, 4]}
+GROUPED_DTYPES = {"O": "int32"}
+GROUPED_PROVES = [
+    # column-parallel experts: each rank's output columns
+    (f"aten._grouped_mm(X, concat(A, B, dim=2), O, {_G})",
+     f"concat(aten._grouped_mm(X, A, O, {_G}), aten._grouped_mm(X, B, O, {_G}), dim=1)"),
+    # row-parallel experts: the sum of the ranks' partial products
+    (f"aten._grouped_mm(concat(X1, X2, dim=1), concat(K1, K2, dim=1), O, {_G})",
+     f"sum(aten._grouped_mm(X1, K1, O, {_G}), aten._grouped_mm(X2, K2, O, {_G}))"),
+    # the weight gradient's two dims
+    (f"aten._grouped_mm(concat(T1, T2, dim=0), Y, O, {_G})",
+     f"concat(aten._grouped_mm(T1, Y, O, {_G}), aten._grouped_mm(T2, Y, O, {_G}), dim=1)"),
+    (f"aten._grouped_mm(XT, concat(Y1, Y2, dim=1), O, {_G})",
+     f"concat(aten._grouped_mm(XT, Y1, O, {_G}), aten._grouped_mm(XT, Y2, O, {_G}), dim=2)"),
+]
+GROUPED_MUST_NOT_PROVE = [
+    # a row split of the tokens: rows 0..2 of the second part would be group 0's again
+    (f"aten._grouped_mm(concat(S1, S2, dim=0), W, O, {_G})",
+     f"concat(aten._grouped_mm(S1, W, O, {_G}), aten._grouped_mm(S2, W, O, {_G}), dim=0)"),
+    # the ranks' columns in the other order
+    (f"aten._grouped_mm(X, concat(A, B, dim=2), O, {_G})",
+     f"concat(aten._grouped_mm(X, B, O, {_G}), aten._grouped_mm(X, A, O, {_G}), dim=1)"),
+    # one rank's partial product is not the sum
+    (f"aten._grouped_mm(concat(X1, X2, dim=1), concat(K1, K2, dim=1), O, {_G})",
+     f"aten._grouped_mm(X1, K1, O, {_G})"),
+    # the weight gradient does not split along the grouped (token) dim
+    (f"aten._grouped_mm(concat(R1, R2, dim=1), concat(V1, V2, dim=0), O, {_G})",
+     f"sum(aten._grouped_mm(R1, V1, O, {_G}), aten._grouped_mm(R2, V2, O, {_G}))"),
+]
+
+PROVES += [(lhs, rhs, GROUPED_SHAPES, GROUPED_DTYPES) for lhs, rhs in GROUPED_PROVES]
+MUST_NOT_PROVE += [(lhs, rhs, GROUPED_SHAPES, GROUPED_DTYPES) for lhs, rhs in GROUPED_MUST_NOT_PROVE]

@@ -24,7 +24,7 @@ Then HLO's own algebra over the clean ops (810-879), what tensor-parallel XLA pr
   only); products commute where both orders exist (family 1208).
 
 Softmax, layer and RMS normalisation need no lemma of their own: XLA spells them as reduce + broadcast +
-elementwise ops, and along an uncut dim each of those goes through the concatenation (tests/test_hlo_lemmas.py
+elementwise ops, and along an uncut dim each of those goes through the concatenation (proofs.py
 proves a softmax over row-cut inputs from these lemmas alone, and that one along the cut dim is not proved).
 """
 from graphguard.ir.lemma import L, keeps_order

@@ -19,7 +19,6 @@ from conftest import EXAMPLES
 
 import graphguard
 from graphguard.engine.fuzz import fuzz_rule
-from graphguard.testing import proves
 from graphguard.errors import InputError
 
 RMS, SOFTMAX, GELU, RING = ("hlo.custom_call.AwsNeuron" + t for t in ("RmsNorm", "Softmax", "GeluApprxTanh",
@@ -163,7 +162,7 @@ def test_absent_backend_config_is_the_last_dim_and_a_bad_one_an_error(tmp_path):
 
 
 # =================================================================================================
-# Lemmas: sound; what they prove and what they must not
+# Lemmas: sound (what they prove and must not: lemma_packs/neuronx/proofs.py)
 # =================================================================================================
 
 def test_lemmas_are_sound(plugins):
@@ -172,40 +171,7 @@ def test_lemmas_are_sound(plugins):
     assert len(reports) == 12 and all(rep.ok for rep in reports), [(r.rule.id, r.failure, r.trials) for r in reports]
 
 
-SHAPES = {"A": [8, 2, 3], "B": [8, 1, 3], "C": [8, 2, 1], "W": [8], "E": [], "A0": [4, 2, 3], "A1": [4, 2, 3],
-          "W0": [4], "W1": [4], "X": [2, 3], "Y": [2, 5], "Y2": [4, 3], "Z": [3]}
-
-
-def rms(x, w="W", k=0):
-    return f"{RMS}({x}, {w}, E, backend_config={k})"
-
-
-@pytest.mark.parametrize("lhs,rhs", [
-    (rms("concat(A, B, dim=1)"), f"concat({rms('A')}, {rms('B')}, dim=1)"),  # rows of [H, S, B] split on S
-    (rms("concat(A, C, dim=2)"), f"concat({rms('A')}, {rms('C')}, dim=2)"),
-    # the last dim (-1) normalised: a split of the rows goes through
-    (rms("concat(X, Y2, dim=0)", "Z", -1), f"concat({rms('X', 'Z', -1)}, {rms('Y2', 'Z', -1)}, dim=0)"),
-    (f"{SOFTMAX}(concat(X, Y, dim=1), backend_config=0)",
-     f"concat({SOFTMAX}(X, backend_config=0), {SOFTMAX}(Y, backend_config=0), dim=1)"),
-    (f"{GELU}(concat(X, Y, dim=1))", f"concat({GELU}(X), {GELU}(Y), dim=1)"),
-    (f"{RING}(concat(X, Y, dim=1))", "concat(X, Y, dim=1)"),
-    (rms("slice(A, dim=2, start=1, end=3)"), f"slice({rms('A')}, dim=2, start=1, end=3)"),
-])
-def test_proves(lhs, rhs):
-    assert proves(lhs, rhs, SHAPES)
-
-
-@pytest.mark.parametrize("lhs,rhs", [
-    # normalising the two halves of the hidden dim separately is not RmsNorm of the whole
-    (rms("concat(A0, A1, dim=0)"), f"concat({rms('A0', 'W0')}, {rms('A1', 'W1')}, dim=0)"),
-    (f"{SOFTMAX}(concat(X, Y, dim=1), backend_config=1)",
-     f"concat({SOFTMAX}(X, backend_config=1), {SOFTMAX}(Y, backend_config=1), dim=1)"),
-    (f"{SOFTMAX}(concat(X, Y, dim=1), backend_config=-1)",
-     f"concat({SOFTMAX}(X, backend_config=-1), {SOFTMAX}(Y, backend_config=-1), dim=1)"),
-    (f"{GELU}(X)", "X"),
-])
-def test_must_not_prove(lhs, rhs):
-    assert not proves(lhs, rhs, SHAPES)
+# what they prove, and must not: lemma_packs/neuronx/proofs.py (tests/test_pack_proofs.py)
 
 
 # =================================================================================================

@@ -21,6 +21,7 @@ pytest.importorskip("onnxscript")
 import graphguard  # noqa: E402
 from graphguard.testing import proves  # noqa: E402
 from graphguard.plugins import load_plugins  # noqa: E402
+from lemma_packs.onnx_aten.proofs import SHAPES as S  # noqa: E402
 
 MODEL = '''
 import torch, torch.distributed as dist, torch.distributed._functional_collectives as funcol
@@ -96,59 +97,7 @@ def test_without_the_bridge_pack_the_dialects_do_not_meet(both):
     assert r.verdict != "refines"
 
 
-S = {"A": [2, 3], "B": [2, 3], "X": [2, 3, 4], "W": [4, 5], "Q": [2, 2, 3, 4], "K": [2, 2, 4, 3], "K2": [2, 2, 4, 3],
-     "U": [1, 3]}
-C2 = "onnx.ConstantFill(shape=[], value=2, dtype=float32)"
-C3 = "onnx.ConstantFill(shape=[], value=3, dtype=float32)"
-
-
-@pytest.mark.parametrize("lhs,rhs", [
-    ("onnx.Sub(A, B)", "aten.sub.Tensor(A, B, alpha=1)"),
-    ("onnx.Mul(A, B)", "aten.mul.Tensor(A, B)"),
-    ("onnx.Div(A, B)", "aten.div.Tensor(A, B)"),
-    ("onnx.Sigmoid(A)", "aten.sigmoid(A)"),
-    ("onnx.Softmax(X, axis=2)", "aten._softmax(X, dim=2, half_to_float=false)"),
-    ("onnx.MatMul(X, W)", "reshape(aten.mm(reshape(X, shape=[6, 4]), W), shape=[2, 3, 5])"),
-    # 2133-2142: constants, RMSNorm's and SiLU's pieces, the attention's batched MatMul
-    (f"onnx.Pow(A, {C2})", "aten.pow.Tensor_Scalar(A, exponent=2)"),
-    (f"onnx.Mul(A, {C2})", "aten.mul.Scalar(A, other=2)"),
-    ("onnx.ReduceMean(X, axes=[2], keepdims=true)", "aten.mean.dim(X, dim=[2], keepdim=true)"),
-    ("onnx.Reciprocal(onnx.Sqrt(A))", "aten.rsqrt(A)"),
-    ("aten.rsqrt(A)", "onnx.Reciprocal(onnx.Sqrt(A))"),
-    ("onnx.Mul(A, onnx.Sigmoid(A))", "aten.silu(A)"),
-    ("onnx.MatMul(Q, K)", "batched_matmul(Q, K)"),
-    ("onnx.Expand(U, shape=[2, 3])", "aten.expand(U, size=[2, 3], implicit=false)"),
-    (f"onnx.Div(A, {C3})", "aten.mul.Scalar(A, other=1/3)"),
-    (C2, "aten.scalar_tensor(s=2, dtype=float32)"),
-    ("aten.silu(A)", "onnx.Mul(A, onnx.Sigmoid(A))"),
-])
-def test_bridges_prove(lhs, rhs):
-    assert proves(lhs, rhs, S)
-
-
-@pytest.mark.parametrize("lhs,rhs,dtypes", [
-    ("onnx.Sub(A, B)", "aten.sub.Tensor(B, A, alpha=1)", None),
-    ("onnx.Sub(A, B)", "aten.sub.Tensor(A, B, alpha=2)", None),
-    ("onnx.Div(A, B)", "aten.div.Tensor(A, B)", {"A": "int32", "B": "int32"}),  # ONNX truncates integers
-    ("onnx.Softmax(X, axis=2)", "aten._softmax(X, dim=1, half_to_float=false)", None),
-    ("onnx.MatMul(X, W)", "reshape(aten.mm(reshape(permute(X, dims=[1, 0, 2]), shape=[6, 4]), W), shape=[2, 3, 5])",
-     None),
-    (f"onnx.Pow(A, {C2})", "aten.pow.Tensor_Scalar(A, exponent=3)", None),
-    (f"onnx.Mul(A, {C2})", "aten.mul.Scalar(A, other=1/2)", None),
-    ("onnx.ReduceMean(X, axes=[2], keepdims=true)", "aten.mean.dim(X, dim=[1], keepdim=true)", None),
-    ("onnx.Reciprocal(onnx.Sqrt(A))", "aten.rsqrt(B)", None),
-    ("onnx.Mul(B, onnx.Sigmoid(A))", "aten.silu(A)", None),
-    ("onnx.MatMul(Q, K)", "batched_matmul(Q, K2)", None),
-    ("onnx.Expand(U, shape=[2, 3])", "aten.expand(U, size=[3, 3], implicit=false)", None),
-    (f"onnx.Div(A, {C3})", "aten.mul.Scalar(A, other=3)", None),
-    (C2, "aten.scalar_tensor(s=3, dtype=float32)", None),
-    (C2, "aten.scalar_tensor(s=2, dtype=float64)", None),
-    ("aten.rsqrt(A)", "onnx.Reciprocal(onnx.Sqrt(B))", None),
-    ("aten.silu(A)", "onnx.Mul(A, onnx.Sigmoid(B))", None),
-    (f"onnx.Div(A, {C3})", "aten.mul.Scalar(A, other=1/3)", {"A": "int64"}),  # ONNX truncates integers
-])
-def test_bridges_must_not_prove(lhs, rhs, dtypes):
-    assert not proves(lhs, rhs, S, dtypes=dtypes)
+# what the bridges prove, and must not: lemma_packs/onnx_aten/proofs.py (tests/test_pack_proofs.py)
 
 
 def _same_call(op, fixed, args):

@@ -398,8 +398,9 @@ def _guard_text(g: tuple) -> str:
 def duplicate_problems(rules: list[Rule]) -> list[str]:
     """Pack lemmas (hand-written) with a rule equal, up to the names of its variables, to a family's derived rule
     (engine/families.py) or to another pack lemma's rule: one line each. Refused: such a lemma without a stated
-    reason (``L(..., duplicates="...")``), and with one where it drops a guard of the derived rule it restates
-    (fires where the family's rule does not: remove it, the family's guarded rule stays)."""
+    reason (``L(..., duplicates="...")``) -- also where it drops a guard of the derived rule it restates (a
+    condition, a ``when`` pattern, ``late``...), so that it fires where the family's rule does not: the reason then
+    says why it must (the searches that need it; its soundness is the lemma fuzzer's, as every lemma's)."""
     derived: dict = {}
     hand: dict = {}
     forms = []
@@ -407,21 +408,22 @@ def duplicate_problems(rules: list[Rule]) -> list[str]:
         key, guards = normal_form(r)
         forms.append((r, key, guards))
         if r.lemma.variant:
-            derived.setdefault(key, (r, guards))
+            derived.setdefault(key, []).append((r, guards))
     out = []
     for r, key, guards in forms:
         if r.lemma.variant:
             continue
         lem = r.lemma
-        d = derived.get(key)
-        if d is not None:
-            dr, dguards = d
+        ds = derived.get(key)
+        if ds is not None:  # (the derived rule it restates with the fewest guards it drops)
+            dr, dguards = min(ds, key=lambda d: len(d[1] - guards))
             missing = sorted({_guard_text(g) for g in dguards - guards})
-            if missing:
+            if missing and not lem.duplicates:
                 out.append(f"lemma {lem.label} {lem.name} ({lem.where}): rule {r.id} restates {dr.id} "
-                           f"{dr.lemma.name} (derived: {dr.lemma.where}) without its guards ({', '.join(missing)}); "
-                           f"remove it: the family's guarded rule stays")
-            elif not lem.duplicates:
+                           f"{dr.lemma.name} (derived: {dr.lemma.where}) without its guards ({', '.join(missing)}), "
+                           f"so it fires where the family's rule does not; remove it, or state why it must "
+                           f"(L(..., duplicates=\"...\"))")
+            elif not missing and not lem.duplicates:
                 out.append(f"lemma {lem.label} {lem.name} ({lem.where}): rule {r.id} equals {dr.id} "
                            f"{dr.lemma.name} (derived: {dr.lemma.where}) up to variable names; remove it, or state "
                            f"why it must exist (L(..., duplicates=\"...\"))")

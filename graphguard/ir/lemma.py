@@ -70,9 +70,9 @@ def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root", exam
     rows of several ranks interleave; everywhere, it would grow every concatenation of slices. ``tensors``:
     variables that must stand for an e-class holding a G_d tensor (a rank's own rows, not any sub-term).
     ``duplicates``: why the lemma must exist although one of its rules equals another loaded rule (a family's
-    derived rule or another pack lemma's) up to the names of its variables -- e.g. a cheaper firing condition;
-    without it the plugin loader refuses such a lemma, and with it too where the lemma drops a guard of the
-    derived rule it restates (engine/lemma.py, :func:`~graphguard.engine.lemma.duplicate_problems`).
+    derived rule or another pack lemma's) up to the names of its variables -- e.g. a cheaper firing condition, or
+    a guard of the family's rule it drops (it fires where the family's does not) that a search needs; without it
+    the plugin loader refuses such a lemma (engine/lemma.py, :func:`~graphguard.engine.lemma.duplicate_problems`).
 
     The calling module declares the numbers its lemmas take, before them: ``NUMBERS = range(1300, 1310)``, or
     several ranges, ``NUMBERS = (range(300, 470), range(490, 500))``. The plugin loader refuses a lemma outside its

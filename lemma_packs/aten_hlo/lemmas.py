@@ -22,6 +22,7 @@ keeps Python scalars as written), so models meant to meet use constants exact in
 from graphguard.ir.lemma import L
 
 NUMBERS = (range(834, 844), range(1100, 1150))  # this file's lemma numbers (the plugin loader refuses others)
+_KEPT = ("fires without a guard of the family rule it restates; removing such restatements changed verdicts (HF gpt_neox at TP 2 needs core 122/123 both ways; the HF/NeuronX Llama layer at TP 4 needs 1303): kept until each is shown unneeded")
 
 # the HLO expressions JAX writes, built from the one HLO node that must exist (the first op applied to ?x): the
 # frontier of G_d reaches the rest from there
@@ -93,3 +94,19 @@ LEMMAS = [
       when="hlo.broadcast(reshape(?u, shape=?v), shape=?s, dimensions=?m)",
       examples=({"u": [2, 3, 1, 4, 5], "s": [2, 3, 2, 4, 5], "v": [2, 3, 4, 5], "m": [0, 1, 3, 4]},)),
 ]
+
+
+# kept although a family derives the same rule (graphguard/engine/lemma.py: duplicate_problems): each fires
+# where the family's guarded rule does not
+KEPT = [
+    L(836, "mul-is-multiply", "aten.mul.Tensor(?a, ?b) => hlo.multiply(?a, ?b)", "shape(?a) == shape(?b)",
+      when="hlo.multiply(?a, ?b)", duplicates=_KEPT),
+    # ATen broadcasts implicitly; HLO says how: a weight vector along the last dim ...
+    L(837, "mul-by-vector-is-multiply-by-broadcast",
+      "aten.mul.Tensor(?w, ?y) => hlo.multiply(hlo.broadcast(?w, shape=?s, dimensions=?m), ?y)",
+      "rank(?w) == 1 and ?s == shape(?y) and ?m == [rank(?y) - 1]",
+      when="hlo.broadcast(?w, shape=?s, dimensions=?m)",
+      examples=({"w": [4], "y": [2, 3, 4], "s": [2, 3, 4], "m": [2]},), duplicates=_KEPT),
+]
+
+LEMMAS += KEPT

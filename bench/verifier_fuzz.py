@@ -1592,6 +1592,24 @@ def install_counters() -> list[str]:
             setattr(mod, name, wrapped)
         if not found:
             missing.append(name)
+    # each prover of the engine's list (graphguard/engine/infer.py PROVERS), counted where it applies: the list's
+    # entries bind their functions at import, which the module-attribute wrapping above cannot see
+    import dataclasses
+    from graphguard.engine import infer
+    for i, pr in enumerate(infer.PROVERS):
+        key = "prover " + pr.name
+        COUNTS.setdefault(key, [0, 0])
+        if getattr(pr.prove, "_gg_fuzz", False):
+            continue
+
+        def proved(q, _real=pr.prove, _key=key):
+            COUNTS[_key][0] += 1
+            out = list(_real(q))
+            if out:
+                COUNTS[_key][1] += 1
+            return out
+        proved._gg_fuzz = True
+        infer.PROVERS[i] = dataclasses.replace(pr, prove=proved)
     return missing
 
 
@@ -2126,6 +2144,9 @@ def summarize(records: list[dict], wall: float, info: dict, parent_cpu: float) -
         c = cov.get(k, [0, 0, 0])
         tag = " (absent in engine)" if k in (info.get("missing") or []) else ""
         lines.append(f"  {k:28s} runs {c[2]:6d}   calls {c[0]:8d}  with result {c[1]:8d}{tag}")
+    for k in sorted(k for k in cov if k.startswith("prover ")) or []:
+        c = cov[k]
+        lines.append(f"  {k:28s} runs {c[2]:6d}   calls {c[0]:8d}  with result {c[1]:8d}")
     for k in ["stats." + s for s in STAT_KEYS] + ["stats.lemma_hits"]:
         c = cov.get(k, [0, 0, 0])
         lines.append(f"  {k:28s} runs {c[2]:6d}   total {c[0]:8d}")

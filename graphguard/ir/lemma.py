@@ -59,6 +59,10 @@ class Lemma:
         return f"[{self.label}] {self.name}: {self.text()}"
 
 
+# the reason of a lemma kept although it restates a family's rule without that rule's guards (L(duplicates=))
+KEPT_UNGUARDED = ("fires without a guard of the family rule it restates; removing such restatements changed verdicts (HF gpt_neox at TP 2 needs core 122/123 both ways; the HF/NeuronX Llama layer at TP 4 needs 1303): kept until each is shown unneeded")
+
+
 def L(ref: int, name: str, rule: str, cond: str = "", exists: str = "root", examples: tuple = (),
       when: str = "", index: dict | None = None, late: bool = False, tensors: tuple = (),
       duplicates: str = "") -> Lemma:

@@ -5,11 +5,10 @@ Part of the ATen pack's lemmas, one file per subject (``__init__.py`` joins them
 """
 from __future__ import annotations
 
-from graphguard.ir.lemma import L
+from graphguard.ir.lemma import KEPT_UNGUARDED, L
 
 # the numbers its lemmas have, then 2700-2749 for new ones
 NUMBERS = (range(306, 307), range(425, 432), range(520, 527), range(563, 564), range(1802, 1804), range(2700, 2750))
-_KEPT = ("fires without a guard of the family rule it restates; removing such restatements changed verdicts (HF gpt_neox at TP 2 needs core 122/123 both ways; the HF/NeuronX Llama layer at TP 4 needs 1303): kept until each is shown unneeded")
 
 
 _ACC_PADS = (([2, 3], [2, 3], 0, [4, 3]), ([2, 1], [2, 3], 1, [2, 4]), ([3], [2], 0, [5]), ([1, 4], [3, 4], 0, [4, 4]),
@@ -82,23 +81,23 @@ KEPT = [
     L(523, "sum-dim-of-partial-sum",
       "aten.sum.dim_IntList(sum(?a, ?b), dim=?k, keepdim=?kd, dtype=?t)"
       " => sum(aten.sum.dim_IntList(?a, dim=?k, keepdim=?kd, dtype=?t), aten.sum.dim_IntList(?b, dim=?k, keepdim=?kd, dtype=?t))",
-      'shape(?a) == shape(?b) and (?t == None or floating(?t)) and dtype(?a) != "bool"', duplicates=_KEPT),
+      'shape(?a) == shape(?b) and (?t == None or floating(?t)) and dtype(?a) != "bool"', duplicates=KEPT_UNGUARDED),
     L(526, "softmax-backward-of-partial-sum",
       "aten._softmax_backward_data(sum(?a, ?b), ?y, dim=?k, input_dtype=?t)"
       " => sum(aten._softmax_backward_data(?a, ?y, dim=?k, input_dtype=?t), aten._softmax_backward_data(?b, ?y, dim=?k, input_dtype=?t))",
-      "shape(?a) == shape(?b) and floating(dtype(?a)) and floating(dtype(?y))", duplicates=_KEPT),
-    L(428, "neg-of-partial-sum", "aten.neg(sum(?a, ?b)) => sum(aten.neg(?a), aten.neg(?b))", "shape(?a) == shape(?b)", duplicates=_KEPT),
+      "shape(?a) == shape(?b) and floating(dtype(?a)) and floating(dtype(?y))", duplicates=KEPT_UNGUARDED),
+    L(428, "neg-of-partial-sum", "aten.neg(sum(?a, ?b)) => sum(aten.neg(?a), aten.neg(?b))", "shape(?a) == shape(?b)", duplicates=KEPT_UNGUARDED),
     L(520, "mul-of-partial-sum-left", "aten.mul.Tensor(sum(?a, ?b), ?c) => sum(aten.mul.Tensor(?a, ?c), aten.mul.Tensor(?b, ?c))",
-      "shape(?a) == shape(?b)", duplicates=_KEPT),
+      "shape(?a) == shape(?b)", duplicates=KEPT_UNGUARDED),
     L(521, "mul-of-partial-sum-right", "aten.mul.Tensor(?c, sum(?a, ?b)) => sum(aten.mul.Tensor(?c, ?a), aten.mul.Tensor(?c, ?b))",
-      "shape(?a) == shape(?b)", duplicates=_KEPT),
+      "shape(?a) == shape(?b)", duplicates=KEPT_UNGUARDED),
     L(522, "sum-all-of-partial-sum", "aten.sum(sum(?a, ?b), dtype=?t) => sum(aten.sum(?a, dtype=?t), aten.sum(?b, dtype=?t))",
-      'shape(?a) == shape(?b) and (?t == None or floating(?t)) and dtype(?a) != "bool"', duplicates=_KEPT),
+      'shape(?a) == shape(?b) and (?t == None or floating(?t)) and dtype(?a) != "bool"', duplicates=KEPT_UNGUARDED),
     # tensor-parallel experts: each rank adds its partial rows (index_add is linear in self and source)
     L(563, "index-add-of-partial-sums",
       f"aten.index_add(sum(?p, ?q), ?i, sum(?a, ?b), {_IA}) => sum(aten.index_add(?p, ?i, ?a, {_IA}), aten.index_add(?q, ?i, ?b, {_IA}))",
       "shape(?p) == shape(?q) and shape(?a) == shape(?b) and floating(dtype(?p)) and floating(dtype(?q)) and finite(?al)",
-      index={"i": "size(?p, ?d)"}, duplicates=_KEPT),
+      index={"i": "size(?p, ?d)"}, duplicates=KEPT_UNGUARDED),
 ]
 
 LEMMAS += KEPT

@@ -5,12 +5,11 @@ Part of the ATen pack's lemmas, one file per subject (``__init__.py`` joins them
 """
 from __future__ import annotations
 
-from graphguard.ir.lemma import L
+from graphguard.ir.lemma import KEPT_UNGUARDED, L
 
 # the numbers its lemmas have, then 2350-2399 for new ones
 NUMBERS = (range(393, 394), range(410, 411), range(474, 476), range(1502, 1504), range(1506, 1507),
            range(1400, 1401), range(1859, 1860), range(2350, 2400))
-_KEPT = ("fires without a guard of the family rule it restates; removing such restatements changed verdicts (HF gpt_neox at TP 2 needs core 122/123 both ways; the HF/NeuronX Llama layer at TP 4 needs 1303): kept until each is shown unneeded")
 
 
 LEMMAS = [
@@ -51,12 +50,12 @@ KEPT = [
     L(1400, "mean-of-concat-other-dims",
       "aten.mean.dim(concat(?a, ?b, dim=?d), dim=?k, keepdim=?kd, dtype=?t)"
       " => concat(aten.mean.dim(?a, dim=?k, keepdim=?kd, dtype=?t), aten.mean.dim(?b, dim=?k, keepdim=?kd, dtype=?t), dim=reduced_dim(?d, ?k, ?kd))",
-      "?k != None and len(?k) > 0 and not contains(?k, ?d)", duplicates=_KEPT),
+      "?k != None and len(?k) > 0 and not contains(?k, ?d)", duplicates=KEPT_UNGUARDED),
     # all_reduce(max): the max over a concatenation along a reduced dim is the max of the parts' maxes
     L(475, "amax-of-concat-along-it",
       "aten.amax(concat(?a, ?b, dim=?d), dim=?k, keepdim=?kd)"
       " => max(aten.amax(?a, dim=?k, keepdim=?kd), aten.amax(?b, dim=?k, keepdim=?kd))",
-      "contains(?k, ?d) and size(?a, ?d) > 0 and size(?b, ?d) > 0", duplicates=_KEPT),
+      "contains(?k, ?d) and size(?a, ?d) > 0 and size(?b, ?d) > 0", duplicates=KEPT_UNGUARDED),
 ]
 
 LEMMAS += KEPT

@@ -6,12 +6,11 @@ Part of the ATen pack's lemmas, one file per subject (``__init__.py`` joins them
 """
 from __future__ import annotations
 
-from graphguard.ir.lemma import L
+from graphguard.ir.lemma import KEPT_UNGUARDED, L
 
 # the numbers its lemmas have, then 2650-2699 for new ones
 NUMBERS = (range(400, 406), range(409, 410), range(490, 491), range(530, 531), range(540, 550), range(551, 552),
            range(552, 556), range(1303, 1304), range(1320, 1321), range(1322, 1323), range(1850, 1851), range(2650, 2700))
-_KEPT = ("fires without a guard of the family rule it restates; removing such restatements changed verdicts (HF gpt_neox at TP 2 needs core 122/123 both ways; the HF/NeuronX Llama layer at TP 4 needs 1303): kept until each is shown unneeded")
 
 
 # Scalar constants: every multiplication or division by a constant becomes ``mul.Scalar`` (where the 0-dim tensor
@@ -40,7 +39,7 @@ LEMMAS = [
     # (the other way, a factor of a sum distributed, restates the family linear-over-sum's
     # aten:1203[aten.mul.Scalar] without its guards)
     L(409, "scalar-factor-of-sum", "aten.mul.Scalar(sum(?a, ?b), other=?c) <=> sum(aten.mul.Scalar(?a, other=?c), aten.mul.Scalar(?b, other=?c))",
-      "finite(?c) and dtype(?a) != \"bool\" and dtype(?b) != \"bool\"", duplicates=_KEPT),
+      "finite(?c) and dtype(?a) != \"bool\" and dtype(?b) != \"bool\"", duplicates=KEPT_UNGUARDED),
     # a replicated bias added to each partial sum as bias / W (DTensor's Replicate -> Partial redistribution)
     L(490, "partial-sums-of-scaled-bias",
       "sum(aten.add.Tensor(?a, aten.mul.Scalar(?c, other=?f)), aten.add.Tensor(?b, aten.mul.Scalar(?c, other=?g)))"
@@ -89,24 +88,24 @@ LEMMAS = [
 
 KEPT = [
     L(541, "gelu-backward-of-scaled-grad",
-      "aten.gelu_backward(scale(?g, factor=?f), ?x, approximate=?a) => scale(aten.gelu_backward(?g, ?x, approximate=?a), factor=?f)", duplicates=_KEPT),
+      "aten.gelu_backward(scale(?g, factor=?f), ?x, approximate=?a) => scale(aten.gelu_backward(?g, ?x, approximate=?a), factor=?f)", duplicates=KEPT_UNGUARDED),
     L(545, "sum-dims-of-scale",
       "aten.sum.dim_IntList(scale(?x, factor=?f), dim=?d, keepdim=?k, dtype=?t) => scale(aten.sum.dim_IntList(?x, dim=?d, keepdim=?k, dtype=?t), factor=?f)",
-      "?t == None or floating(?t)", duplicates=_KEPT),
+      "?t == None or floating(?t)", duplicates=KEPT_UNGUARDED),
     # scaling by a number commutes with a view
     L(1303, "mul-scalar-of-reshape",
-      "aten.mul.Scalar(reshape(?x, shape=?s), other=?c) => reshape(aten.mul.Scalar(?x, other=?c), shape=?s)", duplicates=_KEPT),
+      "aten.mul.Scalar(reshape(?x, shape=?s), other=?c) => reshape(aten.mul.Scalar(?x, other=?c), shape=?s)", duplicates=KEPT_UNGUARDED),
     # a gradient known up to a factor (scaled.py) through Megatron's attention-mask backward: zeros stay zeros
     L(1322, "masked-fill-zero-of-scale",
       "aten.masked_fill.Scalar(scale(?x, factor=?f), ?m, value=0) => scale(aten.masked_fill.Scalar(?x, ?m, value=0), factor=?f)",
-      "floating(dtype(?x))", duplicates=_KEPT),
+      "floating(dtype(?x))", duplicates=KEPT_UNGUARDED),
     L(546, "sum-of-scale", "aten.sum(scale(?x, factor=?f), dtype=?t) => scale(aten.sum(?x, dtype=?t), factor=?f)",
-      "?t == None or floating(?t)", duplicates=_KEPT),
-    L(547, "mul-of-scale-left", "aten.mul.Tensor(scale(?a, factor=?f), ?b) => scale(aten.mul.Tensor(?a, ?b), factor=?f)", duplicates=_KEPT),
-    L(548, "mul-of-scale-right", "aten.mul.Tensor(?a, scale(?b, factor=?f)) => scale(aten.mul.Tensor(?a, ?b), factor=?f)", duplicates=_KEPT),
+      "?t == None or floating(?t)", duplicates=KEPT_UNGUARDED),
+    L(547, "mul-of-scale-left", "aten.mul.Tensor(scale(?a, factor=?f), ?b) => scale(aten.mul.Tensor(?a, ?b), factor=?f)", duplicates=KEPT_UNGUARDED),
+    L(548, "mul-of-scale-right", "aten.mul.Tensor(?a, scale(?b, factor=?f)) => scale(aten.mul.Tensor(?a, ?b), factor=?f)", duplicates=KEPT_UNGUARDED),
     L(549, "add-of-scales",
-      "aten.add.Tensor(scale(?a, factor=?f), scale(?b, factor=?f), alpha=?k) => scale(aten.add.Tensor(?a, ?b, alpha=?k), factor=?f)", duplicates=_KEPT),
-    L(551, "div-of-scaled-numerator", "aten.div.Tensor(scale(?a, factor=?f), ?b) => scale(aten.div.Tensor(?a, ?b), factor=?f)", duplicates=_KEPT),
+      "aten.add.Tensor(scale(?a, factor=?f), scale(?b, factor=?f), alpha=?k) => scale(aten.add.Tensor(?a, ?b, alpha=?k), factor=?f)", duplicates=KEPT_UNGUARDED),
+    L(551, "div-of-scaled-numerator", "aten.div.Tensor(scale(?a, factor=?f), ?b) => scale(aten.div.Tensor(?a, ?b), factor=?f)", duplicates=KEPT_UNGUARDED),
 ]
 
 LEMMAS += KEPT

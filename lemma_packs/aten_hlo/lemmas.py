@@ -19,10 +19,9 @@ the HLO expression where it does not (ONNX's ``Softmax``, a NeuronX ``AwsNeuronS
 Constants must be equal exactly: ``1e-6`` recorded by PyTorch is not the float32 value XLA holds (the fx frontend
 keeps Python scalars as written), so models meant to meet use constants exact in their dtype (``2 ** -20``).
 """
-from graphguard.ir.lemma import L
+from graphguard.ir.lemma import KEPT_UNGUARDED, L
 
 NUMBERS = (range(834, 844), range(1100, 1150))  # this file's lemma numbers (the plugin loader refuses others)
-_KEPT = ("fires without a guard of the family rule it restates; removing such restatements changed verdicts (HF gpt_neox at TP 2 needs core 122/123 both ways; the HF/NeuronX Llama layer at TP 4 needs 1303): kept until each is shown unneeded")
 
 # the HLO expressions JAX writes, built from the one HLO node that must exist (the first op applied to ?x): the
 # frontier of G_d reaches the rest from there
@@ -100,13 +99,13 @@ LEMMAS = [
 # where the family's guarded rule does not
 KEPT = [
     L(836, "mul-is-multiply", "aten.mul.Tensor(?a, ?b) => hlo.multiply(?a, ?b)", "shape(?a) == shape(?b)",
-      when="hlo.multiply(?a, ?b)", duplicates=_KEPT),
+      when="hlo.multiply(?a, ?b)", duplicates=KEPT_UNGUARDED),
     # ATen broadcasts implicitly; HLO says how: a weight vector along the last dim ...
     L(837, "mul-by-vector-is-multiply-by-broadcast",
       "aten.mul.Tensor(?w, ?y) => hlo.multiply(hlo.broadcast(?w, shape=?s, dimensions=?m), ?y)",
       "rank(?w) == 1 and ?s == shape(?y) and ?m == [rank(?y) - 1]",
       when="hlo.broadcast(?w, shape=?s, dimensions=?m)",
-      examples=({"w": [4], "y": [2, 3, 4], "s": [2, 3, 4], "m": [2]},), duplicates=_KEPT),
+      examples=({"w": [4], "y": [2, 3, 4], "s": [2, 3, 4], "m": [2]},), duplicates=KEPT_UNGUARDED),
 ]
 
 LEMMAS += KEPT

@@ -19,13 +19,12 @@ alike.
 """
 import numpy as np
 
-from graphguard.ir.lemma import L
+from graphguard.ir.lemma import KEPT_UNGUARDED, L
 from lemma_packs.neuronx.ops import RMS
 
 from .ops import HF_RMS
 
 NUMBERS = range(1150, 1180)  # this file's lemma numbers (the plugin loader refuses others)
-_KEPT = ("fires without a guard of the family rule it restates; removing such restatements changed verdicts (HF gpt_neox at TP 2 needs core 122/123 both ways; the HF/NeuronX Llama layer at TP 4 needs 1303): kept until each is shown unneeded")
 
 _RMS_SEEDS = tuple({"x": x, "w": [x[-1]], "c": [], "t": w, "x:dtype": "float32", "w:dtype": w, "c:dtype": "float32"}
                    for x, w in (([2, 3, 4], "float16"), ([3, 5], "float32"), ([1, 2, 2, 3], "float16"),
@@ -120,8 +119,8 @@ LEMMAS += [
 KEPT = [
     # RoPE's tables: one cosine, one sine, whichever dialect writes them (both elementwise: the full-width
     # table cos(cat(angles, angles)) meets NeuronX's concatenate of the cosine of the angles by family 1201)
-    L(1154, "cos-is-cosine", "aten.cos(?x) => hlo.cosine(?x)", "floating(dtype(?x))", when="hlo.cosine(?x)", duplicates=_KEPT),
-    L(1155, "sin-is-sine", "aten.sin(?x) => hlo.sine(?x)", "floating(dtype(?x))", when="hlo.sine(?x)", duplicates=_KEPT),
+    L(1154, "cos-is-cosine", "aten.cos(?x) => hlo.cosine(?x)", "floating(dtype(?x))", when="hlo.cosine(?x)", duplicates=KEPT_UNGUARDED),
+    L(1155, "sin-is-sine", "aten.sin(?x) => hlo.sine(?x)", "floating(dtype(?x))", when="hlo.sine(?x)", duplicates=KEPT_UNGUARDED),
 ]
 
 LEMMAS += KEPT

@@ -649,3 +649,6 @@ def derive(reg: Registry) -> list[Lemma]:
                                  pack=op.source, examples=tuple(examples), when=when, variant=tag, late=late,
                                  family=(name, op.name), index=tuple((index[0] if index else {}).items())))
     return out
+
+
+from . import invariances  # noqa: E402,F401  (its families register here: shift invariance, homogeneity, tiles)

@@ -256,6 +256,21 @@ class OpDef:
     # states it (the broadcasting one as the other applied to explicit broadcasts), and ``lemmas check`` fuzzes
     # every pair, so a wrong declaration fails there
     computes: str | dict = ""
+    # Invariances (issue 41; families 1223-1226 in graphguard.engine.invariances derive their lemmas):
+    # ``shift_invariant``: ``(dim, expr, total, fixed)`` -- adding a term constant along the op's dim attribute
+    # ``dim`` leaves it unchanged (softmax, log-softmax: op(x - c) = op(x) for any c broadcast along dim), and the
+    # op is ``expr`` (over ``?x0`` and ``{t}``) of its row total ``total`` (over ``{x}``: a sum over dim, keepdim, of
+    # an elementwise function of x), under attribute values ``fixed`` (log_softmax = x - log(sum(exp(x)))).
+    shift_invariant: tuple = ()
+    # ``homogeneous``: ``(degree, positive_only, fixed)`` -- f(c x) = c ** degree f(x) for every real c > 0
+    # (``positive_only``: relu, leaky relu) or every real c (a square), under attribute values ``fixed``
+    homogeneous: tuple = ()
+    # ``positive``: every output entry is > 0 over the reals, whatever the input (exp, sigmoid): a factor known
+    # positive from the op that computed it (never assumed)
+    positive: bool = False
+    # ``tiles``: the op is NumPy's ``tile(x, reps)`` for its ints attribute of that name (torch's ``repeat``): an
+    # expand of x with a unit dim inserted before each repeated dim, reshaped (family 1226)
+    tiles: str = ""
 
     def linear_groups(self, attrs=None) -> tuple[tuple[int, ...], ...]:
         """``linear`` with every entry a tuple of inputs; given a call's ``attrs``, none where they are not the

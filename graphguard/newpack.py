@@ -72,7 +72,7 @@ OPS = '''\
 
 A graph names an op by its dialect-qualified name: a PyTorch custom op ``$name::my_scale`` reaches the IR as
 ``$name.my_scale``, its tensor arguments inputs in schema order and the others attributes named as in the schema
-(the fx frontend's conventions, ``lemma_packs/aten/ops.py`` in graphguard). References compute on NumPy arrays.
+(the fx frontend's conventions, ``lemma_packs/aten/ops/`` in graphguard). References compute on NumPy arrays.
 """
 from __future__ import annotations
 

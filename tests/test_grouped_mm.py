@@ -12,9 +12,9 @@ from graphguard.engine.fuzz import fuzz_rule
 from graphguard.engine.lemma import build_rules
 from graphguard.ir.lemma import L
 from graphguard.testing import proves
-from lemma_packs.aten.grouped import OPS
+from lemma_packs.aten.ops.mixture_of_experts import OPS
 
-GMM = OPS[0]
+GMM = next(o for o in OPS if o.name == "aten._grouped_mm")
 G = "absent=[3]"
 
 

@@ -1,5 +1,5 @@
 """megatron-core's MoE layer (examples/megatron-moe) and what it needs: aten.scatter.value, aten.sort.stable
-and lemmas 1350-1351 (lemma_packs/aten/megatron_moe.py).
+and lemmas 1350-1351 (lemma_packs/aten/indexing.py).
 
 The lemmas get one-line "proves" / "must not prove" tests; the operators' references are checked against
 torch; the example runs Megatron's own layer at expert-parallel size 2 (all-to-all dispatcher, padded to a
@@ -64,8 +64,8 @@ def test_topk_along_another_dim_does_not_cover_this_one():
 
 def test_sort_stable_and_scatter_value_references_match_torch():
     torch = pytest.importorskip("torch")
-    from lemma_packs.aten.hf_ops import _scatter_value_ref
-    from lemma_packs.aten.megatron_moe import _sort_ref
+    from lemma_packs.aten.ops.indexing import _scatter_value_ref
+    from lemma_packs.aten.ops.mixture_of_experts import _sort_ref
     rng = np.random.default_rng(0)
     for _ in range(20):
         x = rng.integers(0, 3, (3, 6)).astype(np.float64)  # ties: the stable order matters

@@ -2,7 +2,7 @@
 
 A custom op ``apex::NAME`` (``torch.library.custom_op``) reaches the IR as ``apex.NAME``; its tensor
 arguments are inputs in schema order and every other argument is an attribute named as in the schema (the
-fx frontend's conventions, see ``lemma_packs/aten/ops.py``). Like apex's ``forward_affine``, the forward
+fx frontend's conventions, see ``lemma_packs/aten/ops/__init__.py``). Like apex's ``forward_affine``, the forward
 returns (output, mean, invvar) with the statistics flattened to one value per normalised row ([n1]); the
 backward takes them back. References compute in float64.
 """

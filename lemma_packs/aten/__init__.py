@@ -1,32 +1,28 @@
-"""The ATen lemma pack: PyTorch ATen operators (shapes, NumPy references) and their lemmas (a plugin)."""
+"""The ATen lemma pack: PyTorch ATen operators (shapes, NumPy references) and their lemmas (a plugin).
+
+The operators are in ``ops/``, one module per subject; the lemmas in the files beside it, one per subject (each
+declares its NUMBERS); the lemma functions their conditions call in ``view_functions.py``."""
 from graphguard.hookspecs import hookimpl
 
 from .attention import LEMMAS as ATTENTION
 from .bridges import LEMMAS as BRIDGES
-from .data_ops import OPS as DATA_OPS
 from .elementwise import LEMMAS as ELEMENTWISE
-from .grouped import OPS as GROUPED_OPS
-from .hf_ops import HF_OPS
 from .indexing import LEMMAS as INDEXING
 from .losses import LEMMAS as LOSSES
-from .megatron_moe import FUNCTIONS as MEGATRON_MOE_FUNCTIONS, OPS as MEGATRON_MOE_OPS
-from .more_ops import OPS as MORE_OPS
 from .normalisation import LEMMAS as NORMALISATION
 from .ops import OPS
 from .partial_sums import LEMMAS as PARTIAL_SUMS
 from .products import LEMMAS as PRODUCTS
 from .reductions import LEMMAS as REDUCTIONS
 from .scaling import LEMMAS as SCALING
-from .titan import FUNCTIONS as TITAN_FUNCTIONS, OPS as TITAN_OPS
 from .views_movement import LEMMAS as VIEWS_MOVEMENT
 from .view_functions import FUNCTIONS as VIEW_FUNCTIONS
 from .vocab_lookups import LEMMAS as VOCAB_LOOKUPS
-from .zoo_ops import ZOO_OPS
 
 
 @hookimpl
 def graphguard_ops():
-    return OPS + HF_OPS + ZOO_OPS + MORE_OPS + MEGATRON_MOE_OPS + TITAN_OPS + DATA_OPS + GROUPED_OPS
+    return OPS
 
 
 # the lemmas, one file per subject (each declares its NUMBERS)
@@ -41,4 +37,4 @@ def graphguard_lemmas():
 
 @hookimpl
 def graphguard_lemma_functions():
-    return {**VIEW_FUNCTIONS, **MEGATRON_MOE_FUNCTIONS, **TITAN_FUNCTIONS}
+    return VIEW_FUNCTIONS

@@ -1,5 +1,8 @@
 """Lemma functions of views (the ``graphguard_lemma_functions`` hook): which dims a reshape merges or splits, and
-the permutation of the merged or split view -- the conditions of 1301 and 1306 (``views_movement.py``), met in
+the permutation of the merged or split view; whether a slice of a permute keeps the data's order (1355), and the
+shape of a view with a trailing unit dim (the masked vocabulary lookups, ``vocab_lookups.py``).
+
+The reshapes' are the conditions of 1301 and 1306 (``views_movement.py``), met in
 megatron-core's own layers (``examples/megatron-gpt``; its lemmas 1300-1306: ``products.py``,
 ``views_movement.py``, ``attention.py``).
 
@@ -11,6 +14,7 @@ view of the transposed tensor (1301), so the merged dim becomes an ordinary batc
 (lemmas 364, 219); the scaled product ignores its first operand when ``beta`` is 0 (1300).
 """
 from graphguard.ir import scalar as S
+from graphguard.ir.lemma import keeps_order
 
 
 def _groups(ctx, x: tuple, s: tuple) -> list[tuple[int, int]]:
@@ -63,6 +67,21 @@ def _split_perm(ctx, x: tuple, s: tuple, p: tuple) -> tuple:
     return tuple(q)
 
 
+def _slice_keeps_order(ctx, x, p, d, a, b) -> bool:
+    """Is ``slice(permute(x, p), dim=d, start=a, end=b)`` a permute that moves only size-1 dims (of the
+    slice of x it permutes), i.e. the same data in the same order?"""
+    shape = list(ctx.shape_of(x))
+    if not 0 <= int(d) < len(p) or int(p[int(d)]) >= len(shape):
+        raise ValueError("not a permutation of the operand's dims")
+    shape[int(p[int(d)])] = S.sym(b) - S.sym(a)
+    return keeps_order(ctx.cx, shape, p)
+
+
+def unit_dim_after(ctx, t):
+    """A lemma function: tensor t's shape with a trailing 1 (``t.unsqueeze(-1)``)."""
+    return tuple(ctx.shape_of(t)) + (1,)
+
+
 FUNCTIONS = {
     # permute(reshape(x, s), p) is reshape(permute(x, merge_perm(x, s, p)), permuted(s, p)) when s merges
     # neighbouring dims of x (merge_perm raises, and the condition fails, otherwise)
@@ -75,4 +94,10 @@ FUNCTIONS = {
     + tuple(ctx.shape_of(x)[-2:]),
     # the shape of batched_matmul(x, y)
     "batched_mm_shape": lambda ctx, x, y: tuple(ctx.shape_of(x)[:-1]) + (ctx.shape_of(y)[-1],),
+    # slice(permute(x, p), dim=d, start=a, end=b) where the permute moves only size-1 dims of the slice
+    "slice_keeps_order": _slice_keeps_order,
+    "sliced_permuted_shape": lambda ctx, x, p, d, a, b: tuple(
+        b - a if k == int(d) else ctx.shape_of(x)[int(i)] for k, i in enumerate(p)),
+    # t.unsqueeze(-1)'s shape (the masked vocabulary lookups: the mask times the rows looked up)
+    "unit_dim_after": unit_dim_after,
 }

@@ -1,45 +1,70 @@
-"""ATen operators of HF transformers' TP-plan zoo beyond the examples' (bench/hf_zoo.py).
-
-``floor`` and ``div.Tensor_mode`` (division rounded toward zero or down: Llama-4's and Ministral-3's
-attention temperature, ``floor((pos + 1) / scale)``) are elementwise; the engine's families carry them through
-concatenations. ``convolution`` and its backward: the short causal convolutions of linear-attention and
-state-space layers (Qwen3-Next's gated delta net, OLMo-hybrid, Kimi-linear, LFM2...), ``nn.Conv1d`` over the
-sequence with one filter per channel (``groups`` = channels). Depthwise convolutions of channel-sharded
-activations are split by a lemma (``zoo.py``); otherwise the convolution reads tensors every rank holds whole.
-"""
+"""Products: matrix products (``mm``, ``bmm``, ``addmm``, ``baddbmm``), N-d convolutions and their backward
+(the short causal convolutions of linear-attention and state-space layers: Qwen3-Next's gated delta net,
+OLMo-hybrid, Kimi-linear, LFM2..., ``nn.Conv1d`` over the sequence with one filter per channel, ``groups`` =
+channels), and triangular solves (the chunked gated delta rule's UT transform). Grouped matrix products, the
+experts' kernel, are with the routing (``mixture_of_experts.py``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from graphguard.ir import scalar as S
-from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, multi_output, promote
-from graphguard.ir.ops import dtype_category as _cat
+from graphguard.ir.ops import AttrSpec, Bilinear, OpDef, fail, fmt_shape, multi_output, promote
 
-from .ops import ABSENT, _bin, _float_ref, _optional, _un, broadcast
-
-
-def _div_mode(x, y, a):
-    m = a["rounding_mode"]
-    if m is None:
-        return np.true_divide(x, y)
-    if x.dtype.kind in "biu" and y.dtype.kind in "biu":
-        if np.any(y == 0):
-            fail("aten.div.Tensor_mode: integer division by zero")
-        q = np.floor_divide(x, y)
-        if m == "trunc":  # toward zero: floor, plus one where the exact quotient is negative and inexact
-            q = q + ((q < 0) & (q * y != x))
-        return q.astype(np.result_type(x, y))
-    q = np.true_divide(x, y)
-    return np.trunc(q) if m == "trunc" else np.floor(q)
+from .helpers import ABSENT, _n, _optional, _same, broadcast, broadcasts_to
 
 
-def _div_mode_dtype(ds, a):
-    d = promote(*ds)
-    return d if a.get("rounding_mode") is not None or _cat(d) == 2 else "float32"
+def _mm_shape(shapes, attrs, cx):
+    a, b = shapes[-2:]
+    if len(a) != 2 or len(b) != 2:
+        fail(f"aten.mm: expects rank-2 tensors, got {fmt_shape(a)} and {fmt_shape(b)}")
+    if not _same(cx, a[1], b[0]):
+        fail(f"aten.mm: inner dimensions differ: {fmt_shape(a)} @ {fmt_shape(b)}")
+    return (a[0], b[1])
 
 
-def _floor(x, a):
-    return x.copy() if x.dtype.kind in "biu" else np.floor(x)
+def _bmm_shape(shapes, attrs, cx):
+    a, b = shapes[-2:]
+    if len(a) != 3 or len(b) != 3:
+        fail(f"aten.bmm: expects rank-3 tensors, got {fmt_shape(a)} and {fmt_shape(b)}")
+    if not _same(cx, a[0], b[0]):
+        fail(f"aten.bmm: batch dimensions differ: {fmt_shape(a)} @ {fmt_shape(b)}")
+    if not _same(cx, a[2], b[1]):
+        fail(f"aten.bmm: inner dimensions differ: {fmt_shape(a)} @ {fmt_shape(b)}")
+    return (a[0], a[1], b[2])
+
+
+def _addmm_shape(name, inner):
+    def f(shapes, attrs, cx):
+        out = inner(shapes, attrs, cx)
+        broadcasts_to(name, shapes[0], out, cx, "self")
+        return out
+    return f
+
+
+def _addmm_ref(xs, a):
+    s, m1, m2 = xs
+    beta, alpha = _n(a["beta"]), _n(a["alpha"])
+    prod = np.matmul(m1, m2)
+    prod = prod if alpha == 1 else alpha * prod
+    if beta == 0:
+        return prod + np.zeros_like(s)  # torch ignores self (even nan/inf) when beta == 0
+    return (s if beta == 1 else beta * s) + prod
+
+
+BETA_ALPHA = (AttrSpec("beta", "number", 1), AttrSpec("alpha", "number", 1))
+
+MATMUL_OPS = [
+    OpDef("aten.mm", 2, _mm_shape, lambda xs, a: xs[0] @ xs[1], doc="Matrix product of rank-2 tensors.",
+          linear=(0, 1), rows=(0, 1), bilinear=Bilinear((), (1,), (), (0,), ranks=(2, 2))),
+    OpDef("aten.bmm", 2, _bmm_shape, lambda xs, a: np.matmul(xs[0], xs[1]),
+          doc="Batched matrix product of rank-3 tensors (same batch size).", linear=(0, 1),
+          bilinear=Bilinear((0,), (2,), (0,), (1,), ranks=(3, 3))),
+    OpDef("aten.addmm", 3, _addmm_shape("aten.addmm", _mm_shape), _addmm_ref, BETA_ALPHA,
+          doc="beta * self + alpha * (mat1 @ mat2); self broadcasts to the product.",
+          biased=("aten.mm", "aten.add.Tensor", {"beta": 1, "alpha": 1})),
+    OpDef("aten.baddbmm", 3, _addmm_shape("aten.baddbmm", _bmm_shape), _addmm_ref, BETA_ALPHA,
+          doc="beta * self + alpha * bmm(batch1, batch2); self broadcasts to the product."),
+]
 
 
 # -- convolution -------------------------------------------------------------------------------------
@@ -190,60 +215,11 @@ def _solve_tri_ref(xs, a):
     return x if a["left"] else np.swapaxes(x, -1, -2)
 
 
-# -- complex numbers (RoPE as a complex rotation: DeepSeek-V2, Llama-4) ------------------------------
-
-_COMPLEX_OF = {"float16": "complex32", "float32": "complex64", "float64": "complex128"}
-_REAL_OF = {v: k for k, v in _COMPLEX_OF.items()}
-
-
-def _to_complex_dtype(name):
-    def f(ds, a):
-        if ds[0] not in _COMPLEX_OF:
-            fail(f"{name}: needs a float16, float32 or float64 input, got {ds[0]}")
-        return _COMPLEX_OF[ds[0]]
-    return f
-
-
-def _polar_dtype(ds, a):
-    if len(set(ds)) != 1:
-        fail(f"aten.polar: abs and angle must have one dtype, got {ds[0]} and {ds[1]}")
-    return _to_complex_dtype("aten.polar")(ds, a)
-
-
-def _view_as_complex_shape(shapes, a, cx):
-    x = shapes[0]
-    if not x or not cx.prove("==", x[-1], 2):
-        fail(f"aten.view_as_complex: the last dim of {fmt_shape(x)} must be 2 (real and imaginary parts)")
-    return tuple(x[:-1])
-
-
-def _view_as_real_dtype(ds, a):
-    if ds[0] not in _REAL_OF:
-        fail(f"aten.view_as_real: needs a complex input, got {ds[0]}")
-    return _REAL_OF[ds[0]]
-
-
-ZOO_OPS = [
-    _un("floor", _floor, "Round down (integers unchanged).", lambda ds, a: ds[0]),
-    _bin("div.Tensor_mode", _div_mode,
-         "self / other (broadcasting), rounded toward zero (rounding_mode 'trunc') or down ('floor'); None: true "
-         "division.", dtype=_div_mode_dtype,
-         attrs=(AttrSpec("rounding_mode", "str", optional=True, choices=("trunc", "floor")),)),
+OPS = MATMUL_OPS + [
     OpDef("aten.convolution", None, _conv_shape, _conv_ref, _CONV_ATTRS + (ABSENT,),
           doc="N-d convolution (cross-correlation) of input [N, C, *L] with weight [O, C/groups, *K]: stride, "
               "zero padding, dilation, groups; bias [O] optional via absent. Transposed: not supported.",
           dtype=lambda ds, a: promote(*ds)),
-    _bin("polar", lambda r, t, a: r * np.cos(t) + 1j * (r * np.sin(t)),
-         "The complex number abs * (cos(angle) + i sin(angle)) (broadcasting).", dtype=_polar_dtype),
-    _un("_conj", lambda x, a: np.conj(x), "Complex conjugate (real tensors unchanged).", linear=(0,)),
-    OpDef("aten.view_as_complex", 1, _view_as_complex_shape,
-          lambda xs, a: xs[0][..., 0] + 1j * xs[0][..., 1],
-          doc="Pairs along the last dim (of size 2) read as complex numbers (real, imaginary).",
-          dtype=_to_complex_dtype("aten.view_as_complex")),
-    OpDef("aten.view_as_real", 1, lambda shapes, a, cx: tuple(shapes[0]) + (2,),
-          lambda xs, a: np.stack([np.real(xs[0]), np.imag(xs[0])], -1),
-          doc="Complex entries as (real, imaginary) pairs along a new last dim of size 2.",
-          dtype=_view_as_real_dtype),
     OpDef("aten.linalg_solve_triangular", 2, _solve_tri_shape, _solve_tri_ref,
           (AttrSpec("upper", "bool"), AttrSpec("left", "bool", True), AttrSpec("unitriangular", "bool", False)),
           doc="X with A X = B (left) or X A = B, A the upper or lower triangle of self (its diagonal taken as "

@@ -1,37 +1,77 @@
-"""Operators and lemmas torchtitan's Llama-3 needs beyond the rest of the ATen pack. Its lemmas
-(1700-1735) are in the pack's subject files: ``attention.py`` (1700-1709), ``vocab_lookups.py`` (1710-1713,
-1734-1735), ``indexing.py`` (1714-1715, 1731-1732), ``losses.py`` (1730, 1733).
-
-* ``aten._scaled_dot_product_flash_attention_for_cpu`` (and its backward): what
-  ``F.scaled_dot_product_attention`` becomes on CPU under aot_autograd, grouped-query attention included
-  (key/value with fewer heads than the query; query head h reads key/value head ``h // (Hq / Hk)``). The
-  forward returns the output and the log-sum-exp of each query row; the backward reads both (as the kernel
-  does: ``P = exp(S - lse)``, ``dS = P * (dP - rowsum(dO * O))``). Attention is independent per batch
-  entry and per head group, so a split of the batch, or of the heads that keeps whole groups together (the
-  query split in the same ratio as key/value), commutes with it (1700-1709, forward and backward).
-* torchtitan's vocabulary-parallel ``Embedding`` (``torchtitan/models/common/embedding.py``): rank r owns
-  rows [s, e) of the table; ids outside are masked ``(i >= s) & (i < e)``, shifted and clamped into the
-  shard, ``clamp(i - s, 0, e - s - 1)``, looked up, and the rows multiplied by the mask cast to the table's
-  dtype; the sum over ranks is the full lookup (1710-1713, the forward and the backward). A batch split over
-  data-parallel ranks: the lookup of split ids is the split lookups, and the table's gradient the sum of the
-  parts' (1714, 1715).
-* RMSNorm's mean over the hidden dim on sequence or batch shards: family 1205 (aten:1205[aten.mean.dim]).
-
-The lemmas state real-number equalities: torchtitan zeroes another rank's rows by multiplying them by 0, which
-is not a lookup where the table holds inf or NaN (the fuzzer leaves such indeterminate forms uncompared).
-"""
+"""Attention: ``scaled_dot_product_attention``, and ``_scaled_dot_product_flash_attention_for_cpu`` (and its
+backward), what ``F.scaled_dot_product_attention`` becomes on CPU under aot_autograd, grouped-query attention
+included (key/value with fewer heads than the query; query head h reads key/value head ``h // (Hq / Hk)``). The
+flash forward returns the output and the log-sum-exp of each query row; the backward reads both (as the kernel
+does: ``P = exp(S - lse)``, ``dS = P * (dP - rowsum(dO * O))``). Attention is independent per batch entry and per
+head group, so a split of the batch, or of the heads that keeps whole groups together (the query split in the same
+ratio as key/value), commutes with it (the lemmas: ``attention.py`` beside this package)."""
 from __future__ import annotations
+
+import math
+from fractions import Fraction
 
 import numpy as np
 
-from graphguard.ir.ops import AttrSpec, fail, fmt_shape, multi_output
+from graphguard.ir import scalar as S
+from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, multi_output
 
-from .ops import ABSENT, _optional, _same, _softmax
+from .dropout import _dropout_mask
+from .helpers import ABSENT, _optional, _same, broadcast, broadcasts_to
+from .normalisation import _softmax
 
 
-# =================================================================================================
-# Attention on CPU (flash kernel)
-# =================================================================================================
+def _sdpa_shape(shapes, attrs, cx):
+    name = "aten.scaled_dot_product_attention"
+    q, k, v, m = _optional(name, shapes, attrs["absent"], 4)
+    if q is None or k is None or v is None:
+        fail(f"{name}: only attn_mask may be absent")
+    if min(len(q), len(k), len(v)) < 2:
+        fail(f"{name}: query/key/value must have rank >= 2")
+    if not _same(cx, q[-1], k[-1]):
+        fail(f"{name}: query {fmt_shape(q)} and key {fmt_shape(k)} differ in the embedding dim")
+    if not _same(cx, k[-2], v[-2]):
+        fail(f"{name}: key {fmt_shape(k)} and value {fmt_shape(v)} differ in sequence length")
+    kb, vb = tuple(k[:-2]), tuple(v[:-2])
+    if attrs["enable_gqa"] and len(q) >= 3 and len(k) >= 3:
+        hq, hk = q[-3], k[-3]
+        ratio = Fraction(hq, hk) if isinstance(hq, int) and isinstance(hk, int) else S.sym(hq) / S.sym(hk)
+        if not _same(cx, hk, v[-3]) or not cx.integral(S.norm(ratio)):
+            fail(f"{name}: with enable_gqa, query heads {S.text(hq)} must be a multiple of key/value heads")
+        kb, vb = kb[:-1] + (hq,), vb[:-1] + (hq,)
+    batch = broadcast(name, [tuple(q[:-2]), kb, vb], cx)
+    if m is not None:
+        broadcasts_to(name, m, batch + (q[-2], k[-2]), cx, "attn_mask")
+    return batch + (q[-2], v[-1])
+
+
+def _sdpa_ref(xs, attrs):
+    q, k, v, m = _optional("aten.scaled_dot_product_attention", xs, attrs["absent"], 4)
+    if attrs["enable_gqa"] and q.ndim >= 3 and k.ndim >= 3:
+        r = q.shape[-3] // k.shape[-3]
+        k, v = np.repeat(k, r, axis=-3), np.repeat(v, r, axis=-3)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if attrs["scale"] is None else float(attrs["scale"])
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+    L, Sk = q.shape[-2], k.shape[-2]
+    if attrs["is_causal"]:
+        s = np.where(np.tril(np.ones((L, Sk), dtype=bool)), s, -np.inf)
+    if m is not None:
+        s = np.where(m, s, -np.inf) if m.dtype == np.bool_ else s + m
+    p = _softmax(s, -1)
+    dp = float(attrs["dropout_p"])
+    if dp > 0:
+        p = p * _dropout_mask(p.shape, dp, True) / (1.0 - dp)
+    return np.matmul(p, v)
+
+
+ATTENTION_OPS = [
+    OpDef("aten.scaled_dot_product_attention", None, _sdpa_shape, _sdpa_ref,
+          (AttrSpec("dropout_p", "number", 0), AttrSpec("is_causal", "bool", False),
+           AttrSpec("scale", "number", optional=True), AttrSpec("enable_gqa", "bool", False), ABSENT),
+          doc="softmax(q @ k^T * scale + mask) @ v (scale 1/sqrt(E) by default; bool masks keep true "
+              "entries; is_causal = lower-triangular; dropout_p > 0 uses the reference's fixed-seed mask). "
+              "attn_mask optional via absent."),
+]
+
 
 _FWD = "aten._scaled_dot_product_flash_attention_for_cpu"
 _BWD = "aten._scaled_dot_product_flash_attention_for_cpu_backward"
@@ -125,7 +165,7 @@ def _fwd_dtypes(ds, attrs):
     return [ds[0], "float32" if ds[0] in ("float16", "bfloat16") else ds[0]]
 
 
-OPS = (
+OPS = ATTENTION_OPS + (
     multi_output(_FWD, None, _fwd_shapes, _fwd_ref, _ATTRS, names=("output", "logsumexp"), dtypes=_fwd_dtypes,
                  doc="softmax(q k^T * scale + mask) v per batch entry and head, key/value heads shared by "
                      "groups of Hq/Hk query heads (grouped-query attention); also the log-sum-exp of each "
@@ -136,15 +176,3 @@ OPS = (
                        "kernel computes them: P = exp(S - logsumexp), dS = P * (dP - rowsum(grad_out * out)); "
                        "a key/value head's gradient sums over its query heads.")
 )
-
-# =================================================================================================
-# Lemma functions (the lemmas: attention.py, vocab_lookups.py, indexing.py, losses.py)
-# =================================================================================================
-
-
-def unit_dim_after(ctx, t):
-    """A lemma function: tensor t's shape with a trailing 1 (``t.unsqueeze(-1)``)."""
-    return tuple(ctx.shape_of(t)) + (1,)
-
-
-FUNCTIONS = {"unit_dim_after": unit_dim_after}

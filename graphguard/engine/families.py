@@ -13,6 +13,7 @@ dim, ``?p_<name>`` the op's attribute ``name``.
 """
 from __future__ import annotations
 
+import re
 import sys
 from itertools import combinations
 from typing import Callable, Iterator
@@ -363,11 +364,12 @@ def fused_expression(op, reg):  # the expression an op fuses (OpDef.fuses) -> op
     """The expression an op declares it computes (``fuses``: HF's RMSNorm spelt out in ATen ops) is that op.
     passes.fusion.fuse_expressions collapses the expression in the graphs with this lemma's two sides before
     proving; as a lemma it is what ``lemmas check`` fuzzes (the declaration's soundness)."""
-    if not op.fuses:
-        return
-    expr, cond = op.fuses
     n = _n_inputs(op)
-    yield f"{expr} => {call(op, [f'?x{i}' for i in range(n)])}", cond, "", op_examples(op)
+    for expr, cond, examples, index in op.spellings():
+        # a spelling in a dialect whose pack is not loaded (-p no:aten) is no lemma
+        if all(name in reg for name in re.findall(r"([A-Za-z_][\w]*\.[\w.]+)\(", expr)):
+            yield (f"{expr} => {call(op, [f'?x{i}' for i in range(n)])}", cond, "",
+                   op_examples(op) if examples is None else list(examples), index)
 
 
 def op_examples(op) -> list:

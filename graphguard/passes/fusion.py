@@ -22,14 +22,18 @@ def fuse_expressions(g: Graph, reg: Registry, cx: S.Constraints, ops: set[str] |
     fusers = [op for op in reg if op.fuses and (ops is None or op.name in ops)]
     if not fusers:
         return 0
-    rules = []
+    rules, canonical = [], set()
+    there = {n.op for n in other.nodes} if other is not None else None
     for op in fusers:
-        for rule_text, cond, when, _ in fused_expression(op, reg):
-            rules += build_rules(Lemma(1218, f"fused-expression[{op.name}]", rule_text, cond, "root", op.source,
-                                       pack=op.source), reg)
-    if other is not None:
-        there = {n.op for n in other.nodes}
-        rules = [r for r in rules if not term_ops(r.lhs, set()) <= there]
+        several = len(op.spellings()) > 1 or not isinstance(op.fuses[0], str)
+        for rule_text, cond, when, *_ in fused_expression(op, reg):
+            built = build_rules(Lemma(1218, f"fused-expression[{op.name}]", rule_text, cond, "root", op.source,
+                                      pack=op.source), reg)
+            if several:  # a canonical op (several spellings): its every spelling, in both programs
+                canonical |= {id(r) for r in built}
+            elif there is not None:
+                built = [r for r in built if not term_ops(r.lhs, set()) <= there]
+            rules += built
     outputs = set(g.outputs)
     changed = 0
 
@@ -65,11 +69,19 @@ def fuse_expressions(g: Graph, reg: Registry, cx: S.Constraints, ops: set[str] |
                               lambda leaf: g.tensors[leaf.name].dtype)
             if not check_condition(rule, env, ctx):
                 continue
-            # the tensors the pattern's own operators compute (below its root) must be read only inside it
+            # the tensors the pattern's own operators compute (below its root) must be read only inside it; a
+            # canonical op's spelling keeps those read elsewhere too (a mask the backward reads again), and the
+            # operators computing them
             nodes_inside = [g.producer[t] for t in inside]
-            if any(t in outputs for t in inside) or any(
-                    c not in nodes_inside and c is not n for t in inside for c in g.consumers.get(t, [])):
+            shared = [m for m in nodes_inside if any(t in outputs for t in m.outputs) or any(
+                c not in nodes_inside and c is not n for t in m.outputs for c in g.consumers.get(t, []))]
+            if shared and id(rule) not in canonical:
                 continue
+            while shared:
+                m = shared.pop()
+                if m in nodes_inside:
+                    nodes_inside.remove(m)
+                    shared += [g.producer[t] for t in m.inputs if t in inside and g.producer[t] in nodes_inside]
             rhs = rule.rhs
             g.rewrite(n, op=rhs.op, inputs=[tensors[a.name] for a in rhs.args],
                       attrs={k: (env[v.name] if hasattr(v, "name") and v.name in env else getattr(v, "value", v))

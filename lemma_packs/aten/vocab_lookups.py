@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from graphguard.ir.lemma import L
 
+MASKED_LOOKUP = "core.masked_lookup"  # the canonical masked lookup of a row shard (lemma_packs/core/lookups.py)
+
 # the numbers its lemmas have, then 2450-2499 for new ones
 NUMBERS = (range(470, 474), range(476, 488), range(1315, 1317), range(1318, 1320), range(1620, 1623),
            range(1710, 1714), range(1734, 1736), range(2450, 2500))
@@ -149,21 +151,16 @@ _OH = ("aten.index_put(aten.full(size={z}, fill_value=0, dtype=?y), aten.arange(
 
 
 LEMMAS = [
-    # constrained (§4.3) to ids compared with 0 (rank 0's mask): never the masked ids inside a masked lookup,
-    # where it would nest lookups of lookups for every grouping of the shards
+    # a lookup of the whole table is the sum of the ranks' masked lookups of their row shards (core.masked_lookup,
+    # whichever framework's spelling the ranks use: lemma_packs/core/lookups.py); constrained (§4.3) to ids a
+    # rank-0 masked lookup reads (shard [0, ?z)), never the lookups nested inside one
     L(470, "embedding-of-vocab-shards",
       f"aten.embedding(concat(?a, ?b, dim=0), ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
-      f" => sum({_LOOKUP.format(w='?a', i='?i', s=0, e=_A)}, {_LOOKUP.format(w='?b', i='?i', s=_A, e=_AB)})",
-      f"rank(?a) == 2 and {_A} >= 1 and {_B} >= 1", when="aten.lt.Scalar(?i, other=0)", index={"i": _AB},
-      examples=[{"a": [3, 4], "b": [2, 4], "i": [2, 3]}, {"a": [2, 3], "b": [2, 3], "i": [5]}]),
-    L(471, "masked-lookup-of-vocab-shards",
-      f"{_LOOKUP.format(w='concat(?a, ?b, dim=0)', i='?i', s='?s', e='?e')}"
-      f" => sum({_LOOKUP.format(w='?a', i='?i', s='?s', e='?s + ' + _A)},"
-      f" {_LOOKUP.format(w='?b', i='?i', s='?s + ' + _A, e='?e')})",
-      f"?s // 1 == ?s and ?e - ?s == {_AB} and {_A} >= 1 and {_B} >= 1", index={"i": "?e + 2"},
-      examples=[{"a": [a, 3], "b": [b, 3], "i": i, "s": s, "e": s + a + b}
-                for a, b, i, s in ((2, 3, [7], 1), (1, 2, [2, 3], 0), (4, 4, [3, 4], 4), (3, 1, [6], 2),
-                                   (2, 2, [1, 2, 4], 0))]),
+      f" => sum({MASKED_LOOKUP}(?a, ?i, start=0, end={_A}), {MASKED_LOOKUP}(?b, ?i, start={_A}, end={_AB}))",
+      f"rank(?a) == 2 and {_A} >= 1 and {_B} >= 1", when=f"{MASKED_LOOKUP}(?c, ?i, start=0, end=?z)",
+      index={"i": _AB},
+      examples=[{"a": [3, 4], "b": [2, 4], "i": [2, 3]}, {"a": [2, 3], "b": [2, 3], "i": [5]},
+                {"a": [1, 2], "b": [3, 2], "i": [1, 2, 2]}]),
     # backward, constrained (§4.3): the full gradient splits where the ids are compared with a shard's end
     # (a rank's mask), then where a rank's masked gradient exists
     L(472, "embedding-backward-splits-at-vocab-shard",
@@ -212,23 +209,6 @@ LEMMAS = [
       f"{_LOCAL_MF.format(i='?i', s='?s', e='?e')} => {_LOCAL.format(i='?i', s='?s', e='?e')}",
       "?s // 1 == ?s and rank(?i) >= 1", index={"i": "?e + 2"},
       examples=[{"i": i, "s": s, "e": e} for i, s, e in (([2, 3], 1, 3), ([5], 0, 2), ([1, 4], 2, 6))]),
-    # as 470, zeroing the rows with masked_fill; constrained to rank 0's unsqueezed mask, which gives ?u
-    L(481, "embedding-of-vocab-shards-masked-fill",
-      f"aten.embedding(concat(?a, ?b, dim=0), ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
-      f" => sum({_LOOKUP_MF.format(w='?a', i='?i', s=0, e=_A)}, {_LOOKUP_MF.format(w='?b', i='?i', s=_A, e=_AB)})",
-      f"rank(?a) == 2 and {_A} >= 1 and {_B} >= 1 and ({_UNSQ})", when=_RANK0_UNSQ,
-      index={"i": _AB},
-      examples=[{"a": [3, 4], "b": [2, 4], "i": [2, 3], "u": [2, 3, 1], "g": [2, 3]},
-                {"a": [2, 3], "b": [2, 3], "i": [5], "u": [5, 1], "g": [5]},
-                {"a": [1, 2], "b": [3, 2], "i": [1, 2, 2], "u": [1, 2, 2, 1], "g": [1, 2, 2]}]),
-    L(482, "masked-fill-lookup-of-vocab-shards",
-      f"{_LOOKUP_MF.format(w='concat(?a, ?b, dim=0)', i='?i', s='?s', e='?e')}"
-      f" => sum({_LOOKUP_MF.format(w='?a', i='?i', s='?s', e='?s + ' + _A)},"
-      f" {_LOOKUP_MF.format(w='?b', i='?i', s='?s + ' + _A, e='?e')})",
-      f"?s // 1 == ?s and ?e - ?s == {_AB} and {_A} >= 1 and {_B} >= 1 and ({_UNSQ})", index={"i": "?e + 2"},
-      examples=[{"a": [a, 3], "b": [b, 3], "i": i, "u": _unsq(i), "s": s, "e": s + a + b}
-                for a, b, i, s in ((2, 3, [7], 1), (1, 2, [2, 3], 0), (4, 4, [3, 4], 4), (3, 1, [6], 2),
-                                   (2, 2, [1, 2, 4], 0))]),
     # backward: the gradient of masked_fill is the gradient masked_fill'ed; as 472 (split where a rank's unsqueezed
     # mask compares the ids with its shard's end, which gives ?u) and 473
     L(483, "embedding-backward-splits-at-vocab-shard-masked-fill",
@@ -264,34 +244,16 @@ LEMMAS = [
     L(487, "where-of-a-scalar-is-masked-fill",
       "aten.where.self(?m, aten.scalar_tensor(s=?v, dtype=?t), ?x) => aten.masked_fill.Scalar(?x, ?m, value=?v)",
       "?v // 1 == ?v and (floating(?t) or ?t == \"int64\") and (dtype(?x) == ?t or (floating(dtype(?x)) and not floating(?t)))"),
-    L(1620, "embedding-of-vocab-shards-vllm",
-      "aten.embedding(concat(?a, ?b, dim=0), ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
-      f" => sum({lookup('?a', '?i', 0, _VLLM_A, _VLLM_AB, f'{_VLLM_AB} - {_VLLM_A}', _U)},"
-      f" {lookup('?b', '?i', _VLLM_A, _VLLM_AB, _VLLM_AB, f'{_VLLM_AB} - {_VLLM_B}', _U)})",
-      f"rank(?a) == 2 and {_VLLM_A} >= 1 and {_VLLM_B} >= 1 and {_IDS}", when="aten.ge.Scalar(?i, other=0)",
-      index={"i": _VLLM_AB},
-      examples=[{"a": [3, 4], "b": [2, 4], "i": [5]}, {"a": [2, 3], "b": [2, 3], "i": [4]},
-                {"a": [1, 2], "b": [3, 2], "i": [6]}]),
-    L(1621, "masked-lookup-of-vocab-shards-vllm",
-      f"{lookup('concat(?a, ?b, dim=0)', '?i', '?s', '?e', '?n', '?o', '?u')}"
-      f" => sum({lookup('?a', '?i', '?s', f'?s + {_VLLM_A}', '?n', f'?n - {_VLLM_A}', '?u')},"
-      f" {lookup('?b', '?i', f'?s + {_VLLM_A}', '?e', '?n', f'?n - {_VLLM_B}', '?u')})",
-      f"?s // 1 == ?s and ?n // 1 == ?n and ?o // 1 == ?o and ?e - ?s == {_VLLM_AB} and {_VLLM_A} >= 1 and {_VLLM_B} >= 1"
-      f" and {_IDS} and ?u == {_U}", index={"i": "?n + 3"},
-      examples=[{"a": [a, 3], "b": [b, 3], "i": [t], "u": [t, 1], "s": s, "e": s + a + b, "n": n, "o": n - a - b}
-                for a, b, t, s, n in ((2, 3, 7, 1, 8), (1, 2, 3, 0, 3), (4, 4, 5, 4, 16), (3, 1, 6, 2, 6),
-                                      (2, 2, 4, 0, 9))]),
     # a padded vocabulary: vLLM pads the table to a multiple of 64 rows per rank, so the last shard ends in
-    # A + B - n padding rows past the n real ones, and that rank's shard is [A, n) with the added offset
-    # A - (A + B - n) = n - B. The padding rows are read for ids in [n, A + B) alone -- by the whole table, not
-    # by the ranks, which mask them -- so the lemma needs the ids in [0, n): a relation file's ranges: (the
-    # token ids of a vocabulary of n). ?n is what rank 0 compares ids with for its (empty) added range.
-    L(1622, "embedding-of-padded-vocab-shards-vllm",
+    # A + B - n padding rows past the n real ones, and that rank's shard is [A, n). The padding rows are read for
+    # ids in [n, A + B) alone -- by the whole table, not by the ranks, which mask them -- so the lemma needs the
+    # ids in [0, n): a relation file's ranges: (the token ids of a vocabulary of n). ?n is where a rank's masked
+    # lookup ends
+    L(1622, "embedding-of-padded-vocab-shards",
       "aten.embedding(concat(?a, ?b, dim=0), ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
-      f" => sum({lookup('?a', '?i', 0, _VLLM_A, '?n', f'?n - {_VLLM_A}', _U)},"
-      f" {lookup('?b', '?i', _VLLM_A, '?n', '?n', f'?n - {_VLLM_B}', _U)})",
-      f"rank(?a) == 2 and {_VLLM_A} >= 1 and ?n // 1 == ?n and {_VLLM_A} < ?n and ?n < {_VLLM_AB} and {_IDS}"
-      " and vmin(?i) >= 0 and vend(?i) <= ?n", when="aten.lt.Scalar(?i, other=?n)", index={"i": _VLLM_AB},
+      f" => sum({MASKED_LOOKUP}(?a, ?i, start=0, end={_A}), {MASKED_LOOKUP}(?b, ?i, start={_A}, end=?n))",
+      f"rank(?a) == 2 and {_A} >= 1 and ?n // 1 == ?n and {_A} < ?n and ?n < {_AB} and vmin(?i) >= 0"
+      " and vend(?i) <= ?n", when=f"{MASKED_LOOKUP}(?c, ?i, start=?m, end=?n)", index={"i": _AB},
       examples=[{"a": [a, 4], "b": [b, 4], "i": [t], "n": n}
                 for a, b, t, n in ((3, 3, 5, 5), (2, 4, 4, 3), (4, 4, 6, 7), (1, 3, 3, 2))]),
     # the ranks' masked lookups over their column shards add up to the masked lookup of the whole (any ids)
@@ -329,26 +291,6 @@ LEMMAS = [
       examples=[{"x": [n, c], "t": t, "m": n, "u": [n], "z": t, "t:range": r}
                 for n, c, t, r in ((6, 4, [3, 2], (0, 4)), (4, 3, [2, 2], (1, 3)), (2, 5, [2], (0, 5)),
                                    (6, 2, [2, 3], (0, 2)))]),
-    # constrained (§4.3) to rank 0's cast mask (ids compared with 0), which also gives the mask's shape and dtype
-    L(1710, "embedding-of-vocab-shards-mask-multiplied",
-      "aten.embedding(concat(?a, ?b, dim=0), ?i, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
-      f" => sum({_lookup('?a', '?i', 0, _TT_A, u=_TT_U, t=_T)}, {_lookup('?b', '?i', _TT_A, _TT_AB, u=_TT_U, t=_T)})",
-      f"rank(?a) == 2 and {_TT_A} >= 1 and {_TT_B} >= 1 and floating(dtype(?a)) and ?p == -1",
-      when="aten.ge.Scalar(?i, other=0)",
-      index={"i": _TT_AB},
-      examples=[{"a": [3, 4], "b": [2, 4], "i": [2, 3], "p": -1}, {"a": [2, 3], "b": [2, 3], "i": [5], "p": -1},
-                {"a": [1, 2], "b": [3, 2], "i": [1, 2, 2], "p": -1}]),
-    # a masked lookup of a concatenation (more than two ranks): the parts' masked lookups, the shift moved along
-    L(1711, "mask-multiplied-lookup-of-vocab-shards",
-      f"{_lookup('concat(?a, ?b, dim=0)', '?i', '?s', '?e', '?x')}"
-      f" => sum({_lookup('?a', '?i', '?s', '?s + ' + _TT_A)}, {_lookup('?b', '?i', '?s + ' + _TT_A, '?e')})",
-      f"?s // 1 == ?s and ?e - ?s == {_TT_AB} and ?x == ?e - ?s - 1 and {_TT_A} >= 1 and {_TT_B} >= 1 and ({_UNSQ})"
-      f" and {_FLOAT_MASK}",
-      index={"i": "?e + 2"},
-      examples=[{"a": [a, 3], "b": [b, 3], "i": i, "u": _unsq(i), "s": s, "e": s + a + b, "t": "float32",
-                 "x": a + b - 1, "p": -1}
-                for a, b, i, s in ((2, 3, [7], 1), (1, 2, [2, 3], 0), (4, 4, [3, 4], 4), (3, 1, [6], 2),
-                                   (2, 2, [1, 2, 4], 0))]),
     # backward, constrained to a rank's cast mask comparing the ids with its shard's end ?n
     L(1712, "embedding-backward-splits-at-vocab-shard-mask-multiplied",
       "aten.embedding_dense_backward(?g, ?i, num_weights=?v, padding_idx=?pi, scale_grad_by_freq=false)"

@@ -2,14 +2,15 @@
 from graphguard.hookspecs import hookimpl
 
 from .lemmas import LEMMAS
+from .lookups import LEMMAS as LOOKUPS, OPS as LOOKUP_OPS
 from .ops import OPS
 
 
 @hookimpl
 def graphguard_ops():
-    return OPS
+    return OPS + LOOKUP_OPS
 
 
 @hookimpl
 def graphguard_lemmas():
-    return LEMMAS
+    return LEMMAS + LOOKUPS

@@ -1,0 +1,173 @@
+"""One masked lookup over vocabulary shards, ``core.masked_lookup(w, ids, start=s, end=e)``
+(lemma_packs/core/lookups.py): each framework's spelling is declared as data mapping to it (Megatron's
+``index_put``, its ``masked_fill`` and ``torch.where`` forms, vLLM's ``get_masked_input_and_mask``, torchtitan's
+multiplication by the mask), the lemmas are written once on it (core:300, aten:470, aten:1622), the fusion pass
+collapses a spelling into it, and a spelling that is not the lookup -- a wrong offset, a mask with ``>`` where
+``>=`` was needed, a fill that is not zero -- proves nothing."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+
+import pytest
+
+import graphguard.torch as ggt
+from graphguard.testing import proves
+from lemma_packs.core.lookups import MASK_MULTIPLIED, MASKED_FILL, MEGATRON, SPELLINGS, VLLM, WHERE
+
+from conftest import EXAMPLES
+
+SHAPES = {**{f"w{r}": [4, 5] for r in range(4)}, "ids": [2, 3]}
+DTYPES = {"ids": "int64"}
+U = "[2, 3, 1]"
+
+
+def spell(form: str, w: str, s: int, e: int, ids: str = "ids") -> str:
+    """A rank's lookup of rows [s, e) held as ``w``, in one framework's spelling (free variables fixed)."""
+    t = form.replace("?x0", w).replace("?x1", ids).replace("?p_start", str(s)).replace("?p_end", str(e))
+    return (t.replace("?p", "-1").replace("?f", "false").replace("?q", "false").replace("?u", U)
+            .replace("?t", "float32").replace("?c", str(e - s - 1)).replace("?n", str(e + 3)).replace("?o", "1"))
+
+
+def canon(w: str, s: int, e: int, ids: str = "ids") -> str:
+    return f"core.masked_lookup({w}, {ids}, start={s}, end={e})"
+
+
+FORMS = {"megatron": MEGATRON, "masked_fill": MASKED_FILL, "where": WHERE, "titan": MASK_MULTIPLIED}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_each_spelling_is_the_masked_lookup(form):
+    assert proves(spell(FORMS[form], "w1", 4, 8), canon("w1", 4, 8), SHAPES, dtypes=DTYPES)
+
+
+def test_vllm_spelling_is_the_masked_lookup():
+    shapes = {"w1": [4, 5], "ids": [6]}
+    t = spell(VLLM, "w1", 4, 8).replace(U, "[6, 1]")
+    assert proves(t, canon("w1", 4, 8), shapes, dtypes=DTYPES)
+    assert not proves(t, canon("w1", 3, 7), shapes, dtypes=DTYPES)
+
+
+SHARDS = [(0, 4), (4, 8), (8, 12), (12, 16)]
+EMBEDDING = "aten.embedding(concat(w0, w1, w2, w3, dim=0), ids)"
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_a_lookup_is_the_sum_of_the_ranks_masked_lookups_in_any_spelling(form):
+    parts = ", ".join(spell(FORMS[form], f"w{r}", s, e) for r, (s, e) in enumerate(SHARDS))
+    assert proves(EMBEDDING, f"sum({parts})", SHAPES, dtypes=DTYPES)
+
+
+def test_ranks_may_spell_their_lookups_differently():
+    """One lemma serves every spelling: rank 0 as Megatron, 1 masked_fill, 2 torch.where, 3 torchtitan."""
+    parts = ", ".join(spell(f, f"w{r}", s, e) for r, (f, (s, e)) in enumerate(zip(FORMS.values(), SHARDS)))
+    assert proves(EMBEDDING, f"sum({parts})", SHAPES, dtypes=DTYPES)
+    assert proves(EMBEDDING, f"sum({', '.join(canon(f'w{r}', s, e) for r, (s, e) in enumerate(SHARDS))})",
+                  SHAPES, dtypes=DTYPES)
+
+
+# -- must not prove ------------------------------------------------------------------------------------------
+
+def _wrong_offset(form):  # the ids shifted by s + 1, the mask still [s, e)
+    return form.replace("aten.sub.Tensor(?x1, aten.scalar_tensor(s=?p_start,",
+                        "aten.sub.Tensor(?x1, aten.scalar_tensor(s=?p_start + 1,")
+
+
+def _wrong_bound(form):  # ids > e masked where ids >= e must be: id e reads past the shard
+    return form.replace("aten.ge.Scalar(?x1, other=?p_end)", "aten.gt.Scalar(?x1, other=?p_end)")
+
+
+def _wrong_fill(form):  # the masked rows filled with 1, not zeroed
+    return (form.replace("aten.full(size=[], fill_value=0, dtype=float32))", "aten.full(size=[], fill_value=1, dtype=float32))")
+            .replace("shape=?u), value=0)", "shape=?u), value=1)")
+            .replace("aten.scalar_tensor(s=0, dtype=?t)", "aten.scalar_tensor(s=1, dtype=?t)"))
+
+
+@pytest.mark.parametrize("form", ["megatron", "masked_fill", "where"])
+@pytest.mark.parametrize("wrong", [_wrong_offset, _wrong_bound, _wrong_fill])
+def test_wrong_spellings_must_not_prove(form, wrong):
+    bad = wrong(FORMS[form])
+    assert bad != FORMS[form]
+    t = spell(bad, "w1", 4, 8).replace("s=4 + 1", "s=5")
+    assert not proves(t, canon("w1", 4, 8), SHAPES, dtypes=DTYPES)
+    parts = [spell(FORMS[form], f"w{r}", s, e) for r, (s, e) in enumerate(SHARDS)]
+    parts[1] = t
+    assert not proves(EMBEDDING, f"sum({', '.join(parts)})", SHAPES, dtypes=DTYPES)
+
+
+@pytest.mark.parametrize("shards", [
+    [(4, 8), (0, 4), (8, 12), (12, 16)],  # ranks 0 and 1 swapped their ranges
+    [(0, 4), (4, 8), (8, 12), (13, 17)],  # rank 3 off by one
+    [(0, 4), (4, 8), (8, 12), (11, 15)],  # rank 3's range overlaps rank 2's
+])
+def test_wrong_ranges_must_not_prove(shards):
+    assert not proves(EMBEDDING, f"sum({', '.join(canon(f'w{r}', s, e) for r, (s, e) in enumerate(shards))})",
+                      SHAPES, dtypes=DTYPES)
+
+
+def test_a_shard_with_the_wrong_offset_must_not_prove():
+    assert not proves(canon("concat(w0, w1, dim=0)", 4, 12), f"sum({canon('w0', 4, 8)}, {canon('w1', 9, 12)})",
+                      SHAPES, dtypes=DTYPES)
+    assert proves(canon("concat(w0, w1, dim=0)", 4, 12), f"sum({canon('w0', 4, 8)}, {canon('w1', 8, 12)})",
+                  SHAPES, dtypes=DTYPES)
+
+
+# -- the declarations are fuzzed; a wrong one fails ----------------------------------------------------------
+
+def test_the_spellings_and_the_lemma_pass_the_fuzzer(plugins):
+    from graphguard.engine.fuzz import fuzz_rule
+    rules = [r for r in plugins.lemmas if "core.masked_lookup" in r.lemma.rule]
+    assert len([r for r in rules if r.lemma.ref == 1218]) == len(SPELLINGS)
+    assert {r.lemma.label for r in rules} >= {"core:300", "aten:470", "aten:1622"}
+    for r in rules:
+        assert fuzz_rule(r, plugins.registry).ok, r.lemma.label
+
+
+@pytest.mark.parametrize("wrong", [_wrong_offset, _wrong_bound, _wrong_fill])
+def test_a_wrong_spelling_fails_the_fuzzer(plugins, wrong):
+    from graphguard.engine.fuzz import fuzz_rule
+    from graphguard.engine.lemma import build_rules
+    lem = next(r.lemma for r in plugins.lemmas if r.lemma.name == "fused-expression[core.masked_lookup#0]")
+    rule = lem.rule.replace(MEGATRON, wrong(MEGATRON)).replace("s=?p_start + 1,", "s=?k,")
+    assert rule != lem.rule
+    if "?k" in rule:  # the offset one: s + 1 as a variable (left-hand attributes are variables or constants)
+        lem = dataclasses.replace(lem, cond=lem.cond + " and ?k == ?p_start + 1",
+                                  examples=tuple({**x, "k": x["p_start"] + 1} for x in lem.examples))
+    (r,) = build_rules(dataclasses.replace(lem, rule=rule, variant="wrong"), plugins.registry)
+    assert not fuzz_rule(r, plugins.registry).ok
+
+
+# -- the fusion pass ---------------------------------------------------------------------------------------
+
+_spec = importlib.util.spec_from_file_location("gpt_tp_vocab_ml", EXAMPLES / "gpt-tp-vocab" / "model.py")
+M = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(M)
+
+
+@pytest.mark.parametrize("form", ["index_put", "masked_fill", "where"])
+def test_the_ranks_spelt_out_lookups_fuse_into_the_canonical_op(monkeypatch, plugins, form):
+    """Captured forward and backward: each rank's lookup becomes one core.masked_lookup of its shard; the mask
+    the backward reads again is kept."""
+    from graphguard.ir import scalar as S
+    from graphguard.passes import fuse_expressions
+    for name, value in (("LAYERS", 0), ("VOCAB", 4), ("MASK_FORM", form), ("BUG", "")):
+        monkeypatch.setattr(M, name, value)
+    monkeypatch.setattr(M.base, "LAYERS", 0)
+    g = ggt.capture(lambda r: M.impl(r, 2), lambda r: M.inputs(r, 2), world_size=2, backward=True).graph()
+    assert fuse_expressions(g, plugins.registry, S.Constraints()) >= 2
+    fused = [n for n in g.nodes if n.op == "core.masked_lookup"]
+    assert sorted((dict(n.attrs)["start"], dict(n.attrs)["end"]) for n in fused) == [(0, 2), (2, 4)]
+    assert all(n.inputs[0].startswith("embed.weight@") for n in fused)
+    assert not any(n.op == "aten.embedding" for n in g.nodes)
+    assert any(n.op == "aten.embedding_dense_backward" for n in g.nodes)  # (its masks kept)
+
+
+def test_a_wrong_offset_is_not_fused(monkeypatch, plugins):
+    from graphguard.ir import scalar as S
+    from graphguard.passes import fuse_expressions
+    for name, value in (("LAYERS", 0), ("VOCAB", 4), ("MASK_FORM", "masked_fill"), ("BUG", "mask")):
+        monkeypatch.setattr(M, name, value)
+    monkeypatch.setattr(M.base, "LAYERS", 0)
+    g = ggt.capture(lambda r: M.impl(r, 2), lambda r: M.inputs(r, 2), world_size=2, backward=False).graph()
+    fuse_expressions(g, plugins.registry, S.Constraints())
+    assert not any(n.op == "core.masked_lookup" for n in g.nodes)  # the rows are not zeroed: no masked lookup

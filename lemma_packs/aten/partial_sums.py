@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from graphguard.ir.lemma import KEPT_UNGUARDED, L
 
-# the numbers its lemmas have, then 2700-2749 for new ones
-NUMBERS = (range(306, 307), range(425, 432), range(520, 527), range(563, 564), range(1802, 1804), range(2700, 2750))
+# the numbers its lemmas have, then 2700-2749 and 2800-2803 for new ones (2700-2703: the zero-padded all-gather)
+NUMBERS = (range(306, 307), range(425, 432), range(520, 527), range(563, 564), range(1802, 1804), range(2700, 2750), range(2800, 2804))
 
 
 _ACC_PADS = (([2, 3], [2, 3], 0, [4, 3]), ([2, 1], [2, 3], 1, [2, 4]), ([3], [2], 0, [5]), ([1, 4], [3, 4], 0, [4, 4]),
@@ -50,6 +50,29 @@ LEMMAS = [
       " => sum(?m, concat(?a, ?b, dim=?d))", "shape(?a) == ?u and shape(?b) == ?s and dtype(?a) == ?t and dtype(?b) == ?t",
       examples=[{"a": a, "b": b, "u": a, "s": b, "d": d, "t": "float64", "m": m}
                 for a, b, d, m in _ACC_PADS]),
+    # an all-gather written as an all-reduce of zero-padded shards, at any number of ranks: the all-reduce's
+    # sum (left-nested in group order) accumulates one shard at a time -- the ranks so far, then zeros, plus the
+    # next rank's shard between zeros -- into the ranks so far and the next, then zeros (the last rank: 427)
+    L(2700, "sum-of-zero-padded-prefix-and-next-shard",
+      "sum(concat(?a, aten.full(size=?s, fill_value=0, dtype=?t), dim=?d),"
+      " concat(concat(aten.full(size=?u, fill_value=0, dtype=?t), ?b, dim=?d), aten.full(size=?v, fill_value=0, dtype=?t), dim=?d))"
+      " => concat(concat(?a, ?b, dim=?d), aten.full(size=?v, fill_value=0, dtype=?t), dim=?d)",
+      "shape(?a) == ?u and dtype(?a) == ?t and dtype(?b) == ?t",
+      examples=[{"a": a, "b": b, "u": a, "s": s, "v": v, "d": d, "t": "float64"}
+                for a, b, s, v, d in (([2, 3], [1, 3], [3, 3], [2, 3], 0), ([2, 1], [2, 2], [2, 5], [2, 3], 1),
+                                      ([3], [2], [4], [2], 0), ([2, 2, 2], [2, 2, 1], [2, 2, 3], [2, 2, 2], 2),
+                                      ([1, 4], [1, 4], [3, 4], [2, 4], 0), ([3, 2], [3, 1], [3, 2], [3, 1], 1),
+                                      ([4], [1], [3], [2], 0), ([2, 3, 1], [2, 1, 1], [2, 4, 1], [2, 3, 1], 1),
+                                      ([1, 1], [2, 1], [3, 1], [1, 1], 0), ([2, 2], [2, 2], [2, 4], [2, 2], 1))]),
+    # the fills a program writes a shard into: zeros of the default dtype, and any slice of a fill
+    L(2701, "zeros-are-a-fill", "aten.zeros(size=?s, dtype=?t) => aten.full(size=?s, fill_value=0, dtype=?t)",
+      "is_dtype(?t)"),
+    L(2702, "zeros-of-the-default-dtype", "aten.zeros(size=?s, dtype=?t) => aten.full(size=?s, fill_value=0, dtype=float32)",
+      "?t == None", examples=[{"s": [a, b][:k], "t": None} for a in (1, 2, 3, 5) for b in (1, 4) for k in (1, 2)]
+      + [{"s": [2, 3, c], "t": None} for c in (1, 2, 3, 4, 5, 6)] + [{"s": [], "t": None}]),
+    L(2703, "slice-of-a-fill",
+      "slice(aten.full(size=?s, fill_value=?f, dtype=?t), dim=?d, start=?a, end=?e)"
+      " => aten.full(size=set_at(?s, ?d, ?e - ?a), fill_value=?f, dtype=?t)"),
     L(306, "add-of-partial-sums",
       "aten.add.Tensor(sum(?a, ?b), sum(?c, ?e)) => sum(aten.add.Tensor(?a, ?c), aten.add.Tensor(?b, ?e))",
       "shape(?a) == shape(?c) and shape(?b) == shape(?e)", when="aten.add.Tensor(?b, ?e)"),

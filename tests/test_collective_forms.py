@@ -6,10 +6,15 @@ class and must-not-prove twins (padding mirrored or at another rank's offset, a 
 sum was meant, a gather order other than the scatter order, the slice of another rank).
 
 Every program is a small PyTorch module captured on the fake process group (the same path as
-tests/test_framework_constructs.py) and verified with the independent checker on; the twins' ground truth is
-stated with each (the numbers differ at random inputs, checked by ``test_twins_change_the_numbers``).
+tests/test_framework_constructs.py), or a JAX shard_map (as tests/test_jax.py), verified with the independent
+checker on; each twin's comment says why its numbers differ.
+
+Not proved yet (known): an all-gather written through ``z[:, arange(...)] = h`` (index_put with an arange index);
+JAX's ``all_gather(h).sum(0)`` (the reduction over the stacked dim of an HLO all-gather).
 """
 from __future__ import annotations
+
+import graphguard.jax  # noqa: F401  (before jax: JAX starts with 8 host devices)
 
 import pytest
 import torch
@@ -375,3 +380,47 @@ LEMMA_CASES = [
 def test_zero_padded_sums(plugins, lhs, rhs, ok):
     from graphguard.testing import proves
     assert proves(lhs, rhs, _SHAPES, plugins=plugins) == ok
+
+
+# =================================================================================================
+# JAX: psum as psum_scatter + all_gather (along either dim); twins: the gathered partials averaged, or rank 0's
+# =================================================================================================
+
+def _jax_mlp(x, w1, w2, reduce=None):
+    import jax
+    h = jax.nn.relu(x @ w1) @ w2
+    return reduce(h, "tp") if reduce is not None else h
+
+
+def _psum_scatter_gather(dim):
+    def f(h, a):
+        import jax
+        return jax.lax.all_gather(jax.lax.psum_scatter(h, a, scatter_dimension=dim, tiled=True), a, axis=dim, tiled=True)
+    return f
+
+
+JAX_FORMS = {
+    "psum": (lambda h, a: __import__("jax").lax.psum(h, a), True),
+    "psum-scatter-all-gather-rows": (_psum_scatter_gather(0), True),
+    "psum-scatter-all-gather-cols": (_psum_scatter_gather(1), True),
+    "all-gather-mean": (lambda h, a: __import__("jax").lax.all_gather(h, a).mean(0), False),
+    "all-gather-first": (lambda h, a: __import__("jax").lax.all_gather(h, a)[0], False),
+}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("form", JAX_FORMS)
+def test_jax_psum_forms(form, world):
+    from functools import partial
+    jax = pytest.importorskip("jax")
+    from jax.sharding import AxisType, PartitionSpec as P
+    red, ok = JAX_FORMS[form]
+    mesh = jax.make_mesh((world,), ("tp",), axis_types=(AxisType.Auto,), devices=jax.devices()[:world])
+    k = jax.random.split(jax.random.key(0), 3)
+    args = (jax.random.normal(k[0], (8, 4)), jax.random.normal(k[1], (4, 8)), jax.random.normal(k[2], (8, 4)))
+    specs = (P(), P(None, "tp"), P("tp", None))
+    impl = jax.shard_map(partial(_jax_mlp, reduce=red), mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)
+    cap = graphguard.jax.capture(_jax_mlp, args, mesh=mesh, in_shardings=specs, impl=impl)
+    cap.relation["expect"] = {"out0": "out0@0"}
+    r = cap.verify()
+    assert r.verdict == ("refines" if ok else "does-not-refine"), r.render()

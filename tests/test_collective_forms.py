@@ -1,7 +1,7 @@
 """Collectives written in another, equivalent form (issue 41, item 4): each class proved by the collectives'
 clean definitions (graphguard/ir/ops.py: an all-reduce is the sum of the ranks' tensors, an all-gather their
 concatenation, a reduce-scatter the rank's slice of the sum, an all-to-all the ranks' slices joined) and the
-algebra of the clean ops (lemma_packs/core/), never by recognising the form: three or more proving programs per
+algebra of clean ops and zero fills (lemma_packs/core/; aten 427, 2700-2703 in lemma_packs/aten/partial_sums.py), never by recognising the form: three or more proving programs per
 class and must-not-prove twins (padding mirrored or at another rank's offset, a loop one rank short, avg where
 sum was meant, a gather order other than the scatter order, the slice of another rank).
 

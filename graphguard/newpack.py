@@ -65,6 +65,21 @@ def graphguard_ops():
 @hookimpl
 def graphguard_lemmas():
     return LEMMAS
+
+
+# A bridge pack, whose lemmas relate two dialects, may also need graph passes that move one program toward the
+# other before proving (an idiom one side spells differently). Those live in the bridge pack, added to the
+# pipeline by the graphguard_passes hook (graphguard/hookspecs.py; lemma_packs/aten_hlo/passes.py is one):
+#
+# from graphguard.passes import Pass
+#
+# @hookimpl
+# def graphguard_passes():
+#     return [Pass("my_alignment", my_alignment, requires={"scalar-forms"}, ensures={"my-aligned"},
+#                  after="scalar_forms", doc="what it rewrites, into what")]
+#
+# my_alignment(graph, ctx) returns the number of sites it changed and edits the graph only through its API
+# (Graph.rewrite, insert_node, remove_nodes); the program is validated again after it.
 '''
 
 OPS = '''\
@@ -187,7 +202,8 @@ them (`graphguard new-pack $name` wrote this skeleton).
   within this pack (the lemma is `$name:number`) and lies in the file's declared `NUMBERS`. A lemma that restates
   a rule graphguard derives from the ops' properties (or another lemma) is refused unless it says why it must
   exist too (`L(..., duplicates="...")`).
-- `$name/__init__.py`: the hooks (`graphguard_ops`, `graphguard_lemmas`) graphguard calls.
+- `$name/__init__.py`: the hooks (`graphguard_ops`, `graphguard_lemmas`) graphguard calls; a bridge pack
+  between two dialects adds its alignment passes with a third, `graphguard_passes` (commented out there).
 - `tests/test_$name.py`: one-line "proves" / "must not prove" tests and the fuzzer over every lemma.
 
 A third-party pack is fuzzed the first time graphguard loads it (the verdict cached by the hash of its files) and

@@ -1,10 +1,11 @@
 """Lemmas of the aten-neuronx pack: HF transformers' ATen graphs against NeuronX HLO. References: 1150-1179.
 
 Properties first, per-site lemmas never: a cast is one function whatever dialect writes it (1150: ATen's
-``_to_copy`` to a float dtype is HLO's ``convert`` to it, from a float or int32 -- rounded to nearest both; both are declared elementwise, so families 1201, 1211,
-1213 and 1217 move either through concatenations, slices, reshapes and permutations); a 0-dim constant is one
-constant (1151; the values were rounded to their dtype when the graphs were loaded: ``normalise.round_fills``,
-so PyTorch's float32(1e-5) and HLO's decimal 1e-05 are one number).
+``_to_copy`` to a float dtype is HLO's ``convert`` to it, from a float or int32 -- rounded to nearest both; both
+are declared elementwise, so families 1201, 1211, 1213 and 1217 move either through concatenations, slices,
+reshapes and permutations); a 0-dim constant is one constant (1151; the values were rounded to their dtype when
+the graphs were loaded: the pass ``round_fills``, ``graphguard/passes/fills.py``, so PyTorch's float32(1e-5) and
+HLO's decimal 1e-05 are one number).
 
 HF's RMSNorm is collapsed into ``aten.hf_rms_norm`` before proving (``ops.py``); that op is NeuronX's
 ``AwsNeuronRmsNorm`` normalising the last dim (1152) where its result is stored in the weight's dtype (the kernel

@@ -4,9 +4,9 @@
 from it) from the float32 copy of its input -- ``weight * (x * rsqrt(mean(x^2, -1, keepdim) + eps)).to(dtype)``
 -- as one op. It declares that expression (``fuses``): a graph spelling it out op by op (the fx capture of HF's
 module: ``pow``, ``mean``, ``add``, ``rsqrt``, ``mul``, ``_to_copy``, ``mul``; the intermediates read nowhere
-else) is collapsed into this op before proving (``graphguard/engine/normalise.py``), and family 1218 states
-the identity for ``lemmas check`` to fuzz. ``eps`` is the 0-dim tensor the graph adds (an ``aten.scalar_tensor``),
-as ``AwsNeuronRmsNorm`` takes it as an operand.
+else) is collapsed into this op before proving (the pass ``fuse_expressions``, ``graphguard/passes/fusion.py``),
+and family 1218 states the identity for ``lemmas check`` to fuzz. ``eps`` is the 0-dim tensor the graph adds (an
+``aten.scalar_tensor``), as ``AwsNeuronRmsNorm`` takes it as an operand.
 """
 from __future__ import annotations
 

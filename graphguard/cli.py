@@ -1,10 +1,12 @@
 """The ``graphguard`` command.
 
-Exit codes of ``verify``: 0 refines, 1 does not refine, 2 bad input or usage, 3 inconclusive
-(4: an internal error -- please report it).
+Exit codes (each command's ``--help`` lists those it uses): 0 refines (or done), 1 does not refine, 2 bad
+input or usage (one line naming the file, option or operator), 3 inconclusive, 4 graphguard's own error
+(please report it) or a verdict ``--replay`` contradicts. A closed output pipe (``| head``) is not an error: 0.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import sys
@@ -13,8 +15,27 @@ from pathlib import Path
 
 import click
 
-from .errors import GraphGuardError, UnsoundLemmaError, printable
+from .errors import ForwardVerdict, GraphGuardError, UnsoundLemmaError, printable
 from .inputfile import load_json, read_text
+
+
+def _codes(*lines: str) -> str:
+    """A command's exit codes as its --help epilog (\\b: click keeps the lines as written)."""
+    return "\b\nExit codes:\n" + "\n".join(f"  {x}" for x in lines)
+
+
+_BAD = "2  bad input or usage: one line naming the file, option or operator"
+_OWN = "4  graphguard's own error (please report it; --debug shows the traceback)"
+EXIT_CODES_VERIFY = _codes("0  refines", "1  does not refine", _BAD, "3  inconclusive (the report says where and why)",
+                           "4  graphguard's own error (please report it), or --replay contradicts the verdict")
+EXIT_CODES_CAPTURE = _codes("0  captured: the files are written", "1  --backward: the forward does not refine (its "
+                            "report is printed; the backward is not derived)", _BAD,
+                            "3  --backward: the forward is inconclusive (its report is printed)", _OWN)
+EXIT_CODES_SWEEP = _codes("0  every configuration refines", "1  one does not refine",
+                          "2  one failed to capture or load (or bad usage)", "3  one is inconclusive", _OWN)
+EXIT_CODES_CHECK = _codes("0  every lemma and declaration passed", "1  one failed (an unsound or untested lemma)",
+                          _BAD, _OWN)
+EXIT_CODES_PLAIN = _codes("0  done", _BAD, _OWN)
 
 
 class Greedy(click.Option):
@@ -84,12 +105,40 @@ class Progress:
         return False
 
 
+def _reader_gone() -> None:
+    """The reader of our stdout has closed it (``graphguard lemmas list | head``): what is left to print goes
+    nowhere, quietly (also Python's last flush at exit, which would complain on stderr)."""
+    import os
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # (no file descriptor: nothing to flush into a closed pipe either)
+        pass
+
+
+def _broken_pipe(e: BaseException) -> bool:
+    return isinstance(e, BrokenPipeError) or (isinstance(e, OSError) and e.errno == errno.EPIPE)
+
+
+class _Group(click.Group):
+    """Click ends a command whose output pipe closed with exit 1, which is graphguard's "does not refine": a
+    closed pipe is the reader's choice (``| head``), exit 0 and nothing on stderr."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except OSError as e:
+            if not _broken_pipe(e):
+                raise
+            _reader_gone()
+            raise click.exceptions.Exit(0) from None
+
+
 def _plugins(ctx, gate: bool = True):
     from .plugins import load_plugins
     return load_plugins(frozenset(ctx.obj.get("disabled", ())), gate=gate)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-p", "plugin_opts", multiple=True, metavar="no:NAME", help="Disable a plugin by name.")
 @click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
 @click.pass_context
@@ -103,7 +152,7 @@ def cli(ctx, plugin_opts, debug):
     ctx.obj = {"disabled": disabled, "debug": debug}
 
 
-@cli.command()
+@cli.command(epilog=EXIT_CODES_VERIFY)
 @click.option("--frontend", default="ir", show_default=True, help="Frontend for both graphs.")
 @click.option("--spec-frontend", default=None, help="Frontend for the specification (overrides --frontend).")
 @click.option("--impl-frontend", default=None, help="Frontend for the implementation (overrides --frontend).")
@@ -149,7 +198,12 @@ def verify(ctx, frontend, spec_frontend, impl_frontend, spec, impl, relation, ex
                             budget=Budget(max_iterations, max_enodes, timeout), replay=replay, seed=seed,
                             expect=expect, allow_partial=allow_partial, plugins=_plugins(ctx),
                             replay_dtype=replay_dtype or "graph", progress=bar.update, check=check)
-    click.echo(result.render(explain=explain))
+    try:
+        click.echo(result.render(explain=explain))
+    except OSError as e:  # (the reader closed the pipe: the verdict is still the exit code)
+        if not _broken_pipe(e):
+            raise
+        _reader_gone()
     if json_out:
         try:
             Path(json_out).write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
@@ -170,7 +224,7 @@ def lemmas():
     """List or fuzz the loaded lemmas."""
 
 
-@lemmas.command("list")
+@lemmas.command("list", epilog=EXIT_CODES_PLAIN)
 @click.pass_context
 def lemmas_list(ctx):
     """Print every loaded lemma, pack by pack: its pack, reference (pack:number), name and file:line (a derived
@@ -225,7 +279,7 @@ def _chosen(rules: list, refs: tuple) -> list:
     return [r for r in rules if id(r) in keep]
 
 
-@lemmas.command("check")
+@lemmas.command("check", epilog=EXIT_CODES_CHECK)
 @click.option("--trials", type=click.IntRange(min=1), default=None,
               help="Distinct instances to draw per rule (default 25, as the test suite; a rule needs at least 20).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
@@ -270,7 +324,7 @@ def lemmas_check(ctx, trials, seed, refs):
     ctx.exit(1 if bad else 0)
 
 
-@cli.command("new-pack")
+@cli.command("new-pack", epilog=EXIT_CODES_PLAIN)
 @click.argument("name")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default=".", show_default=True,
               help="Folder to write the pack's folder NAME into.")
@@ -288,7 +342,7 @@ def new_pack(ctx, name, out_dir):
         click.echo(str(f))
 
 
-@cli.command()
+@cli.command(epilog=EXIT_CODES_PLAIN)
 @click.pass_context
 def plugins(ctx):
     """List loaded plugins, frontends, operators and lemma counts."""
@@ -308,7 +362,7 @@ def plugins(ctx):
                                       for p in pl.passes))  # (graphguard/passes: in the order they run)
 
 
-@cli.command()
+@cli.command(epilog=EXIT_CODES_CAPTURE)
 @click.argument("model", type=click.Path())
 @click.option("--frontend", default="fx", show_default=True, help="A frontend that can capture.")
 @click.option("--world-size", type=click.IntRange(min=1), required=True)
@@ -331,7 +385,12 @@ def capture(ctx, model, frontend, world_size, backward, out_dir, workers, ray_ad
         if "workers" not in inspect.signature(fe.capture).parameters:
             raise GraphGuardError(f"frontend '{frontend}' captures its programs one by one (no --workers)")
         extra = {"workers": workers, "ray_address": ray_address}
-    files = fe.capture(model, out_dir, world_size, backward, plugins=pl, **extra)
+    try:
+        files = fe.capture(model, out_dir, world_size, backward, plugins=pl, **extra)
+    except ForwardVerdict as e:  # a forward bug: its report and verdict, not "bad input"
+        click.echo(e.result.render())
+        click.echo(f"graphguard: {one_line(str(e))}", err=True)
+        ctx.exit(e.result.exit_code)
     for k, v in files.items():
         click.echo(f"{k}: {v}")
 
@@ -346,7 +405,7 @@ def _ints(text: str, what: str) -> list[int]:
     return vals
 
 
-@cli.command()
+@cli.command(epilog=EXIT_CODES_SWEEP)
 @click.argument("model", type=click.Path())
 @click.option("--frontend", default="fx", show_default=True, help="A frontend that can capture.")
 @click.option("--world-size", "worlds", required=True, help="World sizes, comma-separated: 2,4,8.")
@@ -359,8 +418,7 @@ def _ints(text: str, what: str) -> list[int]:
 @click.option("--json", "json_out", type=click.Path(), default=None, help="Also write the rows as JSON here.")
 @click.pass_context
 def sweep(ctx, model, frontend, worlds, layers, backward, both, workers, ray_address, json_out):
-    """Verify MODEL over a grid of configurations (world sizes x layer counts), in parallel on Ray; one table.
-    Exit: 0 all refine, 1 one does not, 3 one is inconclusive, 2 one failed to capture or load."""
+    """Verify MODEL over a grid of configurations (world sizes x layer counts), in parallel on Ray; one table."""
     from .sweep import grid, sweep as run_sweep, table
     cfgs = grid(_ints(worlds, "--world-size"), _ints(layers, "--layers") if layers else [None],
                 [False, True] if both else [backward])
@@ -387,7 +445,7 @@ def sweep(ctx, model, frontend, worlds, layers, backward, both, workers, ray_add
              else 0)
 
 
-@cli.command()
+@cli.command(epilog=EXIT_CODES_PLAIN)
 @click.argument("result_path", metavar="RESULT.json", type=click.Path())
 @click.option("-o", "--out", "out", type=click.Path(), required=True, help="The HTML file to write.")
 def report(result_path, out):
@@ -397,24 +455,33 @@ def report(result_path, out):
     write_report(load_result(result_path), out, result_path)
 
 
-@cli.command()
-@click.argument("path", type=click.Path())
+@cli.command(epilog=EXIT_CODES_PLAIN)
+@click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path())
 @click.option("--frontend", default="ir", show_default=True)
-@click.option("--role", type=click.Choice(["spec", "impl"]), default=None, help="Default: from the file.")
+@click.option("--role", type=click.Choice(["spec", "impl"]), default=None,
+              help="Default: from the file (a gg.json with \"world_size\" is impl), impl with --world-size or several "
+                   "files (one per rank), else spec.")
+@click.option("--world-size", type=click.IntRange(min=1), default=None,
+              help="Number of ranks of a distributed graph whose file does not say (an HLO module without "
+                   "num_partitions run on every rank).")
 @click.pass_context
-def dump(ctx, path, frontend, role):
-    """Print a graph in readable text."""
+def dump(ctx, paths, frontend, role, world_size):
+    """Print a graph in readable text: one file, or a distributed program's files, one per rank."""
     from .frontends import LoadRequest
     from .ir.scalar import Constraints
     pl = _plugins(ctx)
     fe = pl.frontend(frontend)
+    if role is None and (world_size is not None or len(paths) > 1):
+        role = "impl"
     if role is None:  # a gg.json file with "world_size" is a distributed graph; the frontend reports bad files
         try:
-            doc = load_json(read_text(path), path)
+            doc = load_json(read_text(paths[0]), paths[0])
         except GraphGuardError:
             doc = None
         role = "impl" if isinstance(doc, dict) and "world_size" in doc else "spec"
-    click.echo(fe.load(LoadRequest([path], role, pl.registry, Constraints())).dump())
+    if role == "spec" and world_size is not None:
+        raise GraphGuardError("dump: --world-size is for a distributed graph (--role impl), not a specification")
+    click.echo(fe.load(LoadRequest(list(paths), role, pl.registry, Constraints(), world_size)).dump())
 
 
 MAX_LINE = 2000  # characters of an error line; a longer message loses its middle

@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from .errors import GraphGuardError
+from .errors import ForwardVerdict, GraphGuardError
 from .raysession import ray_session
 
 
@@ -68,6 +68,9 @@ def run_config(model: str, frontend: str, cfg: Config, disabled: tuple[str, ...]
                    r_o=r.r_o_lines(), reused=r.stats.get("reused_results", 0))
         if r.failure is not None:
             row.update(op=r.failure.op, loc=r.failure.loc, reason=r.failure.reason)
+    except ForwardVerdict as e:  # a backward whose forward does not refine: the forward's verdict and operator
+        f = e.result.failure
+        row.update(verdict=e.result.verdict, reason=str(e), **({"op": f.op, "loc": f.loc} if f else {}))
     except GraphGuardError as e:
         row["reason"] = str(e).splitlines()[0] if str(e) else type(e).__name__
     finally:

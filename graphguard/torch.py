@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from .engine.result import VerifyResult
+from .errors import ForwardVerdict
 from .frontends.fx.capture import Captured, capture
 from .frontends.fx.relations import input_relation
 from .frontends.fx.torchtitan import on_cpu as torchtitan_on_cpu
@@ -45,7 +46,10 @@ def assert_refines(model=None, *, world_size: int = 2, backward: bool = False, s
     user = _user_relation(model, path, world_size, backward) if relation is None else dict(relation)
     if expect is not None:
         user["expect"] = expect
-    rel = input_relation(s, d, user, pl, str(path))
+    try:
+        rel = input_relation(s, d, user, pl, str(path))
+    except ForwardVerdict as e:  # (a backward whose forward does not refine: the forward's report)
+        raise AssertionError(f"{e}\n{e.result.render()}") from None
     kw = {"budget": budget} if budget is not None else {}
     result = verify(s.graph(), d.graph(), rel, replay=replay, allow_partial=allow_partial, plugins=pl, **kw)
     if result.verdict != "refines":

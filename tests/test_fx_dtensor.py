@@ -20,7 +20,7 @@ from torch.distributed.tensor.placement_types import _StridedShard
 import graphguard
 import graphguard.torch as ggt
 from graphguard.testing import proves
-from graphguard.errors import InputError
+from graphguard.errors import ForwardVerdict, InputError
 from graphguard.frontends.fx.dtensor import Layout
 from graphguard.frontends.fx.model_file import capture_model_file
 
@@ -341,8 +341,9 @@ def test_tangent_of_a_failing_forward_is_not_guessed():
     s = ggt.capture(lambda r: _Softmax(), (torch.randn(4, 8),), backward=True)
     d = ggt.capture(lambda r: parallelize_module(_Softmax(), init_device_mesh("cpu", (2,)), plan),
                     lambda r: (torch.randn(4, 8),), world_size=2, backward=True)
-    with pytest.raises(InputError, match="cannot derive the relation of tangent.out0.*does-not-refine"):
-        ggt.input_relation(s, d)
+    with pytest.raises(ForwardVerdict, match="the forward does not refine, so the backward was not derived") as e:
+        ggt.input_relation(s, d)  # (the forward's bug, with its report: not a relation to write)
+    assert e.value.result.verdict == "does-not-refine" and e.value.result.failure.op == "aten._softmax"
     # with the output's expected relation stated, the tangent follows from it, and the verification reports
     # the forward where it breaks (the expectation is checked in R_o: never assumed)
     rel = ggt.input_relation(s, d, {"expect": {"out0": ["out0@0", "out0@1"]}})

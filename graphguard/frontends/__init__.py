@@ -35,9 +35,16 @@ def check_world_size(n, where: str) -> int:
     return n
 
 
+# modules a model file imported from its own folder (name -> that folder): another model file's folder may hold
+# a module of the same name (two examples' common.py), which must not be taken from the import cache for it
+_NEIGHBOURS: dict[str, str] = {}
+
+
 def run_model_file(path, prefix: str):
     """Import a user's model file as a module named after its path (TorchDynamo imports a module by name to
-    inline its functions); a missing file or an exception while running it is one InputError naming the file."""
+    inline its functions); a missing file or an exception while running it is one InputError naming the file.
+    While it runs, its folder is first on ``sys.path``: it imports the modules beside it as it would run as a
+    script (``from layers import Block``); such a module of another model file's folder is not reused."""
     import importlib.util
     import re
     import sys
@@ -46,14 +53,32 @@ def run_model_file(path, prefix: str):
     if not path.is_file():
         raise InputError(f"{path}: no such model file")
     name = prefix + re.sub(r"\W", "_", str(path.resolve().with_suffix("")))
+    folder = str(path.resolve().parent)
+    for other in [m for m, f in _NEIGHBOURS.items() if f != folder]:
+        sys.modules.pop(other, None)
+        del _NEIGHBOURS[other]
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
+    before = set(sys.modules)
+    sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(mod)
     except Exception as e:  # the user's code: say what failed, in one line
         why = type(e).__name__ + (f": {str(e).splitlines()[0]}" if str(e).strip() else "")
         raise InputError(f"{path}: cannot run the model file: {why}") from None
+    finally:
+        if sys.path and sys.path[0] == folder:
+            del sys.path[0]
+        else:  # (the model file moved it: take out the entry put there)
+            try:
+                sys.path.remove(folder)
+            except ValueError:
+                pass
+        for m in set(sys.modules) - before:
+            f = getattr(sys.modules[m], "__file__", None)
+            if f and str(Path(f).resolve()).startswith(folder + "/"):
+                _NEIGHBOURS[m] = folder
     return mod
 
 

@@ -147,6 +147,8 @@ def capture_failure(where: str, e: BaseException, loc: str | None, module=None, 
         parts.append(f" at {loc}")
     if path and module is not None and "mixed torch.Tensor and DTensor" in cause:
         hint = _dtensor_params(module, path) + hint
+    if path and module is not None:
+        hint = _heads(module, path) + hint
     return "".join(parts) + f": {cause}{_sharding(chain)}{hint}"
 
 
@@ -169,6 +171,40 @@ def _dtensor_params(root, path: str) -> str:
                 f"with plain tensors: the plan shards a parameter whose module's forward it does not wrap)")
     except Exception:  # noqa: BLE001 -- a hint only
         return ""
+
+
+# head counts of an HF config that a TP plan's colwise projections split across the ranks (whole heads only)
+_HEAD_COUNTS = (("num_key_value_heads", "KV heads"), ("num_attention_heads", "attention heads"))
+
+
+def _heads(root, path: str) -> str:
+    """`` -- num_key_value_heads is 2, not a multiple of the TP size 4: ...``: where the model's config (HF's)
+    has a head count the world size does not divide and the plan shards projections of the module that failed
+    (an attention's q/k/v: each rank's share is no whole number of heads, and the attention's reshape into
+    heads fails). Empty when the counts divide, or no plan entry shards the module's children."""
+    try:
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            return ""
+        world = dist.get_world_size()
+        cfg = getattr(root, "config", None)
+        cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        m = root
+        for name in path.split("."):
+            m = m._modules[name]
+        entries = [e for child in m._modules if (e := plan_entry(root, f"{path}.{child}"))]
+        if not entries:
+            return ""
+        for field, what in _HEAD_COUNTS:
+            n = getattr(cfg, field, None)
+            if type(n) is int and n > 0 and n % world:
+                return (f" -- {field} is {n}, not a multiple of the TP size {world}: the {n} {what} cannot be "
+                        f"split whole across {world} ranks by the plan entr{'ies' if len(entries) > 1 else 'y'} "
+                        f"{', '.join(e.removeprefix('plan entry ') for e in entries)} (use a TP size dividing "
+                        f"{n}, or a plan that replicates those projections)")
+    except Exception:  # noqa: BLE001 -- a hint only
+        return ""
+    return ""
 
 
 def _raised_by_model(root: BaseException) -> bool:

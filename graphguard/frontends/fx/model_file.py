@@ -18,8 +18,11 @@ gradient step a framework runs after backward, captured into both programs (it u
 name -> gradient, in place; e.g. :func:`graphguard.patches.megatron.finalize_grads`), and ``repeat = "layers"``:
 the dotted path of an ``nn.ModuleList`` of identical layers, layer 0 traced and the others copied from its trace
 (checked copies; with backward layer 0 is traced and layer 1 is the template: :mod:`.repeat`). The file is the
-user's own code and is executed like a test file. The relation written next to the graphs is the one
-verification uses.
+user's own code and is executed like a test file (its folder first on ``sys.path`` while it loads: it imports
+the modules beside it). The relation written next to the graphs is the one verification uses, checked against
+the captured programs first (names, shapes, dtypes: a relation that does not fit is the capture's error, naming
+``relation(world, backward)`` and the entry). With ``--backward``, a forward that does not refine is reported as
+such (:class:`graphguard.errors.ForwardVerdict`: its report, exit 1), the backward not derived.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from graphguard.frontends import run_model_file
 from graphguard.ir.relation import relation_yaml
 
 from .capture import assemble, capture, capture_one_rank
-from .relations import input_relation
+from .relations import check_names, input_relation
 
 
 def load_model_file(path: str | Path):
@@ -66,6 +69,15 @@ def _user_relation(mod, path: Path, world: int, backward: bool) -> dict:
     return rel
 
 
+def _relation_where(mod, path: Path, world: int, backward: bool) -> str:
+    """Where the relation a capture checks was written, in the user's terms."""
+    rel = getattr(mod, "relation", None)
+    if isinstance(rel, (str, Path)):
+        return f"{path.parent / rel} (the relation of {path.name})"
+    what = f"relation(world={world}, backward={backward})" if callable(rel) else "the relation derived from DTensor placements"
+    return f"{path}: {what}"
+
+
 def capture_model_file(path, out_dir, world_size: int, backward: bool = False, plugins=None, workers: int = 1,
                        ray_address: str | None = None) -> dict:
     """Capture the model file's two programs into ``out_dir``. ``workers`` > 1 (or a ``ray_address``):
@@ -75,12 +87,15 @@ def capture_model_file(path, out_dir, world_size: int, backward: bool = False, p
     mod = load_model_file(path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    user, where = _user_relation(mod, path, world_size, backward), _relation_where(mod, path, world_size, backward)
     if workers > 1 or ray_address:
         s, d = _capture_on_ray(mod, path, world_size, backward, workers, ray_address, plugins)
-    else:
-        progs = capture_programs(mod, path, world_size, backward, [None, *range(world_size)], plugins)
-        s, d = progs[None], _impl(mod, path, backward, [progs[r] for r in range(world_size)])
-    rel = input_relation(s, d, _user_relation(mod, path, world_size, backward), plugins, str(path))
+    else:  # (the relation's names checked on the sequential program, before the ranks are captured)
+        s = capture_programs(mod, path, world_size, backward, [None], plugins)[None]
+        check_names(s, user, where)
+        progs = capture_programs(mod, path, world_size, backward, list(range(world_size)), plugins)
+        d = _impl(mod, path, backward, [progs[r] for r in range(world_size)])
+    rel = input_relation(s, d, user, plugins, str(path), check=where)
     (out / "spec.gg.json").write_text(_dumps(s.doc))
     (out / "impl.gg.json").write_text(_dumps(d.doc))
     (out / "relation.yaml").write_text(relation_yaml(rel))

@@ -12,7 +12,8 @@ checks that expectation in R_o, so nothing is assumed that the run does not prov
 what the forward certificate proves: graphguard verifies the forward alone and reads R_o for the output. Each
 ``out@r`` becomes ``tangent.out@r``; a concat stays a concat; a replicated output (``out = out@r`` for every
 r) and a partial sum (``out = sum(out@0, ...)``, whose gradient is the same on every rank) give the list
-form. If the forward does not refine, no tangent is derived and the error says so.
+form. If the forward does not refine, no tangent is derived: :class:`~graphguard.errors.ForwardVerdict` carries
+the forward's report (the forward bug is reported, exit 1, not a relation to write).
 
 The expectations (``expect:``, checked against R_o) are what the program states about its outputs: the
 placements of DTensor outputs and of the gradients DTensor leaves on parameters (see :mod:`.dtensor`), and
@@ -24,15 +25,21 @@ from __future__ import annotations
 
 import itertools
 
-from graphguard.errors import InputError
+from graphguard.errors import ForwardVerdict, InputError
 from graphguard.ir.expr import App, Leaf, Term, leaves, to_text
 
 from .symints import merge_symbols
 
 
-def input_relation(spec, impl, user: dict | None = None, plugins=None, where: str = "<capture>") -> dict:
-    """A relation-file dict for verifying ``impl`` (a :class:`Captured` G_d) against ``spec`` (G_s)."""
+def input_relation(spec, impl, user: dict | None = None, plugins=None, where: str = "<capture>",
+                   check: str | None = None) -> dict:
+    """A relation-file dict for verifying ``impl`` (a :class:`Captured` G_d) against ``spec`` (G_s). ``check``
+    (where the user's relation was written, e.g. ``model.py: relation(world=2, backward=True)``): the relation
+    is checked against the captured programs (names, shapes, dtypes: :func:`check_captured`) before the
+    tangents are derived, so that a wrong one is reported by the capture, not by a verification after it."""
     user = user or {}
+    if check is not None:
+        check_names(spec, user, check)
     names = [i["name"] for i in spec.doc["inputs"]]
     derived = impl.relation.get("inputs", {})
     inputs = {**{k: v for k, v in derived.items() if k in names}, **user.get("inputs", {})}  # typos: reported
@@ -52,6 +59,8 @@ def input_relation(spec, impl, user: dict | None = None, plugins=None, where: st
     partial = user.get("allow_partial")
     if partial:  # (kept as the user wrote it)
         rel["allow_partial"] = [partial] if isinstance(partial, str) else list(partial)
+    if check is not None:
+        check_captured(spec, impl, rel, plugins, check)
     missing = [n for n in names if n not in inputs and not n.startswith("tangent.")]
     if missing:
         raise InputError(f"{where}: no relation for input(s) {', '.join(missing)}: no DTensor placement states "
@@ -61,6 +70,50 @@ def input_relation(spec, impl, user: dict | None = None, plugins=None, where: st
         inputs.update(_tangents_from_expect(tangents, expect, plugins)
                       or _tangents_from_forward(spec, impl, rel, tangents, plugins, where))
     return rel
+
+
+def check_names(spec, rel: dict, where: str) -> None:
+    """Every tensor ``rel`` relates is an input of the specification (a typo: the closest name)."""
+    import difflib
+    names = [i["name"] for i in spec.doc["inputs"]]
+    for name in rel.get("inputs") or {}:
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            raise InputError(f"{where}: '{name}' is not an input of the specification"
+                             + (f" (did you mean '{close[0]}'?)" if close else
+                                f" (its inputs: {', '.join(names[:10])}{', ...' if len(names) > 10 else ''})"))
+
+
+def check_captured(spec, impl, rel: dict, plugins, where: str) -> None:
+    """``rel`` (a relation-file dict, its tangents not yet derived) against the captured programs, as
+    ``verify`` will check it (:func:`graphguard.api.check_relation`): every name a tensor of the program it
+    belongs to, every expression of the spec input's shape and dtype, ``expect:`` over G_d tensors, ``ranges:``
+    and ``allow_partial:`` naming G_s inputs and outputs. An InputError naming ``where`` and the entry."""
+    import dataclasses
+
+    from graphguard.api import check_relation
+    from graphguard.ir.relation import exact_conversions, parse_relation_text, relation_yaml
+    from graphguard.ir.serde import graph_from_dict
+    from graphguard.plugins import load_plugins
+    pl = plugins or load_plugins()
+    reg = pl.registry
+    check_names(spec, rel, where)
+    try:
+        rf = parse_relation_text(relation_yaml(rel, sort_keys=True), where, reg)
+        # (positions would point into the YAML written here, not into what the user wrote: the entry is named)
+        rf = dataclasses.replace(rf, positions={}, range_positions={}, allow_partial={})
+        for name in rel.get("allow_partial", ()):
+            if name not in spec.doc["outputs"]:
+                raise InputError(f"allow_partial: '{name}' is not an output of the specification (its outputs: "
+                                 f"{', '.join(spec.doc['outputs'][:8])}{', ...' if len(spec.doc['outputs']) > 8 else ''})")
+        cx = rf.constraints()
+        g_s = graph_from_dict(spec.doc, f"<capture {spec.doc['name']}>", reg, cx)
+        g_d = graph_from_dict(impl.doc, f"<capture {impl.doc['name']}>", reg, cx)
+        exact_conversions(rf, g_d, reg, cx)
+        check_relation(g_s, g_d, rf, pl, cx, inputs=False)
+    except InputError as e:
+        msg = str(e)
+        raise InputError(msg if msg.startswith(where) else f"{where}: {msg}") from None
 
 
 def _tangents_from_expect(tangents: list[str], expect: dict, plugins) -> dict:
@@ -148,14 +201,14 @@ def _tangents_from_forward(spec, impl, rel: dict, tangents: list[str], plugins, 
     frel.pop("allow_partial", None)
     # (an output may be partial here: its tangent is then the same on every rank)
     r = graphguard.verify(fs.graph(plugins), fd.graph(plugins), frel, allow_partial=True, plugins=plugins)
+    if r.verdict != "refines":  # the forward's bug, reported as such (not "write the tangent's relation")
+        raise ForwardVerdict(where, r, tangents)
     out = {}
     for t in tangents:
         o = t[len("tangent."):]
-        exprs = [_tangent(e, o) for e in r.r_o.get(o, [])] if r.verdict == "refines" else []
-        exprs = [e for e in exprs if e is not None]
+        exprs = [e for e in (_tangent(e, o) for e in r.r_o.get(o, [])) if e is not None]
         if not exprs:
-            why = f"the forward does not refine ({r.verdict})" if r.verdict != "refines" else \
-                f"R_o maps {o} to {', '.join(to_text(e) for e in r.r_o.get(o, [])) or 'nothing'}"
+            why = f"R_o maps {o} to {', '.join(to_text(e) for e in r.r_o.get(o, [])) or 'nothing'}"
             raise InputError(f"{where}: cannot derive the relation of {t} from the forward certificate: {why}; "
                              f"write it in relation(world, backward)")
         out[t] = _one_relation(exprs)

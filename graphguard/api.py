@@ -18,7 +18,7 @@ from .ir import scalar as S
 from .ir.expr import leaves, to_text
 from .ir.graph import Graph
 from .ir.ops import fmt_shape
-from .ir.relation import RelationFile, load_relation, parse_relation_text, relation_yaml
+from .ir.relation import RelationFile, exact_conversions, load_relation, parse_relation_text, relation_yaml
 from .ir.semantics import normalize_term, term_dtype, term_shape
 from .ir.values import value_ranges
 from .passes import run_pipeline
@@ -58,6 +58,8 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
             with collector_paused():
                 graphs.append(plugins.frontend(fe).load(req))
     g_s, g_d = graphs
+    # convert(p@0, dtype=t) in an input relation: G_d's input p@0 built as the exact conversion of a new t input
+    exact_conversions(rel, g_d, reg, cx)
     # the graph passes (graphguard/passes: the pipeline, and those the loaded bridge packs add), on G_s then G_d
     run_pipeline(plugins.passes, g_s, g_d, reg, cx, rel)
     check_relation(g_s, g_d, rel, plugins, cx)

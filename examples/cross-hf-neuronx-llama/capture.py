@@ -9,7 +9,8 @@ the relation between them.
 
 The relation is two steps composed: each HF input as an expression of the sequential NeuronX parameter it is
 (``hidden = permute(hidden, dims=[2, 1, 0])``: HF's [B, S, H] is NeuronX's [H, S, B]; HF's q/k/v weights
-are the q/k/v columns of the fused QKV weight, transposed: HF stores [out, in], NeuronX [in, out]), then
+are the q/k/v columns of the fused QKV weight, transposed: HF stores [out, in], NeuronX [in, out]; HF's float16
+RMSNorm weights are NeuronX's float32 ones converted, exactly: ``convert(ln1_weight, dtype=float16)``), then
 make.py's own relation: each sequential parameter as the ranks' shards (a list where KV heads are replicated:
 one assembly per replica).
 """
@@ -31,6 +32,9 @@ import hf_model  # noqa: E402
 
 # HF input -> expression over NeuronX's sequential parameters ({} is the parameter's sequential expression)
 T2 = "permute({}, dims=[1, 0])"
+# NeuronX keeps the RMSNorm weights in float32, the exact upcast of HF's float16 ones (make.py): HF's weight is
+# NeuronX's converted back, exactly (a relation's convert: graphguard/ir/relation.py)
+NORM = "convert({}, dtype=float16)"
 
 
 def hf_of_neuronx() -> dict:
@@ -42,18 +46,18 @@ def hf_of_neuronx() -> dict:
         "start_ids": ("start_ids", "{}"),
         "cache_k": ("cache_k", "permute({}, dims=[1, 2, 0, 3])"),  # [B, kv, T, D] <- [T, B, kv, D]
         "cache_v": ("cache_v", "permute({}, dims=[1, 2, 0, 3])"),
-        "layer.input_layernorm.weight": ("ln1_weight", "{}"),
+        "layer.input_layernorm.weight": ("ln1_weight", NORM),
         "layer.self_attn.q_proj.weight": ("qkv_weight", f"permute(slice({{}}, dim=1, start=0, end={NH * D}), dims=[1, 0])"),
         "layer.self_attn.k_proj.weight": ("qkv_weight", f"permute(slice({{}}, dim=1, start={NH * D}, "
                                                         f"end={(NH + NKV) * D}), dims=[1, 0])"),
         "layer.self_attn.v_proj.weight": ("qkv_weight", f"permute(slice({{}}, dim=1, start={(NH + NKV) * D}, "
                                                         f"end={(NH + 2 * NKV) * D}), dims=[1, 0])"),
         "layer.self_attn.o_proj.weight": ("o_weight", T2),
-        "layer.post_attention_layernorm.weight": ("ln2_weight", "{}"),
+        "layer.post_attention_layernorm.weight": ("ln2_weight", NORM),
         "layer.mlp.gate_proj.weight": ("gate_weight", T2),
         "layer.mlp.up_proj.weight": ("up_weight", T2),
         "layer.mlp.down_proj.weight": ("down_weight", T2),
-        "norm.weight": ("norm_weight", "{}"),
+        "norm.weight": ("norm_weight", NORM),
         "lm_head.weight": ("lm_head_weight", T2),
     }
 

@@ -8,7 +8,14 @@ follows transformers-neuronx's Llama decoder (``llama/hlo.py``, ``hlo.py``), man
 tensor parallelism: the same module runs on every rank, its weights already sharded as parameters:
 
 * hidden states hidden-major, ``f16[H, S, B]``; ``AwsNeuronRmsNorm`` over dim 0 on the ``f32`` copy
-  (``backend_config="0"``, eps an ``f32[]`` operand); every weight through ``AwsNeuronTransferWithStaticRing``;
+  (``backend_config="0"``, eps an ``f32[]`` operand, its result ``f16``); every weight through
+  ``AwsNeuronTransferWithStaticRing``;
+* the dtypes of transformers-neuronx's Llama: the projection, MLP and LM head weights in the model dtype
+  (``amp``: ``f16``; ``llama/modules.py`` makes them ``LowMemoryLazyLinear(..., dtype=amp)``), the three RMSNorm
+  weights ``f32[H]`` (``LlamaRMSNorm``'s ``UninitializedParameter()`` takes torch's default dtype, float32, and
+  ``materialize`` copies the checkpoint's f16 weight into it: an exact upcast), passed to the kernel as they are
+  (``hlo.rms_norm`` casts only the hidden states); its logits leave the module ``f16`` and are cast to ``f32`` on
+  the host (``base._cast_logits``): here the cast is the module's last op;
 * one fused QKV weight per rank ``f16[H, (q + 2 kv) * D]`` whose columns are this rank's q heads, then its
   KV heads' k, then their v; the projection sliced into q / k / v columns;
 * RoPE: inverse frequencies from ``iota`` + ``exponential``, angles ``dot(positions, inv_freq)``,
@@ -51,6 +58,7 @@ NH, NKV, D = 8, 4, 4  # query heads, KV heads, head dim
 H, F, V = NH * D, 64, 64  # hidden, MLP intermediate, vocabulary
 EPS, THETA = 1e-5, 500000.0  # Llama-3's rope_theta
 ETYPES = {"pred": 1, "s32": 4, "f16": 10, "f32": 11}
+NORM_DTYPE = "f32"  # transformers-neuronx's RMSNorm weights (llama/modules.py: LlamaRMSNorm, torch's default dtype)
 
 
 @dataclass
@@ -340,16 +348,17 @@ class Hlo:
 # =================================================================================================
 
 def rms_norm(m: Hlo, name: str, x: Ref, weight: Ref) -> Ref:
-    """transformers-neuronx ``hlo.rms_norm``: the custom call on the f32 copy, over dim 0 (hidden-major)."""
+    """transformers-neuronx ``hlo.rms_norm``: the custom call on the f32 copy, over dim 0 (hidden-major), the weight
+    as it is (f32), the result in the hidden states' dtype."""
     eps = m.constant(f"{name}.eps", "f32", EPS)
     x32 = m.convert(f"{name}.f32", x, "f32")
     return m.custom_call(name, "AwsNeuronRmsNorm", [x32, weight, eps], x.dtype, x.dims, backend_config="0")
 
 
-def weight(m: Hlo, name: str, dims) -> Ref:
+def weight(m: Hlo, name: str, dims, dtype: str = "f16") -> Ref:
     """A (sharded) weight parameter, moved by the static ring as NeuronX does with every weight."""
-    p = m.parameter(name, "f16", dims)
-    return m.custom_call(f"{name}.ring", "AwsNeuronTransferWithStaticRing", [p], "f16", dims)
+    p = m.parameter(name, dtype, dims)
+    return m.custom_call(f"{name}.ring", "AwsNeuronTransferWithStaticRing", [p], dtype, dims)
 
 
 def rope(m: Hlo, name: str, x: Ref, cos: Ref, sin: Ref) -> Ref:
@@ -390,14 +399,14 @@ def build(tp: int, variant: str = "ok") -> Hlo:
     start_ids = m.parameter("start_ids", "s32", (B,))  # left padding: each row's first valid position
     cache_k = m.parameter("cache_k", "f16", (T, B, nkv, D))
     cache_v = m.parameter("cache_v", "f16", (T, B, nkv, D))
-    ln1_w = weight(m, "ln1_weight", (H,))
+    ln1_w = weight(m, "ln1_weight", (H,), NORM_DTYPE)  # RMSNorm weights: float32 (see the docstring)
     qkv_w = weight(m, "qkv_weight", (H, (nh + 2 * nkv) * D))
     o_w = weight(m, "o_weight", (nh * D, H))
-    ln2_w = weight(m, "ln2_weight", (H,))
+    ln2_w = weight(m, "ln2_weight", (H,), NORM_DTYPE)
     gate_w = weight(m, "gate_weight", (H, f))
     up_w = weight(m, "up_weight", (H, f))
     down_w = weight(m, "down_weight", (f, H))
-    norm_w = weight(m, "norm_weight", (H,))
+    norm_w = weight(m, "norm_weight", (H,), NORM_DTYPE)
     lm_w = weight(m, "lm_head_weight", (H, v))
     groups = [list(range(tp))]
 

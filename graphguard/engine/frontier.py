@@ -41,7 +41,9 @@ def relate(ctx: Context, explored: dict[str, Node], hops: dict[str, int], inside
 
 INVERTIBLE = frozenset({"core.reshape", "core.permute", "core.identity", "core.concat", "core.all_gather",
                         "core.all_to_all", "core.split", "core.slice"})
-INVERTIBLE_TERMS = frozenset({"core.reshape", "core.permute", "core.identity"})
+# (core.convert: the exact conversion a relation states, relation.exact_conversions -- a G_d input built as the
+# widening of a new narrower one, which it holds exactly)
+INVERTIBLE_TERMS = frozenset({"core.reshape", "core.permute", "core.identity", "core.convert"})
 
 
 def invertible_terms(ctx: Context) -> frozenset:

@@ -50,7 +50,7 @@ from ..errors import InputError, ShapeError
 from ..inputfile import MAX_DEPTH, nesting, read_text
 from . import fastparse
 from . import scalar as S
-from .expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, App, Leaf, PVar, RawCall, Term, app
+from .expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, App, Leaf, PVar, RawCall, Term, app, leaves, to_text
 from .ops import Registry, coerce_attr, parse_number
 from .scalar import Constraints, SymbolInfo
 
@@ -573,3 +573,96 @@ def parse_relation_text(text: str, source: str, reg: Registry, need_inputs: bool
 
 def load_relation(path: str | Path, reg: Registry, need_inputs: bool = True) -> RelationFile:
     return parse_relation_text(read_text(path), str(path), reg, need_inputs)
+
+
+# -- exact conversions: convert(p@0, dtype=t) in an input relation ----------------------------------------------
+
+CONVERT = "core.convert"
+
+
+def exact_conversions(rel: RelationFile, g_d, reg: Registry, cx: Constraints) -> None:
+    """Read each ``convert(E, dtype=t)`` of ``rel``'s input relations as what it states: the G_d tensor E is the
+    exact conversion of the specification input (of dtype t) to E's dtype, so E holds only t values and its
+    conversion back to t is exact. That needs the conversion from t to E's dtype to lose nothing
+    (:func:`graphguard.ir.dtypes.exact_conversion`: float16 -> float32, int widening...); any other is refused
+    (InputError naming the tensor and both dtypes), as is a convert of anything but G_d inputs, whole, and their
+    concatenations, permutations and reshapes (``RANGE_KEEPING``: every entry of each input is stated to be such
+    a value).
+
+    The statement is then built into G_d, so that every later step (the e-graph, the label searches, the checker,
+    replay) sees it: each G_d input ``p@r`` under a convert to t becomes the output of a ``core.convert`` to its
+    dtype of a new G_d input ``p.t@r`` of dtype t, and the relation names ``p.t@r`` in the convert's place
+    (another relation naming ``p@r`` itself still reads the same tensor). Like the rest of the relation, what
+    it states is the premise of the verdict, not an assumption beside it."""
+    from .dtypes import exact_conversion
+    from .semantics import term_dtype
+
+    def at(name: str) -> str:
+        pos = rel.positions.get(name)
+        return f"{rel.source}:{pos[0]}:{pos[1]}" if pos else rel.source
+
+    d_inputs = set(g_d.inputs)
+    narrowed: dict[str, str] = {}  # G_d input -> the dtype t it holds values of
+    fresh: dict[str, str] = {}  # G_d input -> its new input p.t@r
+
+    def leaf_dtype(t: str) -> str:
+        return g_d.tensors[t].dtype
+
+    def under(e: Term, name: str, t: str, text: str) -> Term:
+        """E of convert(E, dtype=t), its leaves the new narrow inputs."""
+        if isinstance(e, Leaf):
+            if e.name not in d_inputs:
+                raise InputError(f"{at(name)}: relation for {name}: {text}: '{e.name}' is not an input of the "
+                                 f"implementation (convert relates inputs only)")
+            was = narrowed.setdefault(e.name, t)
+            if was != t:
+                raise InputError(f"{at(name)}: relation for {name}: {text}: '{e.name}' is already related as "
+                                 f"the exact conversion of a {was} tensor, not of a {t} one")
+            if e.name not in fresh:
+                base, _, r = e.name.rpartition("@")
+                new, k = f"{base}.{t}@{r}", 1
+                while new in g_d.tensors:
+                    k += 1
+                    new = f"{base}.{t}{k}@{r}"
+                fresh[e.name] = new
+            return Leaf(fresh[e.name])
+        if isinstance(e, App) and e.op in RANGE_KEEPING:
+            return App(e.op, tuple(under(a, name, t, text) for a in e.args), e.attrs)
+        op = e.op if isinstance(e, App) else str(e)
+        raise InputError(f"{at(name)}: relation for {name}: {text}: only inputs of the implementation, whole, and "
+                         f"their concat / permute / reshape convert exactly ({op} does not keep every entry)")
+
+    def lower_converts(e: Term, name: str) -> Term:
+        if not isinstance(e, App):
+            return e
+        if e.op != CONVERT:
+            return App(e.op, tuple(lower_converts(a, name) for a in e.args), e.attrs)
+        (x,) = e.args
+        t = e.attrd["dtype"]
+        text = to_text(e)
+        if any(leaf not in g_d.tensors for leaf in leaves(x)):
+            return e  # (check_relation names the unknown tensor)
+        try:
+            d = term_dtype(x, leaf_dtype, reg)
+        except ShapeError as err:
+            raise InputError(f"{at(name)}: relation for {name}: {err}") from None
+        if d is None or d == t:
+            return lower_converts(x, name) if d == t else e
+        if not exact_conversion(t, d):
+            raise InputError(f"{at(name)}: relation for {name}: {text} states that a {d} tensor is the exact "
+                             f"conversion of a {t} input, but {t} -> {d} is not exact (a convert may only relate "
+                             f"an input to its exact conversion to a wider dtype: float16 -> float32, ...)")
+        return under(x, name, t, text)
+
+    for name, exprs in rel.inputs.items():
+        rel.inputs[name] = [lower_converts(e, name) for e in exprs]
+    if not fresh:
+        return
+    # G_d inputs named in a relation outside a convert keep their names: the convert node writes them
+    for p, new in fresh.items():
+        info = g_d.tensors[p]
+        g_d.inputs[g_d.inputs.index(p)] = new
+        g_d.tensors[new] = type(info)(new, info.shape, narrowed[p])
+        g_d.add_node(CONVERT, [new], [p], {"dtype": info.dtype}, name=f"relation.convert.{new}",
+                     loc=f"{rel.source}: convert")
+    g_d.validate(reg, cx)

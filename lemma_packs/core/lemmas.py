@@ -142,7 +142,17 @@ SCALED = [
     L(143, "scale-by-one", "scale(?x, factor=?f) => ?x", "?f == 1"),
 ]
 
-LEMMAS = CLEAN + COMPUTE + SCALED
+# a conversion to a wider dtype and back is the identity where the first one is exact (float16 -> float32 ->
+# float16; graphguard/ir/dtypes.py: exact_conversion) -- not float32 -> float16 -> float32, which rounds
+CONVERT = [
+    L(150, "convert-back-from-an-exact-widening", "convert(convert(?x, dtype=?w), dtype=?t) => ?x",
+      "?t == dtype(?x) and exact_conversion(dtype(?x), ?w)",
+      examples=({"x": [2, 3], "w": "float32", "t": "float16", "x:dtype": "float16"},
+                {"x": [4], "w": "float64", "t": "float32", "x:dtype": "float32"},
+                {"x": [3], "w": "int32", "t": "int8", "x:dtype": "int8"})),
+]
+
+LEMMAS = CLEAN + COMPUTE + SCALED + CONVERT
 
 
 # kept although a family derives the same rule (graphguard/engine/lemma.py: duplicate_problems): each fires where the family's guarded rule does not

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphguard.ir.ops import AttrSpec, Bilinear, OpDef, fail, fmt_shape, same_shapes
+from graphguard.ir.ops import DTYPES, AttrSpec, Bilinear, OpDef, fail, float_to_int, fmt_shape, same_shapes
 
 
 def _matmul_shape(shapes, attrs, cx):
@@ -38,7 +38,23 @@ def _bmatmul_shape(shapes, attrs, cx):
     return tuple(a[:-1]) + (b[-1],)
 
 
+def _convert(xs, a):
+    """``convert`` as the ``hlo`` pack's references compute it: to bool ``!= 0``, to an integer truncated and
+    saturated (``float_to_int``), to a float the value itself in float64 (every float dtype computes in float64
+    here: what rounding to the narrower type loses, the lemmas' conditions keep out -- ``exact_conversion``)."""
+    x, d = np.asarray(xs[0]), a["dtype"]
+    if d == "bool":
+        return x != 0
+    if d.startswith(("int", "uint")):
+        return float_to_int(x, d)
+    return np.asarray(x, dtype=np.float64)
+
+
 OPS = [
+    OpDef("core.convert", 1, lambda s, a, cx: tuple(s[0]), _convert,
+          (AttrSpec("dtype", "str", choices=tuple(sorted(DTYPES))),), dtype=lambda ds, a: a["dtype"],
+          elementwise=(0,), doc="Elementwise conversion to dtype (a float to an integer truncated toward zero, "
+          "saturated; to bool: != 0). A relation's convert(p@0, dtype=t) (graphguard/ir/relation.py)."),
     OpDef("core.batched_matmul", 2, _bmatmul_shape, lambda xs, a: np.matmul(xs[0], xs[1]),
           doc="Matrix product over the last two dims, equal leading (batch) dims.", linear=(0, 1)),
     OpDef("core.matmul", 2, _matmul_shape, lambda xs, a: xs[0] @ xs[1], doc="Matrix product of rank-2 tensors.",

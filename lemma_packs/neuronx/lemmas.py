@@ -5,7 +5,10 @@ The static-ring transfer is the identity (900). RmsNorm and softmax work row by 
 part by part: the result concatenates along the same dim (901, 902; the RmsNorm weight and eps are whole
 on every part). GELU is elementwise: any split (903). The same independence lets a slice along such a dim
 move outside (904-906: ``op(slice(x))`` is a slice of ``op(x)``), which relates a rank that normalises its
-slice of a replicated tensor (sequence parallelism) to the sequential op.
+slice of a replicated tensor (sequence parallelism) to the sequential op. The kernel computes in float32 from
+its weight's values and returns the dtype its call declares, so an exact widening of the weight is the weight
+(907: transformers-neuronx keeps RMSNorm weights in float32, the exact upcast of a float16 checkpoint's; a
+narrowing, which rounds, is not dropped).
 """
 from graphguard.ir.lemma import L
 
@@ -52,6 +55,14 @@ LEMMAS = [
     L(905, "softmax-of-slice-along-another-dim",
       f"{SOFTMAX}(slice(?x, dim=?d, start=?s, end=?e), backend_config=?k)"
       f" => slice({SOFTMAX}(?x, backend_config=?k), dim=?d, start=?s, end=?e)", _OTHER_X, examples=_SLICE_SEEDS),
+    L(907, "rms-norm-of-an-exactly-widened-weight",
+      f"{RMS}(?x, convert(?w, dtype=?t), ?c, backend_config=?k) => {RMS}(?x, ?w, ?c, backend_config=?k)",
+      "exact_conversion(dtype(?w), ?t)",
+      examples=tuple({"x": x, "w": [x[k]], "c": [], "t": t, "k": k, "x:dtype": "float32", "w:dtype": w,
+                      "c:dtype": "float32"}
+                     for x, k, w, t in (([4, 3], 0, "float16", "float32"), ([2, 5], 1, "bfloat16", "float32"),
+                                        ([4, 3, 2], 0, "float16", "float32"), ([3, 4], 1, "float32", "float64"),
+                                        ([2, 2, 6], 2, "float16", "float64"), ([5], 0, "bfloat16", "float64")))),
     L(906, "gelu-tanh-of-slice",
       f"{GELU}(slice(?x, dim=?d, start=?s, end=?e)) => slice({GELU}(?x), dim=?d, start=?s, end=?e)"),
 ]

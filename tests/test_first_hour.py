@@ -260,3 +260,42 @@ def test_dump_takes_world_size(tmp_path, capsys):
     assert out.startswith("graph ") and "(world size 2)" in out.splitlines()[0] and "x@1" in out
     rc, out, err = gg(capsys, "dump", "--frontend", "hlo", "--role", "spec", f, "--world-size", 2)
     assert rc == 2 and "--world-size is for a distributed graph" in err
+
+
+# -- hints from the numbers: a constant factor says how many times, where it entered and why -------------
+
+def _verify_captured(out: Path):
+    import graphguard
+    return graphguard.verify(str(out / "spec.gg.json"), str(out / "impl.gg.json"), str(out / "relation.yaml"))
+
+
+@pytest.mark.parametrize("which", ["hand-written", "examples/bugs/mlp-tp-grad-scale"])
+def test_a_differentiable_all_reduce_gets_the_factor_hint(tmp_path, capsys, which):
+    """A TP MLP reducing fc2's partial sums with the plain functional all_reduce: forward refines, backward
+    all-reduces the replicated output gradient again -- every rank holds 2x the gradient at the backward
+    matmul. The hint states the factor, the all-reduce where it entered (the user's line) and the usual causes;
+    the verdict is does-not-refine (never refines)."""
+    from conftest import EXAMPLES
+    model = _model(tmp_path) if which == "hand-written" else EXAMPLES / "bugs" / "mlp-tp-grad-scale" / "model.py"
+    rc, out, err = gg(capsys, "capture", model, "--world-size", 2, "--backward", "-o", tmp_path / "out")
+    assert rc == 0, err
+    r = _verify_captured(tmp_path / "out")
+    assert r.verdict == "does-not-refine" and r.failure.op == "aten.mm", r.render()
+    hint = r.failure.hint
+    assert hint.startswith("the ranks hold 2 times the value G_s computes (a constant factor 2)"), hint
+    line = 21 if which == "hand-written" else 51  # the all_reduce call in the model file
+    assert f"the factor entered at core.all_reduce over ranks [0, 1] (all_reduce.g0_1.1 at model.py:{line} in " \
+           f"forward, its backward)" in hint, hint
+    assert "a differentiable all-reduce whose backward reduces again" in hint
+    assert "a loss not divided by the micro-batch count" in hint and "averaged and summed" in hint
+    assert "no G_d collective is within" not in hint
+
+
+def test_the_factor_hint_is_not_given_where_the_gradient_is_right(tmp_path, capsys):
+    """The same MLP with Megatron's f/g (examples/mlp-tp): refines forward and backward; no failure, no hint."""
+    from conftest import EXAMPLES
+    rc, out, err = gg(capsys, "capture", EXAMPLES / "mlp-tp" / "model.py", "--world-size", 2, "--backward", "-o",
+                      tmp_path / "out")
+    assert rc == 0, err
+    r = _verify_captured(tmp_path / "out")
+    assert r.verdict == "refines" and r.failure is None, r.render()

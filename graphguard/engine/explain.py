@@ -17,7 +17,7 @@ MAX_HOPS = 60  # G_d operators walked looking for the nearest collective
 
 
 def explain(result: VerifyResult, g_s: Graph, g_d: Graph, reg, budget=None, partial_from: dict | None = None,
-            scaled_from: dict | None = None) -> None:
+            scaled_from: dict | None = None, range_wanted: dict | None = None) -> None:
     """Fill ``result.failure``'s source, hint, G_d tensor sources and neighbourhood (no-op without a failure)."""
     f = result.failure
     if f is None:
@@ -31,7 +31,11 @@ def explain(result: VerifyResult, g_s: Graph, g_d: Graph, reg, budget=None, part
     named = list(dict.fromkeys(d_leaves + list(f.explored)))
     f.sources = {t: src for t in named if (src := _source(g_d.producer.get(t)))}
     collective = {o.name for o in reg if getattr(o, "collective", False)}
-    f.hint = _hint(f, v, g_s, g_d, R, collective, budget, partial_from or {}, scaled_from or {}, result.verdict)
+    f.hint = _hint(f, v, g_s, g_d, R, collective, budget, partial_from or {}, scaled_from or {}, result.verdict,
+                   named)
+    ranged = _range_hint(f, v, g_s, g_d, R, range_wanted or {})
+    if ranged:
+        f.hint = f"{ranged}; {f.hint}" if f.hint else ranged  # (the cause only the user can settle first)
     f.neighbourhood = _neighbourhood(v, g_s, g_d, named, collective)
 
 
@@ -39,7 +43,7 @@ def _source(n: Node | None) -> str | None:
     return n.source_text() or None if n is not None else None
 
 
-def _hint(f, v, g_s, g_d, R, collective, budget, partial_from, scaled_from, verdict) -> str | None:
+def _hint(f, v, g_s, g_d, R, collective, budget, partial_from, scaled_from, verdict, named=()) -> str | None:
     if f.reason.startswith("search budget exhausted") or (verdict == "inconclusive" and budget is not None):
         return _budget_hint(f.reason, budget)
     if v is None:
@@ -64,9 +68,13 @@ def _hint(f, v, g_s, g_d, R, collective, budget, partial_from, scaled_from, verd
     # every input is related: the ranks compute something else from them here
     mine = [x for t in v.inputs for e in R.get(t, [])[:1] for x in leaves(e)]
     counterparts = [n for x in mine for n in g_d.consumers.get(x, []) if n.op == v.op]
+    copies = _summed_copies(f, v, g_d, R, collective)
+    if copies:
+        return copies
     split = next((f"{t} = {to_text(e)}" for t in v.inputs for e in R.get(t, [])[:1]
                   if isinstance(e, App) and e.op == "core.concat"), None)
-    near = _nearest_collectives(g_d, mine, collective)
+    # (from the tensors the drawing shows too: a hint never says "no collective near" beside a drawn one)
+    near = _nearest_collectives(g_d, list(dict.fromkeys(mine + list(named))), collective)
     parts = []
     if counterparts:
         c = counterparts[0]
@@ -85,12 +93,90 @@ def _hint(f, v, g_s, g_d, R, collective, budget, partial_from, scaled_from, verd
     return "; ".join(parts)
 
 
+def _range_hint(f, v, g_s: Graph, g_d: Graph, R: dict, wanted: dict) -> str | None:
+    """Where a lemma's condition failed on value ranges alone (``wanted``: lemma -> the G_d tensors whose range
+    it read) near the failure: the G_s integer inputs those tensors come from, and the ``ranges:`` line that
+    would state what the lemma needs -- only the user knows whether their values keep to it."""
+    if not wanted or v is None:
+        return None
+    near = {x for t in v.inputs for e in R.get(t, []) for x in leaves(e)} | set(f.explored)
+    near |= _ancestors(g_d, near, MAX_HOPS)
+    lemmas = sorted(lab for lab, ts in wanted.items() if ts & near)
+    if not lemmas:
+        return None
+    d_inputs = _ancestors(g_d, {t for lab in lemmas for t in wanted[lab]}, MAX_HOPS) | {
+        t for lab in lemmas for t in wanted[lab]}
+    names = [n for n in g_s.inputs if str(g_s.tensors[n].dtype).startswith(("int", "uint"))
+             and any(x in d_inputs for e in R.get(n, []) for x in leaves(e))]
+    if not names:
+        return None
+    example = ", ".join(f'{n}: "[0, N)"' for n in names)
+    return (f"lemma {', '.join(lemmas[:3])} would apply if the values of {', '.join(repr(n) for n in names)} lay in a "
+            f"known range (e.g. token ids or labels below the vocabulary size): if they do, state it in the relation "
+            f"file as ranges: {{{example}}}")
+
+
+def _ancestors(g: Graph, start: set, hops: int) -> set:
+    out, frontier = set(), set(start)
+    for _ in range(hops):
+        nxt = set()
+        for t in frontier:
+            p = g.producer.get(t)
+            if p is not None:
+                nxt |= set(p.inputs) - out
+        out |= nxt
+        frontier = nxt
+        if not frontier:
+            break
+    return out
+
+
+# what usually makes the ranks hold a constant multiple of the value (a README promise: the hint says them)
+FACTOR_CAUSES = ("a differentiable all-reduce whose backward reduces again (torch.distributed."
+                 "_functional_collectives.all_reduce as a TP layer's output reduction: its backward all-reduces the "
+                 "replicated gradient, W times too large -- Megatron's g is an autograd.Function, all-reduce forward "
+                 "and identity backward); a sum where an average is meant (all-reduce op sum, not avg: a gradient "
+                 "averaged and summed, or summed twice), a missing 1/N; a loss not divided by the micro-batch count "
+                 "(or divided twice)")
+
+
 def _factor_hint(t: str, e: App, v: Node) -> str:
     factor = dict(e.attrs).get("factor") if hasattr(e, "attrs") else None
     times = f"{_inverse(factor)} times" if factor is not None else "a constant multiple of"
-    return (f"the ranks hold {times} the value G_s computes ({t} = {to_text(e)}), from G_s {v.op} "
-            f"({v.source_text() or v.name}) on: a sum where an average is meant (all-reduce op sum, not avg), a "
-            f"missing 1/N, or a loss or gradient-accumulation scale applied twice or not at all")
+    return (f"the ranks hold {times} the value G_s computes ({t} = {to_text(e)}); the factor entered at G_s "
+            f"{v.op} ({v.source_text() or v.name}); usual causes: {FACTOR_CAUSES}")
+
+
+def _summed_copies(f, v: Node, g_d: Graph, R: dict, collective: set) -> str | None:
+    """Where G_d's counterpart of ``v`` reads, in place of a tensor every rank holds whole (R: ``t = x@0``,
+    ``t = x@1``, ...), a sum all-reduce of those copies: the ranks hold k times t there (k the copies summed).
+    The factor, the all-reduce where it entered (its line in the user's code) and the usual causes."""
+    copies: dict[str, str] = {}  # G_d leaf -> the G_s input of v it is a whole copy of
+    for t in dict.fromkeys(v.inputs):
+        for e in R.get(t, []):
+            if isinstance(e, Leaf):
+                copies[e.name] = t
+    looked = set(f.explored) | {i for x in copies for n in g_d.consumers.get(x, []) if n.op == v.op
+                                for i in n.inputs}
+    for x in copies:
+        for n in g_d.consumers.get(x, []):
+            if n.op not in collective or "reduce" not in n.op or n.attrs.get("op", "sum") != "sum":
+                continue
+            if len(n.inputs) < 2 or not all(copies.get(i) == copies[x] for i in n.inputs):
+                continue
+            if not set(n.outputs) & looked:
+                continue
+            k, t = len(n.inputs), copies[x]
+            readers = [c for o in n.outputs for c in g_d.consumers.get(o, []) if c.op == v.op]
+            read = (f"G_d's {readers[0].op} ({readers[0].name}{_at(readers[0])}) reads" if readers
+                    else "G_d reads")
+            backward = ", its backward" if any(
+                o.startswith("bw.") for o in n.outputs) and not (n.func or "").startswith("backward") else ""
+            return (f"the ranks hold {k} times the value G_s computes (a constant factor {k}): {read} "
+                    f"{n.outputs[0]} = the sum over {k} ranks of {t}, which every rank already holds whole "
+                    f"({t} = {' = '.join(n.inputs[:4])}{' = ...' if k > 4 else ''}); the factor entered at "
+                    f"{n.op}{_group(n)} ({n.name}{_at(n)}{backward}); usual causes: {FACTOR_CAUSES}")
+    return None
 
 
 def _inverse(factor) -> str:

@@ -1,6 +1,8 @@
 """The Python API: ``graphguard.verify(spec, impl, relation)``."""
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from .ir.graph import Graph
 from .ir.ops import fmt_shape
 from .ir.relation import RelationFile, exact_conversions, load_relation, parse_relation_text, relation_yaml
 from .ir.semantics import normalize_term, term_dtype, term_shape
-from .ir.values import value_ranges
+from .ir.values import implied_ranges, value_ranges
 from .passes import run_pipeline
 from .plugins import Plugins, load_plugins
 
@@ -63,7 +65,30 @@ def load_inputs(spec, impl, relation, *, frontend: str = "ir", spec_frontend: st
     # the graph passes (graphguard/passes: the pipeline, and those the loaded bridge packs add), on G_s then G_d
     run_pipeline(plugins.passes, g_s, g_d, reg, cx, rel)
     check_relation(g_s, g_d, rel, plugins, cx)
-    return g_s, g_d, rel, plugins
+    return g_s, g_d, _with_implied_ranges(rel, g_s, reg), plugins
+
+
+def _with_implied_ranges(rel: RelationFile, g_s: Graph, reg) -> RelationFile:
+    """``rel`` with the value ranges G_s's own operators imply for its inputs (an index G_s reads must lie in
+    its table: :func:`~graphguard.ir.values.implied_ranges`) beside the stated ones, each narrowing noted among
+    G_s's assumptions (printed with the certificate)."""
+    implied = implied_ranges(g_s, reg)
+    if not implied:
+        return rel
+    ranges = dict(rel.ranges)
+    notes = getattr(g_s, "assumed", None)
+    if notes is None:
+        notes = g_s.assumed = []
+    for name, (lo, hi, why) in implied.items():
+        old = ranges.get(name)
+        new = (lo, hi) if old is None else (max(old[0], lo), min(old[1], hi))
+        if new == old or new[0] >= new[1]:
+            continue  # (stated no wider; or no value fits both: the stated range stands)
+        ranges[name] = new
+        note = f"{name} in [{new[0]}, {new[1]}) (implied: {why})"
+        if note not in notes:
+            notes.append(note)
+    return dataclasses.replace(rel, ranges=ranges)
 
 
 def check_relation(g_s: Graph, g_d: Graph, rel: RelationFile, plugins: Plugins, cx: S.Constraints,
@@ -216,7 +241,8 @@ def verify(spec, impl, relation, *, frontend: str = "ir", spec_frontend: str | N
                                      loc=node.loc if node else None, outputs=[t],
                                      reason=f"R_o maps {t} to {', '.join(got) or 'nothing'}, not the expected {exp}",
                                      input_relations={}, explored=[])
-    explain(result, g_s, g_d, plugins.registry, ctx.budget, ctx.partial_from, ctx.scaled_from)
+    explain(result, g_s, g_d, plugins.registry, ctx.budget, ctx.partial_from, ctx.scaled_from,
+                ctx.stats.get("range_wanted"))
     if unexpected:  # (after explain: where one rank computes an expected copy otherwise, that is the hint)
         diverging_ranks(result.failure, result.r_o, g_d, rel.expect)
     if replay:

@@ -87,10 +87,11 @@ def cache_dir() -> Path:
 def pack_hash(mod) -> str:
     """Hash of a pack's source files (every .py file of its package, or its module file), and of the fuzzer's
     version and the lemma families its ops' properties derive: the cache key of its verdict."""
-    from .engine import families, fuzz
+    from .engine import families, fuzz, invariances
     h = hashlib.sha256(f"graphguard-fuzz-{fuzz.MIN_INSTANCES}".encode())
     h.update(Path(fuzz.__file__).read_bytes())
     h.update(Path(families.__file__).read_bytes())
+    h.update(Path(invariances.__file__).read_bytes())
     paths = getattr(mod, "__path__", None)
     files = sorted(p for d in paths for p in Path(d).rglob("*.py")) if paths else [Path(mod.__file__)]
     for p in files:
@@ -187,11 +188,11 @@ def load_plugins(disabled: frozenset[str] = frozenset(), extra: tuple = (), gate
                 raise GraphGuardError(f"lemma function {name}() of plugin {names.get(id(impl.plugin), '?')} "
                                       f"is defined twice")
             reg.functions[name] = fn
-    from .engine.families import FAMILIES, derive
+    from .engine.families import all_families, derive
     from .engine.lemma import compile_lemmas, duplicate_problems
     lemmas = []
     seen: dict[tuple[str, int], str] = {}  # (pack, number) -> file:line: numbers are unique within a pack only
-    family = {ref: name for ref, name, *_ in FAMILIES}
+    family = {ref: name for ref, name, *_ in all_families()}
     for impl in pm.hook.graphguard_lemmas.get_hookimpls():
         pack = names.get(id(impl.plugin), "?")
         for lem in impl.function() or []:

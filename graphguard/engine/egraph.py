@@ -27,7 +27,7 @@ from ..errors import ShapeError
 from ..ir import scalar as S
 from ..ir.expr import VARIADIC, App, Leaf, PVar, Term, attr_text
 from ..ir.ops import OpDef, Registry, parse_number
-from .lemma import EvalContext, Rule, check_condition, instantiate, term_ops
+from .lemma import EvalContext, Rule, check_condition, condition_holds, instantiate, range_relaxed, range_vars, term_ops
 from .snapshot import HANDLE, Hole, Snapshot
 
 
@@ -444,6 +444,8 @@ class EGraph:
                     ok = self._cond_cache.get(ck)
                     if ok is None:
                         ok = self._cond_cache[ck] = check_condition(r, env, ctx)
+                        if not ok and r.reads_range:
+                            self._range_wanted(r, env, ctx, snap, stats)
                     tmpl = None
                     if ok:
                         slots = dict(env)
@@ -470,6 +472,22 @@ class EGraph:
                 stats["lemma_hits"][r.lemma.label] += 1
                 merged += 1
         return merged
+
+
+    @staticmethod
+    def _range_wanted(r, env: dict, ctx, snap: Snapshot, stats: dict) -> None:
+        """A condition that failed on value ranges alone (it holds with them relaxed): the lemma and the G_d
+        tensors whose range it wanted, for the hint that names ``ranges:`` (``stats["range_wanted"]``)."""
+        if not condition_holds(range_relaxed(r.cond), env, ctx):
+            return
+        names = set()
+        for v in range_vars(r.cond):
+            h = env.get(v)
+            for nd in snap.classes.get(getattr(h, "cls", None), ()):
+                if nd.op == "T" and isinstance(nd.attrs, str):
+                    names.add(nd.attrs)
+        if names:
+            stats.setdefault("range_wanted", {}).setdefault(r.lemma.label, set()).update(names)
 
 
 @dataclass(frozen=True)

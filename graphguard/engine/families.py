@@ -638,8 +638,17 @@ def regroups(op, reg):  # f(f(a, b), c) -> f(a, f(b, c)) where f(b, c) exists (a
         yield f"{f('?a', f('?b', '?c'))} => {f(f('?a', '?b'), '?c')}", "", f("?a", "?b"), ()
 
 
+def all_families() -> list[tuple[int, str, Callable, str, bool]]:
+    """Every registered family: this module's and those of the modules that register beside it
+    (:mod:`graphguard.engine.invariances`: shift invariance, homogeneity, tiles), imported here, not at module
+    level, so that they may import this one."""
+    from . import invariances  # noqa: F401
+    return FAMILIES
+
+
 def derive(reg: Registry) -> list[Lemma]:
     """Every family's lemmas for every registered operator, in a stable order (family, op)."""
+    all_families()
     out = []
     ops = sorted((op for op in reg if op.meaning is None and op.shape is not None), key=lambda o: o.name)
     for ref, name, fn, where, late in FAMILIES:
@@ -652,5 +661,3 @@ def derive(reg: Registry) -> list[Lemma]:
                                  family=(name, op.name), index=tuple((index[0] if index else {}).items())))
     return out
 
-
-from . import invariances  # noqa: E402,F401  (its families register here: shift invariance, homogeneity, tiles)

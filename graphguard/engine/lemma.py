@@ -736,11 +736,55 @@ def evaluate(e, env: dict[str, Any], ctx: EvalContext):
     raise LemmaError(f"cannot evaluate {e!r}")
 
 
+_COMPARE = frozenset({"<", "<=", ">", ">=", "==", "!="})
+
+
+def _reads_range(e) -> bool:
+    if isinstance(e, ACall):
+        return e.fn in RANGE_FUNCTIONS or any(_reads_range(a) for a in e.args)
+    if isinstance(e, ABin):
+        return _reads_range(e.left) or _reads_range(e.right)
+    if isinstance(e, AList):
+        return any(_reads_range(a) for a in e.items)
+    return False
+
+
+def range_relaxed(cond):
+    """``cond`` with every comparison that reads a value range (vmin/vend) taken as true: where a condition
+    fails and this holds, a stated range would have made it hold (the hint that names ``ranges:``)."""
+    if isinstance(cond, ABin):
+        if cond.op in _COMPARE and _reads_range(cond):
+            return AConst(True)
+        if cond.op in ("and", "or", "not"):
+            return ABin(cond.op, range_relaxed(cond.left), range_relaxed(cond.right))
+    return cond
+
+
+def range_vars(cond) -> set[str]:
+    """The tensor variables whose value range ``cond`` reads."""
+    out: set[str] = set()
+    if isinstance(cond, ACall):
+        if cond.fn in RANGE_FUNCTIONS:
+            out |= {a.name for a in cond.args if isinstance(a, PVar)}
+        for a in cond.args:
+            out |= range_vars(a)
+    elif isinstance(cond, ABin):
+        out |= range_vars(cond.left) | range_vars(cond.right)
+    elif isinstance(cond, AList):
+        for a in cond.items:
+            out |= range_vars(a)
+    return out
+
+
 def check_condition(rule: Rule, env: dict, ctx: EvalContext) -> bool:
-    if rule.cond is None:
+    return condition_holds(rule.cond, env, ctx)
+
+
+def condition_holds(cond, env: dict, ctx: EvalContext) -> bool:
+    if cond is None:
         return True
     try:
-        return evaluate(rule.cond, env, ctx) is True
+        return evaluate(cond, env, ctx) is True
     except (ZeroDivisionError, ValueError, IndexError, TypeError, OverflowError, ShapeError):
         return False
 

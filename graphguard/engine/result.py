@@ -152,7 +152,7 @@ class VerifyResult:
                              "tensors):")
                 lines += [f"  {a} = {b}" for a, b in self.sizes]
         if self.assumed:  # part of the certificate: what it rests on beyond the input relation
-            lines.append("under the relation's assumptions (assume:), at:")
+            lines.append("under these assumptions (the relation's assume:, value ranges G_s's own operators imply):")
             lines += [f"  {a}" for a in self.assumed]
         if self.layers:
             lines.append(self.layers_line())

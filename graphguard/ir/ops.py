@@ -258,6 +258,12 @@ class OpDef:
     # states it (the broadcasting one as the other applied to explicit broadcasts), and ``lemmas check`` fuzzes
     # every pair, so a wrong declaration fails there
     computes: str | dict = ""
+    # ``((index, table, dim, negative), ...)``: the op is undefined (torch raises) unless every value of tensor
+    # input ``index`` lies in [0, n) -- [-n, n) where ``negative`` -- with n the size of tensor input ``table``
+    # on ``dim`` (an int, or the name of the attribute holding it). A G_s operator so declared gives the G_s
+    # input its index comes from (through ops that keep every entry) that range as a fact, carried like a
+    # relation's ``ranges:`` and printed among the certificate's assumptions (:func:`graphguard.ir.values.implied_ranges`)
+    index_domain: tuple = ()
     # Invariances (issue 41; families 1223-1226 in graphguard.engine.invariances derive their lemmas):
     # ``shift_invariant``: ``(dim, expr, total, fixed)`` -- adding a term constant along the op's dim attribute
     # ``dim`` leaves it unchanged (softmax, log-softmax: op(x - c) = op(x) for any c broadcast along dim), and the

@@ -7,6 +7,7 @@ from fractions import Fraction
 
 from .graph import Graph
 from .ops import Registry
+from .relation import RANGE_KEEPING
 
 
 def number(v) -> float | Fraction | None:
@@ -86,4 +87,54 @@ def value_ranges(g: Graph, ranges: dict[str, tuple[int, int]], reg) -> dict[str,
             continue
         if ins and None not in ins:
             out[n.outputs[0]] = (min(r[0] for r in ins), max(r[1] for r in ins))
+    return out
+
+
+def implied_ranges(g: Graph, reg: Registry) -> dict[str, tuple[int, int, str]]:
+    """The value ranges ``g``'s own operators imply for its integer inputs: an op declaring ``index_domain`` is
+    undefined unless its index lies in [0, n) ([-n, n) where negative indices count from the end), so a
+    program that computes anything at all reads only such inputs -- every entry of an input reached from the
+    index through ops that keep every entry of their inputs (:data:`graphguard.ir.relation.RANGE_KEEPING`, the
+    ops a stated range is carried through) lies there. Returns input ->
+    (lo, hi, why); an input several ops index gets the intersection. Sizes must be known integers."""
+    out: dict[str, tuple[int, int, str]] = {}
+    for n in g.nodes:
+        op = reg.get(n.op)
+        if op is None or not op.index_domain:
+            continue
+        for index, table, dim, negative in op.index_domain:
+            if index >= len(n.inputs) or table >= len(n.inputs):
+                continue
+            shape = g.shape(n.inputs[table])
+            d = dict(n.attrs).get(dim) if isinstance(dim, str) else dim
+            if not isinstance(d, int) or isinstance(d, bool) or not -len(shape) <= d < max(len(shape), 1):
+                continue
+            size = shape[d % max(len(shape), 1)] if shape else 1
+            try:
+                size = int(size)
+            except (TypeError, ValueError):
+                continue  # a symbolic size: no integer range to state
+            lo, hi = (-size if negative else 0), size
+            where = f" at {n.source_text()}" if n.source_text() else ""
+            why = (f"{n.op} ('{n.name}'{where}) indexes dim {d % max(len(shape), 1)} of '{n.inputs[table]}' "
+                   f"(size {size}) with it: undefined outside [{lo}, {hi})")
+            stack, seen = [n.inputs[index]], set()
+            while stack:
+                t = stack.pop()
+                if t in seen:
+                    continue
+                seen.add(t)
+                if t in g.inputs:
+                    if not str(g.tensors[t].dtype).startswith(("int", "uint")):
+                        continue
+                    old = out.get(t)
+                    if old is None:
+                        out[t] = (lo, hi, why)
+                    elif max(old[0], lo) < min(old[1], hi):
+                        out[t] = (max(old[0], lo), min(old[1], hi), old[2] if (old[0], old[1]) ==
+                                  (max(old[0], lo), min(old[1], hi)) else why)
+                    continue
+                p = g.producer.get(t)
+                if p is not None and p.op in RANGE_KEEPING:
+                    stack.extend(p.inputs)
     return out

@@ -14,11 +14,13 @@ import numpy as np
 
 from graphguard.ir import scalar as S
 from graphguard.ir.lemma import L
-from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape
+from graphguard.ir.ops import AttrSpec, OpDef, fail, fmt_shape, numel
 
 NUMBERS = range(300, 320)  # this file's lemma numbers (the plugin loader refuses others)
 
 MASKED_LOOKUP = "core.masked_lookup"
+MASKED_PICK = "core.masked_pick"
+MASKED_ONE_HOT_UPDATE = "core.masked_one_hot_update"
 
 # -- the spellings, over ?x0 (the table's rows a rank holds), ?x1 (the ids), ?p_start, ?p_end ----------------
 _W, _I, _S, _E = "?x0", "?x1", "?p_start", "?p_end"
@@ -29,6 +31,10 @@ LOCAL = (f"aten.index_put(aten.sub.Tensor({_I}, aten.scalar_tensor(s={_S}, dtype
          " aten.full(size=[], fill_value=0, dtype=int64))")
 _EMBED = f"aten.embedding({_W}, {{ids}}, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)"
 MEGATRON = f"aten.index_put({_EMBED.format(ids=LOCAL)}, {MASK}, aten.full(size=[], fill_value=0, dtype=float32))"
+# ... the rows picked by indexing (``weight[masked]``: aten.index.Tensor) rather than F.embedding: the shifted,
+# masked ids lie in [0, e - s), where indexing is the embedding (older Megatron-LM captures)
+MEGATRON_INDEXED = (f"aten.index_put(aten.index.Tensor({_W}, {LOCAL}, absent=[]), {MASK},"
+                    " aten.full(size=[], fill_value=0, dtype=float32))")
 # ... its masked_fill form: (ids - s).masked_fill(mask, 0), then output_parallel.masked_fill(mask.unsqueeze(-1), 0)
 _SHIFTED = f"aten.sub.Tensor({_I}, aten.scalar_tensor(s={_S}, dtype=int64))"
 LOCAL_MF = f"aten.masked_fill.Scalar({_SHIFTED}, {MASK}, value=0)"
@@ -51,7 +57,7 @@ _TT_LOCAL = f"aten.clamp(aten.sub.Tensor({_I}, aten.scalar_tensor(s={_S}, dtype=
 MASK_MULTIPLIED = (f"aten.mul.Tensor({_EMBED.format(ids=_TT_LOCAL)},"
                    f" aten._to_copy(reshape({_ORG}, shape=?u), dtype=?t))")
 
-_RANGE = (f"rank({_W}) == 2 and size({_W}, 0) >= 1 and {_S} // 1 == {_S}"
+_RANGE = (f"rank({_W}) == 2 and size({_W}, 0) >= 1 and {_S} // 1 == {_S} and {_E} // 1 == {_E}"
           f" and {_S} < {_E} and {_E} - {_S} <= size({_W}, 0)")
 # ?u is the ids' shape with a trailing 1 (mask.unsqueeze(-1)): ids of rank 1 to 3
 _UNSQ = (f"((rank({_I}) == 1 and ?u == [size({_I}, 0), 1]) or (rank({_I}) == 2 and ?u == [size({_I}, 0), size({_I}, 1), 1])"
@@ -69,6 +75,7 @@ _IDX = {"x1": f"{_E} + 2"}
 
 SPELLINGS = (
     (MEGATRON, _RANGE, _examples(), _IDX),
+    (MEGATRON_INDEXED, _RANGE, _examples(), _IDX),
     (MASKED_FILL, f"{_RANGE} and {_UNSQ}", _examples(_U), _IDX),
     # (a float fill of 0 whatever the rows' dtype: the same value after promotion)
     (WHERE, f"{_RANGE} and {_UNSQ} and floating(?t) and floating(dtype({_W}))",
@@ -80,6 +87,67 @@ SPELLINGS = (
     (MASK_MULTIPLIED, f"{_RANGE} and {_UNSQ} and ?c == {_E} - {_S} - 1 and floating(?t) and ?t == dtype({_W})"
      " and ?p == -1", _examples(lambda ids, s, e: {"u": list(ids) + [1], "c": e - s - 1, "t": "float32", "p": -1}),
      _IDX),
+)
+
+
+
+# -- the target's logit: core.masked_pick(x, t, start=s, end=e) -------------------------------------------------
+# rank r's pick of the target's logit from its columns [s, e) of logits x [m, cols] for m targets t (any shape):
+# x[k, t_k - s] where s <= t_k < e, zero elsewhere, in t's shape (Megatron's _VocabParallelCrossEntropy). The
+# spellings over ?x0 (the logits), ?x1 (the targets), ?p_start, ?p_end: the masked targets and the mask above
+_ZERO = "aten.full(size=[], fill_value=0, dtype=float32)"
+_ROWS = "aten.arange.start(start=0, end=?m)"
+# Megatron-core: logits_2d[arange_1d, masked_target.view(-1)] viewed as the target, [target_mask] = 0.0
+PICK = (f"aten.index_put(reshape(aten.index.Tensor({_W}, {_ROWS}, reshape({LOCAL}, shape=?u)), shape=?w), {MASK},"
+        f" {_ZERO})")
+# ... on targets already flat (no views)
+PICK_FLAT = f"aten.index_put(aten.index.Tensor({_W}, {_ROWS}, {LOCAL}), {MASK}, {_ZERO})"
+# ... with masked_fill: (t - s).masked_fill(mask, 0), then predicted.masked_fill(mask, 0.0)
+PICK_MASKED_FILL = f"aten.masked_fill.Scalar(aten.index.Tensor({_W}, {_ROWS}, {LOCAL_MF}), {MASK}, value=0)"
+# ... with torch.where: torch.where(mask, 0, t - s), then torch.where(mask, 0.0, predicted)
+PICK_WHERE = f"aten.where.self({MASK}, aten.scalar_tensor(s=0, dtype=?t), aten.index.Tensor({_W}, {_ROWS}, {LOCAL_WHERE}))"
+
+_COLS_RANGE = (f"rank({_W}) == 2 and size({_W}, 1) >= 1 and {_S} // 1 == {_S} and {_S} < {_E}"
+               f" and {_E} - {_S} <= size({_W}, 1) and ?m == size({_W}, 0)")
+_FLAT = f"rank({_I}) == 1 and size({_I}, 0) == ?m"
+
+
+def _pick_examples(extra=lambda t: {}):
+    return tuple({"x0": [m, c], "x1": t, "p_start": s, "p_end": e, "m": m, "x1:dtype": "int64", **extra(t)}
+                 for m, c, t, s, e in ((6, 3, [3, 2], 0, 3), (4, 2, [4], 2, 4), (6, 4, [2, 3], 4, 8),
+                                       (2, 5, [2], 1, 2), (4, 6, [2, 2], 3, 9)))
+
+
+_FLAT_EXAMPLES = tuple(x for x in _pick_examples() if len(x["x1"]) == 1)
+_PICK_IDX = {"x1": f"{_E} + 2"}
+
+PICK_SPELLINGS = (
+    (PICK, f"{_COLS_RANGE} and ?u == [?m] and ?m == numel({_I}) and ?w == shape({_I})",
+     _pick_examples(lambda t: {"u": [int(np.prod(t))], "w": list(t)}), _PICK_IDX),
+    (PICK_FLAT, f"{_COLS_RANGE} and {_FLAT}", _FLAT_EXAMPLES, _PICK_IDX),
+    (PICK_MASKED_FILL, f"{_COLS_RANGE} and {_FLAT}", _FLAT_EXAMPLES, _PICK_IDX),
+    # (a float fill of 0 whatever the logits' dtype: the same value after promotion)
+    (PICK_WHERE, f"{_COLS_RANGE} and {_FLAT} and floating(?t) and floating(dtype({_W}))",
+     tuple({**x, "t": "float32"} for x in _FLAT_EXAMPLES), _PICK_IDX),
+)
+
+# -- its backward: core.masked_one_hot_update(x, t, start=s, end=e) ------------------------------------------------
+# x [m, cols] less the one-hot of the targets it owns: x[k, t_k - s] -= 1 where s <= t_k < e (Megatron:
+# grad_2d[arange_1d, masked_target_1d] -= 1.0 - target_mask.view(-1).float(), softmax minus the one-hot)
+_UPD_LOCAL = f"reshape({LOCAL}, shape=?u)"
+UPDATE = (f"aten.index_put({_W}, {_ROWS}, {_UPD_LOCAL}, aten.sub.Tensor(aten.index.Tensor({_W}, {_ROWS}, {_UPD_LOCAL}),"
+          f" aten.rsub.Scalar(aten._to_copy(reshape({MASK}, shape=?u), dtype=float32), other=1)))")
+# ... on targets already flat
+UPDATE_FLAT = (f"aten.index_put({_W}, {_ROWS}, {LOCAL}, aten.sub.Tensor(aten.index.Tensor({_W}, {_ROWS}, {LOCAL}),"
+               f" aten.rsub.Scalar(aten._to_copy({MASK}, dtype=float32), other=1)))")
+# ... with the targets masked by masked_fill or torch.where (the forward's spelling, saved for the backward)
+UPDATE_MASKED_FILL = UPDATE_FLAT.replace(LOCAL, LOCAL_MF)
+UPDATE_WHERE = UPDATE_FLAT.replace(LOCAL, LOCAL_WHERE)
+UPDATE_SPELLINGS = (
+    (UPDATE, f"{_COLS_RANGE} and ?u == [?m] and ?m == numel({_I}) and floating(dtype({_W}))",
+     _pick_examples(lambda t: {"u": [int(np.prod(t))]}), _PICK_IDX),
+    *((form, f"{_COLS_RANGE} and {_FLAT} and floating(dtype({_W}))", _FLAT_EXAMPLES, _PICK_IDX)
+      for form in (UPDATE_FLAT, UPDATE_MASKED_FILL, UPDATE_WHERE)),
 )
 
 
@@ -101,13 +169,63 @@ def _ref(xs, attrs):
     return np.where(inside[..., None], rows, np.zeros((), dtype=w.dtype))
 
 
+def _picked_shape(name):
+    def shape(shapes, attrs, cx):
+        x, t = shapes
+        s, e = attrs["start"], attrs["end"]
+        if len(x) != 2:
+            fail(f"{name}: logits must be rank 2, got {fmt_shape(x)}")
+        if not cx.prove("==", x[0], numel(t)):
+            fail(f"{name}: {fmt_shape(x)} logits for targets {fmt_shape(t)}: one row per target")
+        if not cx.prove("<", S.norm(s), S.norm(e)) or not cx.prove("<=", S.norm(S.sym(e) - S.sym(s)), x[1]):
+            fail(f"{name}: columns [{S.text(s)}, {S.text(e)}) do not fit logits {fmt_shape(x)}")
+        return tuple(t) if name == MASKED_PICK else tuple(x)
+    return shape
+
+
+def _owned(xs, attrs):
+    """Logits x, flat targets t, whether rank owns each, the local column (0 where it does not)."""
+    x, t = np.asarray(xs[0]), np.asarray(xs[1]).astype(np.int64).reshape(-1)
+    s, e = int(attrs["start"]), int(attrs["end"])
+    inside = (t >= s) & (t < e)
+    return x, inside, np.where(inside, t - s, 0)
+
+
+def _pick_ref(xs, attrs):
+    x, inside, cols = _owned(xs, attrs)
+    picked = x[np.arange(x.shape[0]), cols]
+    return np.where(inside, picked, np.zeros((), dtype=x.dtype)).reshape(np.shape(xs[1]))
+
+
+def _update_ref(xs, attrs):
+    x, inside, cols = _owned(xs, attrs)
+    out = x.copy()
+    rows = np.arange(x.shape[0])
+    out[rows, cols] = out[rows, cols] - inside.astype(x.dtype)
+    return out
+
+
 OPS = [
     OpDef(MASKED_LOOKUP, 2, _shape, _ref, (AttrSpec("start", "scalar"), AttrSpec("end", "scalar")),
           doc="Rank r's lookup of rows [start, end) of a table it holds: table[ids - start] where "
               "start <= ids < end, zero rows elsewhere.", fuses=SPELLINGS),
+    OpDef(MASKED_PICK, 2, _picked_shape(MASKED_PICK), _pick_ref, (AttrSpec("start", "scalar"), AttrSpec("end", "scalar")),
+          doc="Rank r's pick of each target's logit from its columns [start, end) of logits [m, cols]: "
+              "x[k, t_k - start] where start <= t_k < end, zero elsewhere; in the targets' shape.",
+          fuses=PICK_SPELLINGS),
+    OpDef(MASKED_ONE_HOT_UPDATE, 2, _picked_shape(MASKED_ONE_HOT_UPDATE), _update_ref,
+          (AttrSpec("start", "scalar"), AttrSpec("end", "scalar")),
+          doc="x [m, cols] less the one-hot of the targets in [start, end): x[k, t_k - start] -= 1 where "
+              "start <= t_k < end.", fuses=UPDATE_SPELLINGS),
 ]
 
 _A, _AB = "size(?a, 0)", "size(?a, 0) + size(?b, 0)"
+_C = "size(?a, 1)"  # the first part's columns
+_SPLIT_COND = (f"rank(?a) == 2 and {_C} >= 1 and size(?b, 1) >= 1 and ?s // 1 == ?s and ?s + {_C} < ?e"
+               f" and ?e - ?s <= {_C} + size(?b, 1)")
+_SPLIT_EXAMPLES = [{"a": [m, a], "b": [m, b], "t": t, "s": s, "e": e}
+                   for m, a, b, t, s, e in ((6, 2, 3, [3, 2], 1, 6), (4, 2, 2, [4], 0, 4), (2, 1, 3, [2], 4, 8),
+                                            (6, 3, 1, [2, 3], 2, 6), (3, 2, 2, [3], 0, 3), (4, 4, 4, [2, 2], 0, 8))]
 LEMMAS = [
     # a masked lookup of a concatenation (more ranks, or a shard past the real rows: vLLM's padding) is the sum
     # of its parts' masked lookups, the range split where the first part ends
@@ -119,4 +237,16 @@ LEMMAS = [
       examples=[{"a": [a, 3], "b": [b, 3], "i": i, "s": s, "e": e}
                 for a, b, i, s, e in ((2, 3, [7], 1, 6), (1, 2, [2, 3], 0, 3), (4, 4, [3, 4], 4, 12), (3, 1, [6], 2, 6),
                                       (2, 2, [1, 2, 4], 0, 4), (2, 4, [3], 0, 5), (3, 3, [2, 2], 1, 5))]),
+    # the same for the target's logit and the one-hot update over column shards (more ranks, or logits of a
+    # whole vocabulary [0, V) at TP=1 masking labels outside it: any labels)
+    L(301, "masked-pick-of-column-shards",
+      f"{MASKED_PICK}(concat(?a, ?b, dim=1), ?t, start=?s, end=?e)"
+      f" => sum({MASKED_PICK}(?a, ?t, start=?s, end=?s + {_C}), {MASKED_PICK}(?b, ?t, start=?s + {_C}, end=?e))",
+      _SPLIT_COND, index={"t": "?e + 2"}, examples=_SPLIT_EXAMPLES),
+    L(302, "masked-one-hot-update-of-column-shards",
+      f"{MASKED_ONE_HOT_UPDATE}(concat(?a, ?b, dim=1), ?t, start=?s, end=?e)"
+      f" => concat({MASKED_ONE_HOT_UPDATE}(?a, ?t, start=?s, end=?s + {_C}),"
+      f" {MASKED_ONE_HOT_UPDATE}(?b, ?t, start=?s + {_C}, end=?e), dim=1)",
+      f"{_SPLIT_COND} and floating(dtype(?a)) and floating(dtype(?b))", index={"t": "?e + 2"},
+      examples=_SPLIT_EXAMPLES),
 ]

@@ -77,7 +77,7 @@ OPS = [
           broadcast_to="size"),
     OpDef("aten.repeat", 1, _repeat_shape, lambda xs, a: np.tile(xs[0], _conc(a["repeats"])),
           (AttrSpec("repeats", "scalars"),), doc="Tile self repeats[i] times along each dim (new dims lead).",
-          data_movement=True),
+          data_movement=True, tiles="repeats"),
     OpDef("aten.flip", 1, _flip_shape, lambda xs, a: np.flip(xs[0], tuple(a["dims"])).copy() if a["dims"] else xs[0],
           (AttrSpec("dims", "ints", dim_of=0),), doc="Reverse the order of entries along dims.",
           data_movement=True, linear=(0,), rowwise=RowWise("dims")),

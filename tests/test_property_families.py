@@ -1,0 +1,147 @@
+"""Equivalences that rest on a declared property of the operators (issue 41, item 4), not on one example:
+shift invariance of softmax / log-softmax (families 1223, 1224), homogeneity of relu and squares (1225), repeat
+as expand + reshape (1226). Each class: proving programs and must-not-prove twins (a shift that differs per entry
+along the dim, a negative or unknown factor, repeat against repeat_interleave)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphguard.testing import assert_refines, proves
+
+X = {"x": [4, 8], "m": [4, 1], "r": [1, 8], "e": []}
+SM = "aten._softmax({}, dim=1, half_to_float=false)"
+LSM = "aten._log_softmax({}, dim=1, half_to_float=false)"
+SUB = "aten.sub.Tensor({}, {}, alpha=1)"
+SUMEXP = "aten.sum.dim_IntList(aten.exp({}), dim=[1], keepdim=true, dtype=None)"
+
+
+def _p(a, b, shapes=X):
+    return proves(a, b, shapes)
+
+
+# (a) shift invariance: a shift constant along the dim (a row's max, mean, a 0-dim value) drops; one that
+# differs along the dim (a column vector) does not
+@pytest.mark.parametrize("op", [SM, LSM])
+@pytest.mark.parametrize("c", ["m", "e", "aten.amax(x, dim=[1], keepdim=true)"])
+def test_shift_constant_along_the_dim_drops(op, c):
+    assert _p(op.format(SUB.format("x", c)), op.format("x"))
+
+
+@pytest.mark.parametrize("op", [SM, LSM])
+@pytest.mark.parametrize("c", ["r", "x"])
+def test_shift_that_differs_along_the_dim_stays(op, c):
+    assert not _p(op.format(SUB.format("x", c)), op.format("x"))
+
+
+def test_softmax_written_out_unshifted():
+    assert _p(SM.format("x"), f"aten.div.Tensor(aten.exp(x), {SUMEXP.format('x')})")
+    # over two shards of the row: the sum of the shards' sums of exponentials
+    s = {"a": [4, 3], "b": [4, 5]}
+    tot = f"sum({SUMEXP.format('a')}, {SUMEXP.format('b')})"
+    assert proves(SM.format("concat(a, b, dim=1)"),
+                  f"concat(aten.div.Tensor(aten.exp(a), {tot}), aten.div.Tensor(aten.exp(b), {tot}), dim=1)", s)
+    # a shard's own sum is not the row's
+    assert not proves(SM.format("concat(a, b, dim=1)"),
+                      f"concat(aten.div.Tensor(aten.exp(a), {SUMEXP.format('a')}), "
+                      f"aten.div.Tensor(aten.exp(b), {SUMEXP.format('b')}), dim=1)", s)
+
+
+# (b) homogeneity
+R = "aten.relu({})"
+SQ = "aten.pow.Tensor_Scalar({}, exponent=2)"
+MS = "aten.mul.Scalar({}, other={})"
+
+
+@pytest.mark.parametrize("f", ["2", "0.5", "0.001"])
+def test_relu_of_a_positive_factor(f):
+    assert _p(R.format(MS.format("x", f)), MS.format(R.format("x"), f))
+
+
+@pytest.mark.parametrize("w", ["aten.exp(m)", "aten.sigmoid(m)", "aten.exp(e)"])
+def test_relu_divided_and_multiplied_back_by_a_positive_tensor(w):
+    assert _p(f"aten.mul.Tensor({R.format(f'aten.div.Tensor(x, {w})')}, {w})", R.format("x"))
+
+
+def test_relu_of_a_negative_or_unknown_factor_is_not_moved():
+    assert not _p(R.format(MS.format("x", "-2")), MS.format(R.format("x"), "-2"))
+    assert not _p(f"aten.mul.Tensor({R.format('aten.div.Tensor(x, m)')}, m)", R.format("x"))
+    assert not _p(f"aten.mul.Tensor({R.format('aten.div.Tensor(x, aten.neg(aten.exp(m)))')}, aten.neg(aten.exp(m)))",
+                  R.format("x"))
+
+
+@pytest.mark.parametrize("f, ff", [("-2", "4"), ("0.5", "0.25"), ("3", "9")])
+def test_square_of_any_factor(f, ff):
+    assert _p(SQ.format(MS.format("x", f)), MS.format(SQ.format("x"), ff))
+    assert not _p(SQ.format(MS.format("x", f)), MS.format(SQ.format("x"), f))
+
+
+def test_square_divided_and_multiplied_back_and_its_wrong_power():
+    w = "aten.exp(m)"
+    assert _p(f"aten.mul.Tensor({SQ.format(f'aten.div.Tensor(x, {w})')}, {SQ.format(w)})", SQ.format("x"))
+    assert not _p(f"aten.mul.Tensor({SQ.format(f'aten.div.Tensor(x, {w})')}, {w})", SQ.format("x"))
+
+
+# (d) repeat as expand + reshape (unit dim before the repeated one); repeat_interleave's order is another
+Y = {"k": [2, 2, 8]}
+
+
+@pytest.mark.parametrize("reps, units, big, out", [
+    ([1, 3, 1], [2, 1, 2, 8], [2, 3, 2, 8], [2, 6, 8]),
+    ([2, 1, 1], [1, 2, 2, 8], [2, 2, 2, 8], [4, 2, 8]),
+    ([2, 1, 1, 1], [1, 2, 2, 8], [2, 2, 2, 8], [2, 2, 2, 8]),
+])
+def test_repeat_is_expand_reshape(reps, units, big, out):
+    assert proves(f"aten.repeat(k, repeats={reps})",
+                  f"reshape(aten.expand(reshape(k, shape={units}), size={big}, implicit=false), shape={out})", Y)
+
+
+def test_repeat_is_not_the_interleaved_expand():
+    assert not proves("aten.repeat(k, repeats=[1, 3, 1])",
+                      "reshape(aten.expand(reshape(k, shape=[2, 2, 1, 8]), size=[2, 2, 3, 8], implicit=false), "
+                      "shape=[2, 6, 8])", Y)
+
+
+# whole programs (captured with the fx frontend, verified at 2 ranks, x replicated)
+class _F(torch.nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def forward(self, x):
+        return self.f(x)
+
+
+def _refines(spec, impl) -> bool:
+    try:
+        assert_refines(spec=lambda: _F(spec), impl=lambda rank, world: _F(impl),
+                       inputs=lambda rank, world: (torch.randn(4, 8),), world_size=2,
+                       relation={"inputs": {"x": ["x@0", "x@1"]}})
+        return True
+    except AssertionError:
+        return False
+
+
+relu = torch.relu
+PROGRAMS = [  # (name, spec, impl, equivalent)
+    ("relu-half-double", relu, lambda x: relu(x * 0.5) * 2.0, True),
+    ("relu-quarter", relu, lambda x: relu(x / 4.0) * 4.0, True),
+    ("square-negative-factor", lambda x: x ** 2, lambda x: (x * -4.0) ** 2 * 0.0625, True),
+    ("square-halves", lambda x: x ** 2, lambda x: (x / 2.0) ** 2 * 4.0, True),
+    ("relu-negative-factor", relu, lambda x: relu(x / -2.0) * -2.0, False),
+    ("relu-unknown-factor", relu, lambda x: relu(x / x[:, :1]) * x[:, :1], False),
+    ("repeat-kv", lambda x: x.reshape(2, 2, 8).repeat(1, 3, 1),
+     lambda x: x.reshape(2, 1, 2, 8).expand(2, 3, 2, 8).reshape(2, 6, 8), True),
+    ("repeat-kv-4", lambda x: x.reshape(2, 4, 4).repeat(1, 2, 1),
+     lambda x: x.reshape(2, 1, 4, 4).expand(2, 2, 4, 4).reshape(2, 8, 4), True),
+    ("repeat-leading", lambda x: x.repeat(2, 1), lambda x: x.reshape(1, 4, 8).expand(2, 4, 8).reshape(8, 8), True),
+    ("repeat-vs-interleave", lambda x: x.reshape(2, 2, 8).repeat(1, 3, 1),
+     lambda x: x.reshape(2, 2, 1, 8).expand(2, 2, 3, 8).reshape(2, 6, 8), False),
+]
+
+
+@pytest.mark.parametrize("name, spec, impl, equivalent", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_programs(name, spec, impl, equivalent):
+    x = torch.randn(4, 8, dtype=torch.float64)
+    assert torch.allclose(spec(x), impl(x)) == equivalent  # the ground truth, in float64
+    assert _refines(spec, impl) == equivalent

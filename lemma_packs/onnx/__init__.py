@@ -3,13 +3,13 @@ lemmas (a plugin; entry point ``onnx-ops``: ``onnx`` is the frontend)."""
 from graphguard.hookspecs import hookimpl
 
 from .lemmas import LEMMAS
-from .more_ops import MORE_OPS
+from .masks_and_lookups import MASK_AND_LOOKUP_OPS
 from .ops import OPS
 
 
 @hookimpl
 def graphguard_ops():
-    return OPS + MORE_OPS
+    return OPS + MASK_AND_LOOKUP_OPS
 
 
 @hookimpl

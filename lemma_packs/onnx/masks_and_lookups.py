@@ -1,4 +1,4 @@
-"""More ONNX operators: masks and lookups of transformer exports (Where, comparisons, logic, Gather, Trilu,
+"""ONNX operators of masks and lookups in transformer exports (Where, comparisons, logic, Gather, Trilu,
 Max/Min, Abs, Log). References from ``onnx.reference`` as in ops.py."""
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def _trilu_ref(xs, a):
     return run_onnx("Trilu", list(xs) + [np.asarray(a["k"], dtype=np.int64)], {"upper": int(a["upper"])})
 
 
-MORE_OPS = [
+MASK_AND_LOOKUP_OPS = [
     _cmp("Equal", "a == b (broadcasting; bool)."),
     _cmp("Less", "a < b (broadcasting; bool)."),
     _cmp("Greater", "a > b (broadcasting; bool)."),

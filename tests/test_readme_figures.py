@@ -1,4 +1,4 @@
-"""Every count README quotes -- operators, lemmas, rules, families, packs -- is the loaded registry's.
+"""Every count README.md and docs/*.md quote -- operators, lemmas, rules, families, packs -- is the loaded registry's.
 
 A figure is checked where README states it in one of the forms below; a count of operators or lemmas in any
 other form fails the test, so that no figure goes stale unchecked. Only graphguard's own plugins are counted (a
@@ -77,7 +77,7 @@ def problems(text: str, f: dict) -> list[str]:
 
 
 def test_readme_figures_are_the_registry(plugins):
-    text = (ROOT / "README.md").read_text()
+    text = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     assert re.search(r"^\s*operators: ", text, re.M) and re.search(r"^\s*lemmas: ", text, re.M)  # (quoted)
     assert not problems(text, figures(plugins))
 

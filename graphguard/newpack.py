@@ -1,6 +1,6 @@
 """``graphguard new-pack NAME``: a third-party lemma pack, ready to install, in one folder.
 
-The skeleton holds what README's "Writing a lemma pack" describes, for one small operator: ``pyproject.toml``
+The skeleton holds what docs/lemma-packs.md ("Writing a lemma pack") describes, for one small operator: ``pyproject.toml``
 (the ``graphguard.lemma_packs`` entry point NAME), the package NAME with ``__init__.py`` (the hooks), ``ops.py``
 (``NAME.my_scale(x, factor)``: shape function, dtype rule, NumPy reference, declared elementwise and linear so the
 engine derives those lemma families), ``lemmas.py`` (two true lemmas, ``NAME:1`` and ``NAME:2``),

@@ -1,6 +1,6 @@
 """The apex lemma pack: Apex/Megatron's fused layer norm, a PyTorch custom operator (a plugin).
 
-The worked example of supporting a custom op (README, "Writing a lemma pack"): ``ops.py`` says what
+The worked example of supporting a custom op (docs/lemma-packs.md, "Writing a lemma pack"): ``ops.py`` says what
 ``apex.fused_layer_norm_affine`` and its backward compute (shapes, NumPy references), ``lemmas.py`` how
 they distribute over sharded rows.
 """

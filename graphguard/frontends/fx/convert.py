@@ -485,7 +485,7 @@ class _Converter:
         op = self.reg.get(name)
         if op is None:
             raise InputError(f"{self.where(n)}: unknown operator '{name}': no loaded lemma pack defines it "
-                             f"(add one: see README 'Writing a lemma pack')")
+                             f"(add one: see docs/lemma-packs.md, 'Writing a lemma pack')")
         if bound is None:
             schema = _schema(n.target)
             bound = _bind(schema, n.args, n.kwargs, self.where(n)) if schema is not None else {}

@@ -663,7 +663,7 @@ def _custom_call(c, ins, xs, name, prefix):
     opdef = c.reg.get(op)
     if opdef is None:
         raise InputError(f"{c.where(ins)}: custom-call target '{target}' is unknown: no loaded lemma pack defines "
-                         f"op '{op}' (a pack can add it: see README 'Writing a lemma pack')")
+                         f"op '{op}' (a pack can add it: see docs/lemma-packs.md, 'Writing a lemma pack')")
     attrs = {}
     spec = opdef.attr_spec("backend_config")
     if spec is not None and (ins.attrs.get("backend_config") or spec.required):  # absent: the op's default

@@ -171,3 +171,144 @@ def test_a_wrong_offset_is_not_fused(monkeypatch, plugins):
     g = ggt.capture(lambda r: M.impl(r, 2), lambda r: M.inputs(r, 2), world_size=2, backward=False).graph()
     fuse_expressions(g, plugins.registry, S.Constraints())
     assert not any(n.op == "core.masked_lookup" for n in g.nodes)  # the rows are not zeroed: no masked lookup
+
+
+# -- the target's logit and its one-hot update: core.masked_pick, core.masked_one_hot_update --------------------
+
+from lemma_packs.core.lookups import PICK_SPELLINGS, UPDATE_SPELLINGS  # noqa: E402
+
+PICK_SHAPES = {**{f"x{r}": [6, 4] for r in range(4)}, "t": [6]}
+PICK_DTYPES = {"t": "int64"}
+LOGITS = "concat(x0, x1, x2, x3, dim=1)"
+
+
+def pick_spell(form: str, x: str, s: int, e: int, t: str = "t") -> str:
+    return (form.replace("?x0", x).replace("?x1", t).replace("?p_start", str(s)).replace("?p_end", str(e))
+            .replace("?m", "6").replace("?u", "[6]").replace("?w", "[6]").replace("?t", "float32"))
+
+
+def pick(x, s, e, op="core.masked_pick"):
+    return f"{op}({x}, t, start={s}, end={e})"
+
+
+@pytest.mark.parametrize("k", range(len(PICK_SPELLINGS)))
+def test_each_pick_spelling_is_the_masked_pick(k):
+    form = PICK_SPELLINGS[k][0]
+    assert proves(pick_spell(form, "x1", 4, 8), pick("x1", 4, 8), PICK_SHAPES, dtypes=PICK_DTYPES)
+    assert not proves(pick_spell(form, "x1", 4, 8), pick("x1", 3, 7), PICK_SHAPES, dtypes=PICK_DTYPES)
+    bad = _wrong_bound(form)  # ``>`` where ``>=`` was needed: target e picked from past the shard
+    assert bad != form and not proves(pick_spell(bad, "x1", 4, 8), pick("x1", 4, 8), PICK_SHAPES, dtypes=PICK_DTYPES)
+
+
+@pytest.mark.parametrize("k", range(len(UPDATE_SPELLINGS)))
+def test_each_one_hot_update_spelling_is_the_masked_update(k):
+    form, upd = UPDATE_SPELLINGS[k][0], "core.masked_one_hot_update"
+    assert proves(pick_spell(form, "x1", 4, 8), pick("x1", 4, 8, upd), PICK_SHAPES, dtypes=PICK_DTYPES)
+    assert not proves(pick_spell(form, "x1", 4, 8), pick("x1", 5, 9, upd), PICK_SHAPES, dtypes=PICK_DTYPES)
+    bad = _wrong_bound(form)
+    assert bad != form
+    assert not proves(pick_spell(bad, "x1", 4, 8), pick("x1", 4, 8, upd), PICK_SHAPES, dtypes=PICK_DTYPES)
+
+
+@pytest.mark.parametrize("k", range(len(PICK_SPELLINGS)))
+def test_masked_picks_of_column_shards_add_up_in_any_spelling(k):
+    """core:301 (a masked pick of a concat splits), with the logits over all of [0, 16): any targets."""
+    parts = ", ".join(pick_spell(PICK_SPELLINGS[k][0], f"x{r}", s, e) for r, (s, e) in enumerate(SHARDS))
+    assert proves(pick(LOGITS, 0, 16), f"sum({parts})", PICK_SHAPES, dtypes=PICK_DTYPES)
+    upd = "core.masked_one_hot_update"
+    parts = ", ".join(pick(f"x{r}", s, e, upd) for r, (s, e) in enumerate(SHARDS))
+    assert proves(pick(LOGITS, 0, 16, upd), f"concat({parts}, dim=1)", PICK_SHAPES, dtypes=PICK_DTYPES)
+
+
+@pytest.mark.parametrize("shards", [
+    [(4, 8), (0, 4), (8, 12), (12, 16)],  # ranks 0 and 1 swapped their columns
+    [(0, 4), (4, 8), (8, 12), (13, 17)],  # rank 3 off by one
+    [(0, 4), (4, 8), (8, 12), (11, 15)],  # rank 3's range overlaps rank 2's
+])
+def test_wrong_column_ranges_must_not_prove(shards):
+    parts = ", ".join(pick(f"x{r}", s, e) for r, (s, e) in enumerate(shards))
+    assert not proves(pick(LOGITS, 0, 16), f"sum({parts})", PICK_SHAPES, dtypes=PICK_DTYPES)
+    upd = "core.masked_one_hot_update"
+    parts = ", ".join(pick(f"x{r}", s, e, upd) for r, (s, e) in enumerate(shards))
+    assert not proves(pick(LOGITS, 0, 16, upd), f"concat({parts}, dim=1)", PICK_SHAPES, dtypes=PICK_DTYPES)
+
+
+def test_pick_and_update_declarations_pass_the_fuzzer_and_a_wrong_one_fails(plugins):
+    from graphguard.engine.fuzz import fuzz_rule
+    from graphguard.engine.lemma import build_rules
+    ops = ("core.masked_pick", "core.masked_one_hot_update")
+    rules = [r for r in plugins.lemmas if any(op in r.lemma.rule for op in ops) or r.lemma.label == "aten:476"]
+    assert len([r for r in rules if r.lemma.ref == 1218]) == len(PICK_SPELLINGS) + len(UPDATE_SPELLINGS)
+    assert {r.lemma.label for r in rules} >= {"core:301", "core:302", "aten:476", "aten:478", "aten:1316", "aten:1319"}
+    for r in rules:
+        assert fuzz_rule(r, plugins.registry).ok, r.lemma.label
+    for op in ops:
+        lem = next(r.lemma for r in plugins.lemmas if r.lemma.name == f"fused-expression[{op}#0]")
+        wrong = lem.rule.replace("aten.ge.Scalar(?x1, other=?p_end)", "aten.gt.Scalar(?x1, other=?p_end)")
+        assert wrong != lem.rule
+        (r,) = build_rules(dataclasses.replace(lem, rule=wrong, variant="wrong"), plugins.registry)
+        assert not fuzz_rule(r, plugins.registry).ok, op
+
+
+# -- Megatron GPT's vocab-parallel cross-entropy with no ranges: --------------------------------------------------
+# at TP=1 it still masks labels outside [0, V), so it is defined for every label and equals the ranks' sum of
+# masked picks for every label: the fusion collapses the TP=1 mask into core.masked_pick(x, t, 0, V) as it does
+# each rank's, and core:301 splits it. (examples/megatron-gpt's relation states the range all the same.)
+
+@pytest.fixture(scope="module")
+def megatron_gpt(tmp_path_factory):
+    pytest.importorskip("megatron.core")
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+    out = tmp_path_factory.mktemp("megatron-gpt")
+    p = subprocess.run([sys.executable, "-m", "graphguard", "capture", str(EXAMPLES / "megatron-gpt" / "model.py"),
+                        "--world-size", "2", "-o", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rel = yaml.safe_load((out / "relation.yaml").read_text())
+    assert "labels" in rel.get("ranges", {})  # the example states it; the tests below drop it
+    return (json.loads((out / "spec.gg.json").read_text()), json.loads((out / "impl.gg.json").read_text()), rel)
+
+
+def _gpt_verify(spec, impl, rel):
+    import graphguard
+    from graphguard.ir.scalar import Constraints
+    from graphguard.ir.serde import graph_from_dict
+    from graphguard.plugins import load_plugins
+    reg = load_plugins().registry
+    return graphguard.verify(graph_from_dict(spec, "<spec>", reg, Constraints()),
+                             graph_from_dict(impl, "<impl>", reg, Constraints()), rel)
+
+
+def _ce_node(impl, op, rank, value):
+    """The cross-entropy's node of rank ``rank`` computing ``op`` with the constant ``value``."""
+    (n,) = [n for n in impl["nodes"] if n["op"] == op and n["name"].endswith(f"@{rank}")
+            and n.get("loc", "").startswith("cross_entropy.py") and value in n["attrs"].values()]
+    return n
+
+
+@pytest.mark.parametrize("ranges", [False, True])
+def test_megatron_gpt_cross_entropy_refines_without_ranges(megatron_gpt, ranges):
+    spec, impl, rel = megatron_gpt
+    rel = rel if ranges else {k: v for k, v in rel.items() if k != "ranges"}
+    r = _gpt_verify(spec, impl, rel)
+    assert r.verdict == "refines", r.render()
+    assert {"out0 = out0@0", "out0 = out0@1"} <= set(r.r_o_lines())
+    assert "core:301" in r.stats["lemma_hits"]  # the TP=1 masked pick split over the ranks' columns
+
+
+@pytest.mark.parametrize("bug", ["rank-1-range-off-by-one", "gt-for-ge"])
+def test_megatron_gpt_cross_entropy_bugs_must_not_prove(megatron_gpt, bug):
+    import copy
+    spec, impl, rel = megatron_gpt
+    impl = copy.deepcopy(impl)
+    if bug == "rank-1-range-off-by-one":  # rank 1 owns [17, 32), shifted by 17: label 16 is nobody's
+        _ce_node(impl, "aten.lt.Scalar", 1, "16")["attrs"]["other"] = "17"
+        _ce_node(impl, "aten.scalar_tensor", 1, "16")["attrs"]["s"] = "17"
+    else:  # rank 0 masks labels > 16 where >= 16 was needed: label 16 counted twice
+        _ce_node(impl, "aten.ge.Scalar", 0, "16")["op"] = "aten.gt.Scalar"
+    for rel_ in (rel, {k: v for k, v in rel.items() if k != "ranges"}):
+        r = _gpt_verify(spec, impl, rel_)
+        assert r.verdict != "refines", bug

@@ -1,7 +1,10 @@
 """Masked lookups over vocabulary shards: rank r owns rows [s, e) of an embedding table or the logits' columns;
 ids outside are masked (Megatron: ``index_put`` of shifted ids, or ``masked_fill``; vLLM: ``get_masked_input_and_mask``;
-torchtitan: multiplied by the mask) and the ranks' lookups, target logits and one-hot updates are summed. The same
-fact in each framework's spelling (issue 40: one canonical lookup with per-framework spellings is still to come).
+torchtitan: multiplied by the mask) and the ranks' lookups, target logits and one-hot updates are summed. Each is
+one canonical op with the frameworks' spellings as data (``lemma_packs/core/lookups.py``: ``core.masked_lookup``,
+``core.masked_pick``, ``core.masked_one_hot_update``, each split over a concatenation there, once); the lemmas here
+relate the sequential ATen ops (``embedding``, ``gather``, ``scatter_add``, an unmasked pick of targets in range)
+to them.
 
 Part of the ATen pack's lemmas, one file per subject (``__init__.py`` joins them).
 """
@@ -9,7 +12,18 @@ from __future__ import annotations
 
 from graphguard.ir.lemma import L
 
-MASKED_LOOKUP = "core.masked_lookup"  # the canonical masked lookup of a row shard (lemma_packs/core/lookups.py)
+from lemma_packs.core.lookups import (LOCAL, LOCAL_MF, MASK, MASKED_FILL, MASKED_LOOKUP, MASKED_ONE_HOT_UPDATE,
+                                      MASKED_PICK, MEGATRON, PICK_FLAT, PICK_MASKED_FILL)
+
+# the canonical ops' spellings as format templates ({w}/{x} the table or logits, {i} the ids, {s}, {e}, {m} the
+# rows), for the tests that spell a rank's program out
+_NAMES = {"?x0": "{x}", "?x1": "{i}", "?p_start": "{s}", "?p_end": "{e}", "?m": "{m}"}
+
+
+def _template(spelling: str, table: str = "{x}") -> str:
+    for k, v in {**_NAMES, "?x0": table}.items():
+        spelling = spelling.replace(k, v)
+    return spelling
 
 # the numbers its lemmas have, then 2450-2499 for new ones
 NUMBERS = (range(470, 474), range(476, 488), range(1315, 1317), range(1318, 1320), range(1620, 1623),
@@ -17,41 +31,27 @@ NUMBERS = (range(470, 474), range(476, 488), range(1315, 1317), range(1318, 1320
 
 
 # the mask of ids i outside [s, e) and the shifted, masked ids (masked ones point at row 0); s is an integer
-_MASK = "aten.bitwise_or.Tensor(aten.lt.Scalar({i}, other={s}), aten.ge.Scalar({i}, other={e}))"
-_LOCAL = (f"aten.index_put(aten.sub.Tensor({{i}}, aten.scalar_tensor(s={{s}}, dtype=int64)), {_MASK},"
-          " aten.full(size=[], fill_value=0, dtype=int64))")
-_ZERO = "aten.full(size=[], fill_value=0, dtype=float32)"
-# VocabParallelEmbedding: weight[local], masked rows zeroed
-_LOOKUP = (f"aten.index_put(aten.embedding({{w}}, {_LOCAL}, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q),"
-           f" {_MASK}, {_ZERO})")
+_MASK = _template(MASK)
+_LOCAL = _template(LOCAL)
+_LOCAL_MF = _template(LOCAL_MF)
+# VocabParallelEmbedding: weight[local], masked rows zeroed (index_put; masked_fill)
+_LOOKUP = _template(MEGATRON, "{w}")
+_LOOKUP_MF = _template(MASKED_FILL, "{w}")
+# _VocabParallelCrossEntropy: the target's logit x[arange, local] of rows [0, m), zero where masked
+_PREDICTED = _template(PICK_FLAT)
+_PREDICTED_MF = _template(PICK_MASKED_FILL)
 # its backward: the gradient of masked rows zeroed, summed into the shard's rows
 _EMB_BW = (f"aten.embedding_dense_backward(aten.index_put({{g}}, {_MASK}, aten.zeros(size=[], dtype=float32)),"
            f" {_LOCAL}, num_weights={{n}}, padding_idx=?pi, scale_grad_by_freq=false)")
-# _VocabParallelCrossEntropy: the target's logit x[arange, local] of rows [0, m), zero where masked ...
-_ROWS = "aten.arange.start(start=0, end={m})"
-_PREDICTED = f"aten.index_put(aten.index.Tensor({{x}}, {_ROWS}, {_LOCAL}), {_MASK}, {_ZERO})"
-# ... and its backward: x[arange, local] -= 1 - mask (softmax minus the one-hot of the target it owns)
-_ONE_HOT_UPDATE = (f"aten.index_put({{x}}, {_ROWS}, {_LOCAL},"
-                   f" aten.sub.Tensor(aten.index.Tensor({{x}}, {_ROWS}, {_LOCAL}),"
-                   f" aten.rsub.Scalar(aten._to_copy({_MASK}, dtype=float32), other=1)))")
-
 _A, _B, _AB = "size(?a, 0)", "size(?b, 0)", "size(?a, 0) + size(?b, 0)"  # vocabulary rows of the parts
 _AC, _ABC = "size(?a, 1)", "size(?a, 1) + size(?b, 1)"  # vocabulary columns of the parts
 _T1 = "reshape(?t, shape=[size(?t, 0)])"  # [tokens, 1] targets as [tokens]
 _COLS = f"rank(?a) == 2 and {_AC} >= 1 and size(?b, 1) >= 1"
-_NESTED = f"?n == size(?a, 0) and ?s // 1 == ?s and ?e - ?s == {_ABC} and {_COLS}"  # [s, e) split into ?a, ?b
-_NESTED_EXAMPLES = [{"a": [n, a], "b": [n, b], "t": [n], "n": n, "s": s, "e": s + a + b}
-                    for n, a, b, s in ((3, 2, 3, 1), (4, 2, 2, 0), (2, 1, 3, 4), (5, 3, 1, 2), (1, 2, 2, 0))]
 
-# -- the masked_fill form (480-486) ------------------------------------------------------------------
-_LOCAL_MF = (f"aten.masked_fill.Scalar(aten.sub.Tensor({{i}}, aten.scalar_tensor(s={{s}}, dtype=int64)), {_MASK},"
-             " value=0)")
+# -- the masked_fill form (480-484) ------------------------------------------------------------------
 _ZERO_ROWS_MF = f"aten.masked_fill.Scalar({{x}}, reshape({_MASK}, shape=?u), value=0)"  # x[mask, :] = 0
-_LOOKUP_MF = _ZERO_ROWS_MF.replace(
-    "{x}", f"aten.embedding({{w}}, {_LOCAL}, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q)")
 _EMB_BW_MF = (f"aten.embedding_dense_backward({_ZERO_ROWS_MF.replace('{x}', '{g}')}, {_LOCAL}, num_weights={{n}},"
               " padding_idx=?pi, scale_grad_by_freq=false)")
-_PREDICTED_MF = f"aten.masked_fill.Scalar(aten.index.Tensor({{x}}, {_ROWS}, {_LOCAL}), {_MASK}, value=0)"
 # ?u is the ids' shape with a trailing 1 (mask.unsqueeze(-1)): ids of rank 1 to 3
 _UNSQ = ("(rank(?i) == 1 and ?u == [size(?i, 0), 1]) or (rank(?i) == 2 and ?u == [size(?i, 0), size(?i, 1), 1])"
          " or (rank(?i) == 3 and ?u == [size(?i, 0), size(?i, 1), size(?i, 2), 1])")
@@ -85,34 +85,6 @@ _IDS = "rank(?i) == 1 and dtype(?i) == \"int64\""
 
 
 _FALSE = 'aten.full(size={z}, fill_value=0, dtype="bool")'
-_MCE_MASK = "aten.bitwise_or.Tensor(aten.lt.Scalar({t}, other={s}), aten.ge.Scalar({t}, other={e}))"
-_MCE_LOCAL = (f"aten.index_put(aten.sub.Tensor({{t}}, aten.scalar_tensor(s={{s}}, dtype=int64)), {_MCE_MASK},"
-          " aten.full(size=[], fill_value=0, dtype=int64))")
-_MCE_ZERO = "aten.full(size=[], fill_value=0, dtype=float32)"
-# Megatron's predicted logits of logits x [m, cols] for targets t (any shape of m entries), ids in [s, e)
-_MCE_LOOKUP = f"aten.index.Tensor({{x}}, aten.arange.start(start=0, end={{m}}), reshape({_MCE_LOCAL}, shape={{u}}))"
-_MCE_PREDICTED = f"aten.index_put(reshape({_MCE_LOOKUP}, shape={{w}}), {_MCE_MASK}, {_MCE_ZERO})"
-
-# its backward: grad_2d[arange, local.view(-1)] -= 1 - mask.view(-1).float() (softmax minus the one-hot of the
-# target on the rank owning it)
-_MCE_ROWS = "aten.arange.start(start=0, end={m})"
-_MCE_IDS = f"reshape({_MCE_LOCAL}, shape={{u}})"
-_ONE_HOT = (f"aten.index_put({{x}}, {_MCE_ROWS}, {_MCE_IDS}, aten.sub.Tensor(aten.index.Tensor({{x}}, {_MCE_ROWS}, {_MCE_IDS}),"
-            f" aten.rsub.Scalar(aten._to_copy(reshape({_MCE_MASK}, shape={{u}}), dtype=float32), other=1)))")
-
-
-def _one_hot(x, t, s, e, m, u="[?m]"):
-    return _ONE_HOT.format(x=x, t=t, s=s, e=e, m=m, u=u)
-
-
-def _pred(x, t, s, e, m, u, w):
-    return _MCE_PREDICTED.format(x=x, t=t, s=s, e=e, m=m, u=u, w=w)
-
-
-_CA, _CAB = "size(?a, 1)", "size(?a, 1) + size(?b, 1)"
-_SPLIT_EXAMPLES = [{"a": [n, a], "b": [n, b], "t": t, "m": n, "u": [n], "w": t, "s": s, "e": s + a + b}
-                   for n, a, b, s, t in ((6, 2, 3, 1, [3, 2]), (4, 2, 2, 0, [2, 2]), (2, 1, 3, 4, [1, 2]),
-                                         (6, 3, 1, 2, [2, 3]), (3, 2, 2, 0, [3, 1]), (4, 4, 4, 0, [4]))]
 
 
 # -- torchtitan's vocabulary-parallel embedding ----------------------------------------------------------------
@@ -178,32 +150,28 @@ LEMMAS = [
       when=_EMB_BW.format(g="?g", i="?i", s="?s", e="?m", n="?k"), index={"i": "?e + 2"},
       examples=[{"g": [2, 3, 4], "i": [2, 3], "s": s, "e": e, "w": e - s, "m": m, "k": m - s, "pi": -1}
                 for s, m, e in ((1, 3, 6), (0, 2, 4), (4, 8, 16), (2, 3, 4), (0, 1, 5))]),
-    # the target's logit of vocabulary-sharded logits [tokens, V]: the sum of the ranks' masked lookups
+    # the target's logit of vocabulary-sharded logits [tokens, V]: the sum of the ranks' masked picks
+    # (core.masked_pick, which its spellings' lemmas make of this one in the e-graph: any framework's spelling);
+    # torch.gather is undefined for a target outside [0, V). The right side spells the picks out (Megatron's flat
+    # form, lemma_packs/core/lookups.py PICK_FLAT) rather than naming the op: a rank that gathers its masked
+    # targets' column and zeroes the masked rows (torchtitan's loss parallel, not a spelling the fusion collapses)
+    # computes them over masks the search reaches only through these terms (engine/infer.py explore_frontier)
     L(476, "gather-of-vocab-shards",
       "aten.gather(concat(?a, ?b, dim=1), ?t, dim=1, sparse_grad=?g)"
       f" => reshape(sum({_PREDICTED.format(x='?a', m='size(?a, 0)', i=_T1, s=0, e=_AC)},"
       f" {_PREDICTED.format(x='?b', m='size(?a, 0)', i=_T1, s=_AC, e=_ABC)}), shape=shape(?t))",
       f"shape(?t) == [size(?a, 0), 1] and {_COLS}",
-      index={"t": _ABC}, examples=[{"a": [3, 2], "b": [3, 4], "t": [3, 1]}]),
-    L(477, "masked-target-logit-of-vocab-shards",
-      f"{_PREDICTED.format(x='concat(?a, ?b, dim=1)', m='?n', i='?t', s='?s', e='?e')}"
-      f" => sum({_PREDICTED.format(x='?a', m='?n', i='?t', s='?s', e='?s + ' + _AC)},"
-      f" {_PREDICTED.format(x='?b', m='?n', i='?t', s='?s + ' + _AC, e='?e')})",
-      _NESTED, index={"t": "?e + 2"}, examples=_NESTED_EXAMPLES),
-    # the backward: softmax minus the one-hot of the target (scatter_add of -1) of sharded softmax rows
+      index={"t": _ABC}, examples=[{"a": [3, 2], "b": [3, 4], "t": [3, 1]}, {"a": [1, 1], "b": [1, 2], "t": [1, 1]}]),
+    # the backward: softmax minus the one-hot of the target (scatter_add of -1) of sharded softmax rows, the
+    # ranks' masked one-hot updates of their columns (core.masked_one_hot_update)
     L(478, "one-hot-update-of-vocab-shards",
       "aten.scatter_add(concat(?a, ?b, dim=1), ?t, aten.full(size=?z, fill_value=?o, dtype=?y), dim=1)"
-      f" => concat({_ONE_HOT_UPDATE.format(x='?a', m='size(?a, 0)', i=_T1, s=0, e=_AC)},"
-      f" {_ONE_HOT_UPDATE.format(x='?b', m='size(?a, 0)', i=_T1, s=_AC, e=_ABC)}, dim=1)",
+      f" => concat({MASKED_ONE_HOT_UPDATE}(?a, {_T1}, start=0, end={_AC}),"
+      f" {MASKED_ONE_HOT_UPDATE}(?b, {_T1}, start={_AC}, end={_ABC}), dim=1)",
       f"?o == -1 and shape(?t) == [size(?a, 0), 1] and ?z == shape(?t) and {_COLS} and floating(?y)"
       " and floating(dtype(?a)) and floating(dtype(?b))",
       index={"t": _ABC}, examples=[{"a": [n, a], "b": [n, b], "t": [n, 1], "z": [n, 1], "o": -1}
                                    for n, a, b in ((3, 2, 4), (4, 2, 2), (2, 1, 3), (5, 3, 1), (1, 2, 2))]),
-    L(479, "masked-one-hot-update-of-vocab-shards",
-      f"{_ONE_HOT_UPDATE.format(x='concat(?a, ?b, dim=1)', m='?n', i='?t', s='?s', e='?e')}"
-      f" => concat({_ONE_HOT_UPDATE.format(x='?a', m='?n', i='?t', s='?s', e='?s + ' + _AC)},"
-      f" {_ONE_HOT_UPDATE.format(x='?b', m='?n', i='?t', s='?s + ' + _AC, e='?e')}, dim=1)",
-      _NESTED, index={"t": "?e + 2"}, examples=_NESTED_EXAMPLES),
     # (i - s).masked_fill(mask, 0) is Megatron's i - s with [mask] = 0
     L(480, "masked-fill-ids-are-index-put-ids",
       f"{_LOCAL_MF.format(i='?i', s='?s', e='?e')} => {_LOCAL.format(i='?i', s='?s', e='?e')}",
@@ -227,18 +195,6 @@ LEMMAS = [
       when=_EMB_BW_MF.format(g="?g", i="?i", s="?s", e="?m", n="?k"), index={"i": "?e + 2"},
       examples=[{"g": [2, 3, 4], "i": [2, 3], "u": [2, 3, 1], "s": s, "e": e, "w": e - s, "m": m, "k": m - s, "pi": -1}
                 for s, m, e in ((1, 3, 6), (0, 2, 4), (4, 8, 16), (2, 3, 4), (0, 1, 5))]),
-    # the target's logit zeroed with masked_fill: as 476 and 477
-    L(485, "gather-of-vocab-shards-masked-fill",
-      "aten.gather(concat(?a, ?b, dim=1), ?t, dim=1, sparse_grad=?g)"
-      f" => reshape(sum({_PREDICTED_MF.format(x='?a', m='size(?a, 0)', i=_T1, s=0, e=_AC)},"
-      f" {_PREDICTED_MF.format(x='?b', m='size(?a, 0)', i=_T1, s=_AC, e=_ABC)}), shape=shape(?t))",
-      f"shape(?t) == [size(?a, 0), 1] and {_COLS}",
-      index={"t": _ABC}, examples=[{"a": [3, 2], "b": [3, 4], "t": [3, 1]}, {"a": [1, 1], "b": [1, 2], "t": [1, 1]}]),
-    L(486, "masked-fill-target-logit-of-vocab-shards",
-      f"{_PREDICTED_MF.format(x='concat(?a, ?b, dim=1)', m='?n', i='?t', s='?s', e='?e')}"
-      f" => sum({_PREDICTED_MF.format(x='?a', m='?n', i='?t', s='?s', e='?s + ' + _AC)},"
-      f" {_PREDICTED_MF.format(x='?b', m='?n', i='?t', s='?s + ' + _AC, e='?e')})",
-      _NESTED, index={"t": "?e + 2"}, examples=_NESTED_EXAMPLES),
     # torch.where(mask, 0, x) is x.masked_fill(mask, 0) (a whole-number fill: the same value whatever the
     # dtypes promote to), so the masked_fill lemmas above cover the torch.where form too
     L(487, "where-of-a-scalar-is-masked-fill",
@@ -256,38 +212,24 @@ LEMMAS = [
       " and vend(?i) <= ?n", when=f"{MASKED_LOOKUP}(?c, ?i, start=?m, end=?n)", index={"i": _AB},
       examples=[{"a": [a, 4], "b": [b, 4], "i": [t], "n": n}
                 for a, b, t, n in ((3, 3, 5, 5), (2, 4, 4, 3), (4, 4, 6, 7), (1, 3, 3, 2))]),
-    # the ranks' masked lookups over their column shards add up to the masked lookup of the whole (any ids)
-    L(1315, "megatron-predicted-logits-of-vocab-shards",
-      f"{_pred('concat(?a, ?b, dim=1)', '?t', '?s', '?e', '?m', '?u', '?w')}"
-      f" => sum({_pred('?a', '?t', '?s', '?s + ' + _CA, '?m', '[?m]', 'shape(?t)')},"
-      f" {_pred('?b', '?t', '?s + ' + _CA, '?e', '?m', '[?m]', 'shape(?t)')})",
-      f"?u == [?m] and ?w == shape(?t) and ?m == numel(?t) and ?m == size(?a, 0) and rank(?a) == 2"
-      f" and ?s // 1 == ?s and ?e - ?s == {_CAB} and {_CA} >= 1 and size(?b, 1) >= 1",
-      index={"t": "?e + 2"}, examples=_SPLIT_EXAMPLES),
-    # ids all in [0, cols): a plain lookup of the target's logit is its masked form over all the columns
+    # targets all in [0, cols): a plain pick of the target's logit is the masked pick over all the columns (its
+    # split over the ranks' columns: core:301)
     L(1316, "lookup-of-ids-in-range-is-megatron-masked-lookup",
       "aten.index.Tensor(?x, aten.arange.start(start=0, end=?m), reshape(?t, shape=?u))"
-      f" => reshape({_pred('?x', '?t', 0, 'size(?x, 1)', '?m', '[?m]', 'shape(?t)')}, shape=[?m])",
-      "?u == [?m] and ?m == numel(?t) and rank(?x) == 2 and vmin(?t) >= 0 and vend(?t) <= size(?x, 1)",
+      f" => reshape({MASKED_PICK}(?x, ?t, start=0, end=size(?x, 1)), shape=[?m])",
+      "?u == [?m] and ?m == numel(?t) and rank(?x) == 2 and size(?x, 0) == ?m and vmin(?t) >= 0"
+      " and vend(?t) <= size(?x, 1)",
       examples=[{"x": [n, c], "t": t, "m": n, "u": [n], "t:range": r}
                 for n, c, t, r in ((6, 4, [3, 2], (0, 4)), (4, 3, [2, 2], (1, 3)), (2, 5, [2], (0, 5)),
                                    (6, 2, [2, 3], (0, 2)))]),
-    # the backward: the ranks' one-hot updates of their column shards are the columns of the whole one's (any ids)
-    L(1318, "megatron-one-hot-update-of-vocab-shards",
-      f"{_one_hot('concat(?a, ?b, dim=1)', '?t', '?s', '?e', '?m', '?u')}"
-      f" => concat({_one_hot('?a', '?t', '?s', '?s + ' + _CA, '?m')}, {_one_hot('?b', '?t', '?s + ' + _CA, '?e', '?m')},"
-      f" dim=1)",
-      f"?u == [?m] and ?m == numel(?t) and ?m == size(?a, 0) and rank(?a) == 2 and ?s // 1 == ?s and ?e - ?s == {_CAB}"
-      f" and {_CA} >= 1 and size(?b, 1) >= 1 and floating(dtype(?a)) and floating(dtype(?b))",
-      index={"t": "?e + 2"}, examples=[{k: v for k, v in x.items() if k != "w"} for x in _SPLIT_EXAMPLES]),
-    # ids all in [0, cols): x[arange, ids] -= 1 - 0 (the TP=1 program, its mask all false) is the masked update
+    # ... and x[arange, ids] -= 1 - 0 (the TP=1 program, its mask all false) the masked one-hot update (core:302)
     L(1319, "one-hot-update-of-ids-in-range-is-megatron-masked-update",
       "aten.index_put(?x, aten.arange.start(start=0, end=?m), reshape(?t, shape=?u),"
       " aten.sub.Tensor(aten.index.Tensor(?x, aten.arange.start(start=0, end=?m), reshape(?t, shape=?u)),"
       f" aten.rsub.Scalar(aten._to_copy(reshape({_FALSE.format(z='?z')}, shape=?u), dtype=float32), other=1)))"
-      f" => {_one_hot('?x', '?t', 0, 'size(?x, 1)', '?m')}",
-      "?u == [?m] and ?m == numel(?t) and ?z == shape(?t) and rank(?x) == 2 and floating(dtype(?x))"
-      " and vmin(?t) >= 0 and vend(?t) <= size(?x, 1)",
+      f" => {MASKED_ONE_HOT_UPDATE}(?x, ?t, start=0, end=size(?x, 1))",
+      "?u == [?m] and ?m == numel(?t) and ?z == shape(?t) and rank(?x) == 2 and size(?x, 0) == ?m"
+      " and floating(dtype(?x)) and vmin(?t) >= 0 and vend(?t) <= size(?x, 1)",
       examples=[{"x": [n, c], "t": t, "m": n, "u": [n], "z": t, "t:range": r}
                 for n, c, t, r in ((6, 4, [3, 2], (0, 4)), (4, 3, [2, 2], (1, 3)), (2, 5, [2], (0, 5)),
                                    (6, 2, [2, 3], (0, 2)))]),

@@ -1,28 +1,36 @@
 """The observations of Listing 3 that relate a G_d tensor to v without a clean expression yet: outputs of data
 movement, broadcasts and scaling by a constant of related tensors (their input is a clean function of their
 output), and v's own operator applied to tensors related to v's inputs (a rank's partial result), within
-``MAX_HOPS`` operators."""
+``MAX_HOPS`` operators; and, for a G_s operator whose declared invariance holds whatever term the ranks
+computed it with (a softmax's shift: any row term), the operators computing such terms from related tensors
+(:func:`derived_bound`)."""
 from __future__ import annotations
 
 from ..ir.graph import Node
 from .context import Context
 
 MAX_HOPS = 4  # G_d operators the frontier follows from a related tensor on the observations alone
+MAX_DERIVED = 4  # G_d operators the frontier follows from related tensors where v's invariance reads their results
 
 
 def relate(ctx: Context, explored: dict[str, Node], hops: dict[str, int], inside: set[str], const: frozenset,
-            op: str | None) -> None:
+            op: str | None, derived: dict[str, int] | None = None) -> None:
     """Relate the outputs of explored operators by the observations of :func:`explore_frontier`, to a
-    fixpoint (a tensor found closer to a named one may bring others within the bound)."""
+    fixpoint (a tensor found closer to a named one may bring others within the bound). With ``derived`` (the
+    tensors computed from related ones only, :func:`derived_bound`): ``x - c`` and ``x + c`` of a related x and
+    such a c broadcast along x (a row term: a shift) too -- x is the output less c, computed alike."""
     changed = True
     while changed:
         changed = False
         for n in explored.values():
             ins = [i for i in n.inputs if i not in const]
+            shifted = derived is not None and _shift(ctx, n, hops, derived, const)
+            if shifted:
+                ins = [shifted]
             if not ins or not all(i in hops for i in ins):
                 continue
             own = n.op == op and all(i in inside for i in ins)
-            if not (own or n.op in INVERTIBLE or _scaling(ctx, n, const) or _broadcast(ctx, n, const)):
+            if not (own or shifted or n.op in INVERTIBLE or _scaling(ctx, n, const) or _broadcast(ctx, n, const)):
                 continue
             h = 1 + max(hops[i] for i in ins)
             if h > MAX_HOPS:
@@ -68,3 +76,40 @@ def _broadcast(ctx: Context, n: Node, const: frozenset) -> bool:
     """A broadcast of x (``expand``): x is a slice of the output, so the output relates to v as much as x does
     (a micro-batch's share of a stacked loss's gradient is a slice of ``expand(g)``)."""
     return ctx.egraph.reg.get(n.op).broadcast and sum(i not in const for i in n.inputs) == 1
+
+
+def derived_bound(ctx: Context, op: str | None) -> int:
+    """How many G_d operators the frontier follows from related tensors when they read no other (:data:`MAX_DERIVED`)
+    for G_s operator ``op`` -- where ``op`` declares an invariance under a term the ranks may compute any way
+    from what they hold (``shift_invariant``: softmax(x - c) = softmax(x) for any row term c, a mean, a max
+    all-reduced with sum, none), whose G_d form has no G_s counterpart to relate it by; 0 elsewhere (the search
+    stays local: every other operator's frontier is as Listing 3 has it)."""
+    o = ctx.egraph.reg.get(op) if op else None
+    return MAX_DERIVED if o is not None and o.shift_invariant else 0
+
+
+def _shift(ctx: Context, n: Node, hops: dict[str, int], derived: dict[str, int], const: frozenset) -> str:
+    """The related operand x of ``n`` where n is ``x - c`` or ``x + c`` (an op computing sub or add) of a c
+    derived from related tensors (or related, or constant) and broadcast along x -- fewer entries, x's shape after
+    broadcasting; else ''."""
+    if len(n.inputs) != 2 or len(n.outputs) != 1:
+        return ""
+    o = ctx.egraph.reg.get(n.op)
+    fns = set(o.computes) if o is not None and isinstance(o.computes, dict) else {getattr(o, "computes", "")}
+    if not fns & {"sub", "add"} or (isinstance(o.computes, dict) and any(
+            n.attrs.get(k) != v for fn in fns & {"sub", "add"} for k, v in o.computes[fn].items())):
+        return ""  # (under the attribute values that make it x - c or x + c: alpha 1)
+    shape = ctx.g_d.tensors
+    a, b = n.inputs
+    for x, c in [(a, b), (b, a)] if "add" in fns else [(a, b)]:
+        if x in hops and (c in derived or c in const or c in hops):
+            xs, cs = tuple(shape[x].shape), tuple(shape[c].shape)
+            if tuple(shape[n.outputs[0]].shape) == xs and len(cs) <= len(xs) and _row_term(xs, cs):
+                return x
+    return ""
+
+
+def _row_term(xs: tuple, cs: tuple) -> bool:
+    """c (shape ``cs``) broadcasts to x's shape ``xs`` and is 1 on a dim where x is not: a term constant along it."""
+    cs = (1,) * (len(xs) - len(cs)) + cs
+    return all(c == 1 or c == x for c, x in zip(cs, xs)) and any(c == 1 and x != 1 for c, x in zip(cs, xs))

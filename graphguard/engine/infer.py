@@ -22,7 +22,7 @@ from .context import Context, Relation
 from .deferral import Carried, definitions
 from .egraph import Budget, BudgetExceeded, EGraph
 from .snapshot import Snapshot
-from .frontier import invertible_terms, relate
+from .frontier import derived_bound, invertible_terms, relate
 from .gd_facts import broadcast_definitions, constant_term, constants_for, index_constant, structure
 from .labels.provers import (ELEMENTWISE, ELEMENTWISE_FIRST, MOVED, MOVEMENT_FIRST, POLY, PRODUCTS_FIRST, RELAYOUTS,
                              ROWS)
@@ -509,16 +509,22 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
     carries over), and outputs of v's own operator applied to tensors related to v's *inputs* (a rank's partial
     result of v: DTensor adds a replicated bias before the all-reduce). The bound and the last rule keep the search
     local: the same operator applied again to v's *output* is the next G_s operator's business, so a chain of
-    identical operators is not walked to its end (frontier.py). With ``v`` (the operator's first search) a
+    identical operators is not walked to its end (frontier.py). For an operator declaring an invariance under a
+    term the ranks compute from what they hold (a softmax's shift), the operators computing from related tensors
+    only are followed too, within ``frontier.MAX_DERIVED`` of them (frontier.derived_bound; elsewhere none:
+    Listing 3 as it is). With ``v`` (the operator's first search) a
     saturation cut short ends the exploration (:func:`partial_search`)."""
     g_d, eg = ctx.g_d, ctx.egraph
     const, watch, _, _ = structure(ctx)
     hops = dict.fromkeys(t_rel, 0)  # related tensor -> operators since a tensor the relations name
     inside = set(t_rel)  # related to v's inputs (not only to its outputs)
     explored: dict[str, Node] = {}
+    bound = derived_bound(ctx, op)  # (0: Listing 3 as it is)
+    derived: dict[str, int] = {}  # G_d tensor computed from related ones only -> operators since them
     while True:
-        r_d = [n for t in list(hops) for n in watch.get(t, ()) if n.name not in explored
-               and all(i in hops or i in const or index_constant(ctx, i) is not None for i in n.inputs)]
+        r_d = [n for t in [*hops, *derived] for n in watch.get(t, ()) if n.name not in explored
+               and all(i in hops or i in derived or i in const or index_constant(ctx, i) is not None for i in n.inputs)
+               and _depth(n, hops, derived) <= bound]
         if not r_d:
             break
         facts = []
@@ -526,9 +532,13 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
             for m in constants_for(g_d, n, const, explored):
                 explored[m.name] = m
                 facts.extend((Leaf(out), term) for out, term in zip(m.outputs, g_d.node_terms(m)))
-            facts.extend((Leaf(i), index_constant(ctx, i)) for i in n.inputs if i not in hops and i not in const)
+            facts.extend((Leaf(i), index_constant(ctx, i)) for i in n.inputs
+                         if i not in hops and i not in const and i not in derived)
         eg.union_all(facts)
-        relate(ctx, explored, hops, inside, const, op)
+        if bound:
+            for n in r_d:
+                derived.update((o, max(1, _depth(n, hops, derived))) for o in n.outputs if o not in hops)
+        relate(ctx, explored, hops, inside, const, op, derived if bound else None)
         snap = partial_search(ctx, eg, ctx.budget, deadline, v, roots)
         if ctx.ran_out is not None:  # (no further: what it found is what there is)
             break
@@ -538,9 +548,14 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
         found |= snap.leaves_below([snap.find(r) for r in roots], invertible_terms(ctx))
         if any(hops.get(t) != 0 for t in found):
             hops.update(dict.fromkeys(found, 0))
-            relate(ctx, explored, hops, inside, const, op)
+            relate(ctx, explored, hops, inside, const, op, derived if bound else None)
     t_rel.update(hops)
     return snap, {t for n in explored.values() for t in n.outputs}
+
+
+def _depth(n: Node, hops: dict[str, int], derived: dict[str, int]) -> int:
+    """The operators from related tensors to ``n`` through derived ones (0: every input related or constant)."""
+    return max((1 + derived[i] for i in n.inputs if i in derived and i not in hops), default=0)
 
 
 def partial_search(ctx: Context, eg: EGraph, budget: Budget, deadline: float, v: Node | None,

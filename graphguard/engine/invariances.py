@@ -53,7 +53,7 @@ def _shift_cond(x: str, c: str, d: str) -> str:
 
 
 @family(1223, "shift-invariant")
-def shift_invariant(op, reg):  # f(x - c) -> f(x) for c constant along f's dim (and back, where x - c exists)
+def shift_invariant(op, reg):  # f(x - c), f(x + c), f(c + x) -> f(x) for c constant along f's dim (and back, where x - c exists)
     """softmax(x - c) = softmax(x) for any c constant along the softmax dim (exp(x - c) = exp(x) exp(-c), and the
     factor cancels in the row's normalisation): the shift dropped; the shift a program applied (x - c exists)
     taken; and for a concat along the dim, the shift of both parts (each rank's logits minus one all-reduced
@@ -61,13 +61,20 @@ def shift_invariant(op, reg):  # f(x - c) -> f(x) for c constant along f's dim (
     parts = _shift_parts(op, reg)
     if parts is None:
         return
-    d, _, _, _, sub = parts
+    d, expr, _, _, sub = parts
     f = lambda x: call(op, [x])  # noqa: E731
     cond = _shift_cond("?x", "?c", d)
     ex = [{"x": [2, 3], "c": [2, 1], "p_dim": 1}, {"x": [2, 3], "c": [1, 3], "p_dim": 0},
           {"x": [2, 3, 4], "c": [3, 1], "p_dim": 2}, {"x": [3], "c": [], "p_dim": 0}]
     ex = [{k.replace("p_dim", d[1:]): v for k, v in e.items()} for e in ex]
     yield f"{f(sub('?x', '?c'))} => {f('?x')}", cond, "", ex
+    add = _fn(op, "add", reg)
+    if add is not None:  # (x + c: the shift added, on either side)
+        yield f"{f(add('?x', '?c'))} => {f('?x')}", cond, "", ex
+        yield f"{f(add('?c', '?x'))} => {f('?x')}", cond, "", ex
+    if not expr:  # the shift taken serves only the written-out form (1224), which reads the shifted term; without
+        return    # one (log_softmax) it would only feed other lemmas of the op -- 1730's x - max(...) parts,
+        # shifted again, written out again: an e-graph without end (a TP log-softmax whose max is summed)
     yield f"{f('?x')} => {f(sub('?x', '?c'))}", cond, sub("?x", "?c"), ex
     cat = f"concat(?a, ?b, dim={d})"
     conds = (f"{_shift_cond('?a', '?c', d)} and {_shift_cond('?b', '?c', d)}")

@@ -123,7 +123,8 @@ APPROX = AttrSpec("approximate", "str", "none", ("none", "tanh"))
 
 ELEMENTWISE_OPS = [
     _bin("add.Tensor", lambda x, y, a: x + _scaled(y, a["alpha"]), "self + alpha * other (broadcasting).",
-         attrs=(ALPHA,), linear=((0, 1),), identity=((1, 0, {"alpha": 1}), (0, 0, {"alpha": 1})), **COMM1),
+         attrs=(ALPHA,), linear=((0, 1),), identity=((1, 0, {"alpha": 1}), (0, 0, {"alpha": 1})),
+         computes={"add": {"alpha": 1}}, **COMM1),
     _bin("sub.Tensor", lambda x, y, a: x - _scaled(y, a["alpha"]), "self - alpha * other (broadcasting).",
          attrs=(ALPHA,), linear=((0, 1),), identity=((1, 0, {"alpha": 1}),), computes={"sub": {"alpha": 1}}),
     _bin("mul.Tensor", lambda x, y, a: x * y, "self * other (broadcasting).", scaling=True, linear=(0, 1),

@@ -126,3 +126,44 @@ def test_a_rewrite_in_place_is_inferred_again_and_one_out_of_order_validated_who
     g.rewrite(neg, inputs=["y"])  # now a cycle
     with pytest.raises(InputError, match="cycle"):
         g.revalidate(plugins.registry, cx)
+
+
+# -- what a pass ensures is checked: its normal form reached (run again, it changes nothing) -------------------
+
+SHIPPED = [("paper-fig1", "spec.gg.json", "impl.gg.json", "relation.yaml"),
+           ("vllm-qwen2-real/graphs", "spec.gg.json", "impl-tp2.gg.json", "relation-tp2.yaml"),
+           ("torchtitan-llama/captured/tp2-loss", "spec.gg.json", "impl.gg.json", "relation.yaml")]
+
+
+@pytest.mark.parametrize("folder,spec,impl,rel", SHIPPED, ids=[s[0] for s in SHIPPED])
+def test_every_pass_ensures_its_normal_form_on_shipped_programs(folder, spec, impl, rel, monkeypatch):
+    """Each pass of the pipeline (the bridges' included), checked after it ran on real captured programs: run
+    once more on a copy, it changes nothing."""
+    from pathlib import Path
+    from graphguard.api import load_inputs
+    monkeypatch.setenv("GRAPHGUARD_CHECK_PASSES", "1")
+    d = Path(__file__).resolve().parents[1] / "examples" / folder
+    load_inputs(str(d / spec), str(d / impl), str(d / rel), frontend="ir")
+
+
+_calls = {"n": 0}
+
+
+def _one_site_per_call(g, ctx):  # claims a normal form but changes one more site every time it runs
+    _calls["n"] += 1
+    return 1
+
+
+def test_a_pass_that_does_not_reach_what_it_ensures_is_named(plugins, cx):
+    from graphguard.ir.serde import graph_from_dict
+    from graphguard.passes import check_ensures
+    doc = {"graphguard": 1, "inputs": [{"name": "x", "shape": [2, 3]}], "outputs": ["y"],
+           "nodes": [{"op": "aten.relu", "inputs": ["x"], "outputs": ["y"]}]}
+    g = graph_from_dict(doc, "<t>", plugins.registry, cx)
+    p = Pass("never-done", _one_site_per_call, ensures={"never-done"})
+    run_pass(p, g, PassContext(plugins.registry, cx))  # (unchecked: runs)
+    with pytest.raises(PassError, match=r"graph pass 'never-done' .* does not ensure never-done on <t>: run again, "
+                                        r"it changes 1 more site"):
+        run_pass(p, g, PassContext(plugins.registry, cx), check=True)
+    with pytest.raises(PassError, match="does not ensure"):
+        check_ensures(p, g, PassContext(plugins.registry, cx))

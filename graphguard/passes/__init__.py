@@ -7,7 +7,8 @@ another's live with the bridge pack between the two and join the pipeline throug
 hook (each naming the pass it runs after): the ``aten-hlo`` pack's ``fold_constants``, ``masked_softmax`` and
 ``scale_into_product`` (``lemma_packs/aten_hlo/passes.py``). :func:`build_pipeline` checks that each pass's
 ``requires`` are ensured by an earlier pass; :func:`run_pipeline` runs it on G_s, then G_d, and validates the
-program after each pass (:mod:`graphguard.passes.manager`).
+program after each pass (:mod:`graphguard.passes.manager`); with ``GRAPHGUARD_CHECK_PASSES=1`` it also checks what
+each pass ensures -- its normal form reached: run again on a copy, the pass changes nothing (:func:`check_ensures`).
 
 =====================  =============================================  ===========================================
 pass                   requires                                       ensures
@@ -27,7 +28,8 @@ from .bias import bias_after_rows, when_fused_ops_differ
 from .fills import round_fills, widen_fills
 from .fusion import fuse_expressions
 from .identities import drop_identities
-from .manager import Pass, PassContext, PassError, build_pipeline, check_order, run_pass, run_pipeline
+from .manager import (Pass, PassContext, PassError, build_pipeline, check_ensures, check_order, run_pass,
+                      run_pipeline)
 from .scalars import scalar_forms
 from .slices import slices_of_concats
 
@@ -52,6 +54,7 @@ PIPELINE: tuple[Pass, ...] = (
          ensures={"scalar-forms"}),
 )
 
-__all__ = ["PIPELINE", "Pass", "PassContext", "PassError", "bias_after_rows", "build_pipeline", "check_order",
+__all__ = ["PIPELINE", "Pass", "PassContext", "PassError", "bias_after_rows", "build_pipeline", "check_ensures",
+           "check_order",
            "drop_identities", "fuse_expressions", "round_fills", "run_pass", "run_pipeline", "scalar_forms",
            "slices_of_concats", "widen_fills"]

@@ -13,6 +13,8 @@ A pass mutates the graph only through its API (:meth:`Graph.rewrite`, :meth:`~Gr
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,22 +119,43 @@ def check_order(passes) -> None:
         ensured |= p.ensures
 
 
-def run_pass(p: Pass, g: Graph, ctx: PassContext) -> int:
-    """Run ``p`` on ``g`` and validate ``g`` again; an invalid graph is reported as the pass's."""
+def run_pass(p: Pass, g: Graph, ctx: PassContext, check: bool = False) -> int:
+    """Run ``p`` on ``g`` and validate ``g`` again; an invalid graph is reported as the pass's. ``check``: also
+    check what the pass ensures -- its normal form reached, so the pass run once more (on a copy) changes
+    nothing (:func:`check_ensures`)."""
     try:
         changed = p.run(g, ctx)
         g.revalidate(ctx.reg, ctx.cx)
     except InputError as e:
         raise PassError(f"graph pass '{p.name}' ({p.where}) left {g.source} invalid: {e}") from e
+    if check:
+        check_ensures(p, g, ctx)
     return changed or 0
 
 
-def run_pipeline(passes, g_s: Graph, g_d: Graph, reg: Registry, cx: S.Constraints, rel=None) -> None:
+def check_ensures(p: Pass, g: Graph, ctx: PassContext) -> None:
+    """What ``p`` ensures holds of ``g`` as it left it: every property a pass ensures is that no site of its
+    rewrite is left (a normal form), so ``p`` run again on a copy changes nothing; a pass that does is named
+    with the properties it claimed."""
+    import copy
+    twin = copy.deepcopy(g)
+    again = p.run(twin, dataclasses.replace(ctx, assumed=[]))
+    if again:
+        raise PassError(f"graph pass '{p.name}' ({p.where}) does not ensure {', '.join(sorted(p.ensures)) or 'its rewrite'} "
+                        f"on {g.source}: run again, it changes {again} more site(s)")
+
+
+def run_pipeline(passes, g_s: Graph, g_d: Graph, reg: Registry, cx: S.Constraints, rel=None,
+                 check: bool | None = None) -> None:
     """Every pass on the specification, then every pass on the implementation (which sees the specification
-    as the passes left it); each program's ``assumed``: what its rewrites rest on beyond the relation."""
+    as the passes left it); each program's ``assumed``: what its rewrites rest on beyond the relation.
+    ``check`` (default: the environment's ``GRAPHGUARD_CHECK_PASSES=1``): check each pass's ``ensures`` after it
+    ran (:func:`check_ensures`; a copy of the program per pass, so off by default)."""
+    if check is None:
+        check = os.environ.get("GRAPHGUARD_CHECK_PASSES") == "1"
     loaded = {"spec": frozenset(n.op for n in g_s.nodes), "impl": frozenset(n.op for n in g_d.nodes)}
     for role, g, other in (("spec", g_s, g_d), ("impl", g_d, g_s)):
         ctx = PassContext(reg, cx, role, other, rel, loaded)
         for p in passes:
-            run_pass(p, g, ctx)
+            run_pass(p, g, ctx, check)
         g.assumed = ctx.assumed

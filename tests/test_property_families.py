@@ -278,3 +278,54 @@ def test_vocabulary_sharded_log_softmax_written_out(shift, proves):
     others stay unproved by decision, not by accident (invariances.py: 1224 declares no log-softmax form)."""
     r = _verify_sharded(lambda x: torch.log_softmax(x, 1), _sharded_log_softmax(SHARD_SHIFTS[shift]))
     assert r.verdict == ("refines" if proves else "does-not-refine"), r.render()
+
+
+# =================================================================================================
+# (b) mse_loss written out: aten.mse_loss fuses its spellings (lemma_packs/aten/ops/losses.py MSE_SPELLINGS, family
+# 1218): the mean or the sum of (a - y) ** 2 or (a - y) * (a - y); twins divide once too often, or take the mean
+# of the sum's spelling
+# =================================================================================================
+
+class _Reg(torch.nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+        self.w = torch.nn.Parameter(torch.randn(8, 4))
+
+    def forward(self, x, y):
+        return self.f(x @ self.w, y)
+
+
+def _refines_mse(spec, impl, backward) -> bool:
+    try:
+        assert_refines(spec=lambda: _Reg(spec), impl=lambda rank, world: _Reg(impl),
+                       inputs=lambda rank, world: (torch.randn(4, 8), torch.randn(4, 4)), world_size=2,
+                       backward=backward, relation={"inputs": {"x": ["x@0", "x@1"], "y": ["y@0", "y@1"],
+                                                               "w": ["w@0", "w@1"]}})
+        return True
+    except AssertionError:
+        return False
+
+
+mse = torch.nn.functional.mse_loss
+MSE = [  # (name, spec, impl, backward too, equivalent)
+    ("mean", mse, lambda a, y: ((a - y) ** 2).mean(), True, True),
+    ("mean-pow", mse, lambda a, y: (a - y).pow(2).mean(), True, True),
+    ("sum-divided", mse, lambda a, y: ((a - y) ** 2).sum() / 16, True, True),
+    ("mean-of-products", mse, lambda a, y: ((a - y) * (a - y)).mean(), False, True),
+    ("sum", lambda a, y: mse(a, y, reduction="sum"), lambda a, y: ((a - y) ** 2).sum(), False, True),
+    ("sum-of-products", lambda a, y: mse(a, y, reduction="sum"), lambda a, y: ((a - y) * (a - y)).sum(), False, True),
+    # twins: divided by the rows twice; the mean where the sum was meant; the cube
+    ("mean-divided-by-rows-again", mse, lambda a, y: ((a - y) ** 2).mean() / 4, True, False),
+    ("mean-for-sum", lambda a, y: mse(a, y, reduction="sum"), lambda a, y: ((a - y) ** 2).mean(), False, False),
+    ("cubed", mse, lambda a, y: ((a - y) ** 3).mean(), False, False),
+]
+
+
+@pytest.mark.parametrize("name, spec, impl, backward, equivalent", MSE, ids=[p[0] for p in MSE])
+def test_mse_written_out(name, spec, impl, backward, equivalent):
+    a, y = torch.randn(4, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
+    assert torch.allclose(spec(a, y), impl(a, y)) == equivalent  # the ground truth, in float64
+    assert _refines_mse(spec, impl, False) == equivalent
+    if backward:
+        assert _refines_mse(spec, impl, True) == equivalent

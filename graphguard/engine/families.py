@@ -365,10 +365,10 @@ def fused_expression(op, reg):  # the expression an op fuses (OpDef.fuses) -> op
     passes.fusion.fuse_expressions collapses the expression in the graphs with this lemma's two sides before
     proving; as a lemma it is what ``lemmas check`` fuzzes (the declaration's soundness)."""
     n = _n_inputs(op)
-    for expr, cond, examples, index in op.spellings():
+    for expr, cond, examples, index, fixed in op.spellings():
         # a spelling in a dialect whose pack is not loaded (-p no:aten) is no lemma
         if all(name in reg for name in re.findall(r"([A-Za-z_][\w]*\.[\w.]+)\(", expr)):
-            yield (f"{expr} => {call(op, [f'?x{i}' for i in range(n)])}", cond, "",
+            yield (f"{expr} => {call(op, [f'?x{i}' for i in range(n)], fixed)}", cond, "",
                    op_examples(op) if examples is None else list(examples), index)
 
 

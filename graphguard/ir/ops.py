@@ -250,7 +250,7 @@ class OpDef:
     # tensors read only inside it, passes.fusion.fuse_expressions collapses it into this one op (HF's RMSNorm's seven
     # ATen ops beside a kernel that fuses them); family 1218 states the identity, so ``lemmas check`` fuzzes it.
     # Several spellings of one op (each framework's way of writing one masked vocabulary lookup): a tuple of
-    # ``(expr, cond[, examples[, index]])``, each its own lemma of family 1218 (:meth:`spellings`)
+    # ``(expr, cond[, examples[, index[, fixed]]])``, each its own lemma of family 1218 (:meth:`spellings`)
     fuses: tuple[str, str] | tuple = ()
     # the elementwise function the op computes, by a name every dialect shares ("where", "le", "and", "exp"...):
     # a name, or {name: attribute values under which the op computes it} (``hlo.compare``'s directions). Two ops
@@ -295,15 +295,17 @@ class OpDef:
         a = dict(attrs)
         return [(k, int(a[d]) if isinstance(d, str) else d) for k, d in self.data_sizes]
 
-    def spellings(self) -> list[tuple[str, str, tuple | None, dict]]:
-        """``fuses`` as ``(expr, cond, examples, index)`` spellings (examples None: the op's own, index: the
-        fuzzer's bounds of index variables)."""
+    def spellings(self) -> list[tuple[str, str, tuple | None, dict, dict]]:
+        """``fuses`` as ``(expr, cond, examples, index, fixed)`` spellings (examples None: the op's own, index: the
+        fuzzer's bounds of index variables, fixed: the op's attribute values the spelling computes it under --
+        ``((a - y) ** 2).sum()`` is ``mse_loss`` at reduction 2 -- where the expression binds no variable of theirs)."""
         f = self.fuses
         if not f:
             return []
         if isinstance(f[0], str):
-            return [(f[0], f[1], None, {})]
-        return [(x[0], x[1], x[2] if len(x) > 2 else None, dict(x[3]) if len(x) > 3 else {}) for x in f]
+            return [(f[0], f[1], None, {}, {})]
+        return [(x[0], x[1], x[2] if len(x) > 2 else None, dict(x[3]) if len(x) > 3 else {},
+                 dict(x[4]) if len(x) > 4 else {}) for x in f]
 
     def attr_spec(self, name: str) -> AttrSpec | None:
         for a in self.attrs:

@@ -329,3 +329,48 @@ def test_mse_written_out(name, spec, impl, backward, equivalent):
     assert _refines_mse(spec, impl, False) == equivalent
     if backward:
         assert _refines_mse(spec, impl, True) == equivalent
+
+
+# =================================================================================================
+# (d) a constant-zero tensor added under symbolic shapes: family 1227 (identity-element, from OpDef.identity and
+# the dialect's fill) -- x + zeros(s), x - zeros(s) with s x's symbolic shape; twins: ones, a tiny fill, 0 * x
+# (nan where x is inf)
+# =================================================================================================
+
+def test_zero_fill_of_a_symbolic_shape_one_line():
+    sym = {"n": {"min": 1}}
+    z = "aten.zeros(size=[n, 8], dtype=None)"
+    assert proves(f"aten.add.Tensor(x, {z}, alpha=1)", "x", {"x": ["n", 8]}, symbols=sym)
+    assert proves(f"aten.add.Tensor({z}, x, alpha=1)", "x", {"x": ["n", 8]}, symbols=sym)
+    assert proves(f"aten.sub.Tensor(x, {z}, alpha=1)", "x", {"x": ["n", 8]}, symbols=sym)
+    assert proves("aten.mul.Tensor(x, aten.full(size=[n, 8], fill_value=1, dtype=float32))", "x", {"x": ["n", 8]},
+                  symbols=sym)
+    # twins: the fill 1 added; x subtracted from zeros (-x); an integer x divided by 1 (a float)
+    assert not proves("aten.add.Tensor(x, aten.full(size=[n, 8], fill_value=1, dtype=float32), alpha=1)", "x",
+                      {"x": ["n", 8]}, symbols=sym)
+    assert not proves(f"aten.sub.Tensor({z}, x, alpha=1)", "x", {"x": ["n", 8]}, symbols=sym)
+    assert not proves("aten.div.Tensor(x, aten.full(size=[n, 8], fill_value=1, dtype=int64))", "x",
+                      {"x": ["n", 8]}, symbols=sym, dtypes={"x": "int64"})
+
+
+ZEROS = [  # (name, impl of x * 2 + ..., equivalent)
+    ("zeros-of-its-shape", lambda x: x * 2 + torch.zeros(x.shape[0], 8), True),
+    ("zeros-subtracted", lambda x: x * 2 - torch.zeros(x.shape[0], 8), True),
+    ("zeros-first", lambda x: torch.zeros(x.shape[0], 8) + x * 2, True),
+    ("zeros-like", lambda x: x * 2 + torch.zeros_like(x), True),
+    ("ones", lambda x: x * 2 + torch.ones(x.shape[0], 8), False),
+    ("tiny-fill", lambda x: x * 2 + torch.full((x.shape[0], 8), 1e-3), False),
+]
+
+
+@pytest.mark.parametrize("name, impl, equivalent", ZEROS, ids=[p[0] for p in ZEROS])
+def test_zero_added_under_a_symbolic_batch(name, impl, equivalent):
+    import graphguard
+    import graphguard.torch as ggt
+    x = torch.randn(4, 8)
+    dyn = {"x": {0: "B"}}
+    s = ggt.capture(lambda r: _Fn(lambda x: x * 2), lambda r: (x,), dynamic=dyn)
+    d = ggt.capture(lambda r: _Fn(impl), lambda r: (x,), world_size=2, distributed=True, dynamic=dyn)
+    assert str(s.graph().shape("out0")[0]) == "B"  # (symbolic, not 4)
+    r = graphguard.verify(s.graph(), d.graph(), {"inputs": {"x": ["x@0", "x@1"]}})
+    assert r.verdict == ("refines" if equivalent else "does-not-refine"), r.render()

@@ -4,6 +4,7 @@
     python3 bench/hf_zoo.py [--models qwen3,phi3] [--tp 2,4] [--modes fwd,fwd+bwd] [--jobs 1]
                             [--timeout 900] [--mem-gb 6] [--results bench/out/hf_zoo.jsonl] [--fresh | --rerun]
                             [--ray [--ray-address ADDR]] [--experts grouped_mm --dtype bfloat16]
+                            [--layers N] [--repeat]
 
 The zoo is every ``transformers.*ForCausalLM`` whose config class carries a ``base_model_tp_plan`` (its
 size, the denominator, is printed first). Each model is built from a tiny random config
@@ -25,6 +26,13 @@ named), ``cannot-build`` (the model does not build or run from a tiny config, un
 HF's error is given), ``timeout``, ``out-of-memory`` and ``graphguard-error`` (a bug of graphguard's). The table
 (architecture, TP, mode, verdict, operator, wall time) and every failure's reason are printed, then the pass
 rates per TP degree and mode as the last lines.
+
+``--layers N`` builds every model with N decoder layers (default 2); ``--repeat`` captures with ``repeat`` naming
+the decoder stack (the ``nn.ModuleList`` of ``num_hidden_layers`` layers: layer 0 traced, the others checked
+copies of it, graphguard/frontends/fx/repeat.py). Either writes to ``bench/out/hf_zoo-repeat.jsonl`` by default,
+each record keyed by its layer count and whether repeat was used, and where a model has both, the table
+of capture time with and without repeat and both verdicts is printed and written to ``hf_zoo-repeat.txt``
+beside the results.
 """
 from __future__ import annotations
 
@@ -75,15 +83,21 @@ def worker(mt: str, tps: list[int], mode: str) -> None:
     from graphguard.frontends.fx.relations import _forward_only
     from graphguard.plugins import load_plugins
     Z = _zoo()
+    layers = int(os.environ.get("GG_HF_LAYERS") or 0)
+    if layers:
+        Z.TINY["num_hidden_layers"] = layers
     pl = load_plugins()
     bw = mode == "fwd+bwd"
+    repeat = _stack_path(Z.spec(mt)) if os.environ.get("GG_HF_REPEAT") else None
 
     def used(m):  # forward alone is inference (as generation runs): no parameter records autograd history
         return m if bw else m.requires_grad_(False)
 
     def emit(tp, **rec):
-        print(TAG + json.dumps(dict(model=mt, cls=Z.causal_lm_classes()[mt].__name__, tp=tp, mode=mode, **rec)),
-              flush=True)
+        asked = bool(os.environ.get("GG_HF_REPEAT"))
+        extra = dict(layers=layers, repeat=repeat, repeat_asked=asked) if layers or asked else {}
+        print(TAG + json.dumps(dict(model=mt, cls=Z.causal_lm_classes()[mt].__name__, tp=tp, mode=mode, **extra,
+                                    **rec)), flush=True)
 
     t0 = time.perf_counter()
     try:
@@ -92,21 +106,24 @@ def worker(mt: str, tps: list[int], mode: str) -> None:
         for tp in tps:
             emit(tp, verdict="cannot-build", op="-", reason=f"unsharded model: {_first_line(e)}", seconds=0.0)
         return
+    t1 = time.perf_counter()
     try:
         s = ggt.capture(lambda r: used(Z.spec(mt)), lambda r: Z.inputs(None, 1, mt), backward=bw, plugins=pl,
-                        name=f"{mt}-spec")
+                        name=f"{mt}-spec", repeat=repeat)
     except InputError as e:
         for tp in tps:
             emit(tp, verdict="capture-error", op=_op_named(str(e)), reason=f"specification: {e}", seconds=0.0)
         return
     t_spec = time.perf_counter() - t0
+    spec_capture_s = time.perf_counter() - t1
     for tp in tps:
         t, c = time.perf_counter(), time.process_time()
         rec = {}
         try:
             try:
                 d = ggt.capture(lambda r: used(Z.impl(r, tp, mt=mt)), lambda r: Z.inputs(r, tp, mt), world_size=tp,
-                                backward=bw, plugins=pl, name=f"{mt}-tp{tp}")
+                                backward=bw, plugins=pl, name=f"{mt}-tp{tp}", repeat=repeat)
+                rec["capture_s"] = round(spec_capture_s + time.perf_counter() - t, 2)  # (G_s and G_d)
             except InputError as e:
                 msg = str(e)
                 # the model's own code failing under HF's plan (a shape error...) vs graphguard refusing a construct
@@ -138,7 +155,7 @@ def worker(mt: str, tps: list[int], mode: str) -> None:
                            loc=r.failure.loc if r.failure else None)
                 raise _Stop(None, None, None) from None
             r = graphguard.verify(s.graph(pl), d.graph(pl), rel, plugins=pl)
-            rec = dict(verdict="verifies" if r.verdict == "refines" else r.verdict,
+            rec = dict(rec, verdict="verifies" if r.verdict == "refines" else r.verdict,
                        op=r.failure.op if r.failure else "-", reason=r.failure.reason if r.failure else "",
                        loc=r.failure.loc if r.failure else None,
                        n_spec=r.timings["n_spec_ops"], n_impl=r.timings["n_impl_ops"],
@@ -204,6 +221,22 @@ def _limit(mem_gb: float):
     return f
 
 
+def _stack_path(model) -> str | None:
+    """The decoder stack: the first ``nn.ModuleList`` holding ``num_hidden_layers`` layers (None: none)."""
+    import torch
+    cfg = getattr(getattr(model, "lm", model), "config", None)
+    n = getattr(cfg, "num_hidden_layers", None)
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.ModuleList) and len(m) == n:
+            return name
+    return None
+
+
+def _key(r: dict) -> tuple:
+    """A record's place in the results file: a run with another layer count or with repeat is another run."""
+    return (r["model"], r["tp"], r["mode"], r.get("layers") or 0, bool(r.get("repeat") or r.get("repeat_asked")))
+
+
 def run_one(mt: str, tps: list[int], mode: str, timeout: float, mem_gb: float) -> list[dict]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", mt, "--tp", ",".join(map(str, tps)),
            "--modes", mode]
@@ -229,7 +262,8 @@ def run_one(mt: str, tps: list[int], mode: str, timeout: float, mem_gb: float) -
         else:
             last = [x for x in err.strip().splitlines() if x.strip()][-1:] or [f"exit {rc}"]
             why = dict(verdict="graphguard-error", op=_op_named(last[0]), reason=f"worker died: {last[0][:300]}")
-        recs.append(dict(model=mt, cls="", tp=tp, mode=mode, seconds=wall, **why))
+        extra = dict(layers=int(os.environ.get("GG_HF_LAYERS") or 0), repeat_asked=bool(os.environ.get("GG_HF_REPEAT")))
+        recs.append(dict(model=mt, cls="", tp=tp, mode=mode, seconds=wall, **extra, **why))
     return recs
 
 
@@ -239,7 +273,7 @@ def load_results(path: Path) -> dict:
         for line in path.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
-                out[(r["model"], r["tp"], r["mode"])] = r
+                out[_key(r)] = r
     return out
 
 
@@ -252,8 +286,10 @@ HF_PLAN_BUGS = {
 }
 
 
-def report(models: list[str], tps: list[int], modes: list[str], results: dict, classes: dict) -> None:
-    rows = [results.get((m, tp, mode)) or dict(model=m, tp=tp, mode=mode, verdict="not-run", op="-", seconds=0)
+def report(models: list[str], tps: list[int], modes: list[str], results: dict, classes: dict,
+           variant: tuple = (0, False)) -> None:
+    rows = [results.get((m, tp, mode) + variant) or dict(model=m, tp=tp, mode=mode, verdict="not-run", op="-",
+                                                           seconds=0)
             for m in models for tp in tps for mode in modes]
     # where HF's own code fails under HF's plan, the operator its error names (a DTensor mixed with a tensor...)
     rows = [dict(r, op=_op_named(str(r.get("reason", "")))) if r["verdict"] == "cannot-build" and
@@ -302,6 +338,41 @@ def report(models: list[str], tps: list[int], modes: list[str], results: dict, c
                       {r["model"] for r in sel if r["verdict"] == "does-not-refine" and r["model"] in HF_PLAN_BUGS})))
 
 
+def repeat_report(models: list[str], tps: list[int], modes: list[str], results: dict, layers: int, out: Path):
+    """Capture time with and without ``repeat`` (same models, degrees, modes and layer count), and both
+    verdicts; printed and written to ``out``."""
+    lines = [f"HF zoo, {layers or 2} decoder layers: capture (G_s + G_d) with and without repeat = the decoder stack "
+             f"(transformers {_tf_version()}; wall seconds, one model at a time, {os.cpu_count()} CPUs; python3 "
+             f"bench/hf_zoo.py --models {','.join(models)} --tp {','.join(map(str, tps))} --modes {','.join(modes)} "
+             f"--layers {layers} [--repeat])",
+             f"{'model':14} {'tp':>2} {'mode':8} {'verdict':16} {'verdict/repeat':16} {'capture s':>9} "
+             f"{'/repeat':>8} {'saved':>6} {'run s':>7} {'/repeat':>8}"]
+    tot = [0.0, 0.0]
+    for m in models:
+        for tp in tps:
+            for mode in modes:
+                a, b = results.get((m, tp, mode, layers, False)), results.get((m, tp, mode, layers, True))
+                if a is None or b is None:
+                    continue
+                ca, cb = a.get("capture_s"), b.get("capture_s")
+                saved = f"{100 * (1 - cb / ca):5.1f}%" if ca and cb else "-"
+                if ca and cb:
+                    tot[0] += ca
+                    tot[1] += cb
+                lines.append(f"{m:14} {tp:>2} {mode:8} {a['verdict']:16} {b['verdict']:16} {ca or 0:9.1f} "
+                             f"{cb or 0:8.1f} {saved:>6} {a.get('seconds', 0):7.1f} {b.get('seconds', 0):8.1f}")
+    if len(lines) == 2:
+        return
+    if tot[0]:
+        lines.append(f"total capture {tot[0]:.1f} s without repeat, {tot[1]:.1f} s with: "
+                     f"{100 * (1 - tot[1] / tot[0]):.1f} % saved")
+    refused = [f"{k[0]} tp={k[1]} {k[2]}: {r.get('reason', '')[:300]}" for k, r in results.items()
+               if k[3] == layers and k[4] and r["verdict"] != "verifies" and k[0] in models]
+    lines += ["repeat refused / failed:"] + [f"  {x}" for x in refused] if refused else []
+    print("\n" + "\n".join(lines))
+    out.write_text("\n".join(lines) + "\n")
+
+
 def _tf_version() -> str:
     try:
         from importlib.metadata import version
@@ -331,9 +402,17 @@ def main(argv=None) -> int:
     ap.add_argument("--experts", default="batched_mm", help="HF's experts implementation for MoE models "
                     "(batched_mm; grouped_mm, HF's default, with --dtype bfloat16 as HF runs it under TorchDynamo)")
     ap.add_argument("--dtype", default="float32", help="the models' dtype (float32, bfloat16)")
+    ap.add_argument("--layers", type=int, default=0, help="decoder layers of every model (default: 2, the tiny "
+                    "config's)")
+    ap.add_argument("--repeat", action="store_true", help="capture with repeat = the decoder stack (layer 0 "
+                    "traced, the others checked copies of it)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     os.environ["GG_HF_EXPERTS"], os.environ["GG_HF_DTYPE"] = a.experts, a.dtype  # (read by the model file)
+    if not a.worker:  # (read by the workers, started with this environment)
+        os.environ["GG_HF_LAYERS"], os.environ["GG_HF_REPEAT"] = str(a.layers or ""), "1" if a.repeat else ""
+    if (a.layers or a.repeat) and a.results == ap.get_default("results"):
+        a.results = str(ROOT / "bench" / "out" / "hf_zoo-repeat.jsonl")
     if (a.experts, a.dtype) != ("batched_mm", "float32") and a.results == ap.get_default("results"):
         a.results = str(ROOT / "bench" / "out" / f"hf_zoo-{a.experts}-{a.dtype}.jsonl")
     tps = [int(x) for x in a.tp.split(",")]
@@ -359,7 +438,9 @@ def main(argv=None) -> int:
     if a.fresh and path.exists():
         path.unlink()
     results = load_results(path)
-    todo = [(m, mode, [tp for tp in tps if a.rerun or (m, tp, mode) not in results]) for m in models for mode in modes]
+    variant = (a.layers, a.repeat)
+    todo = [(m, mode, [tp for tp in tps if a.rerun or (m, tp, mode) + variant not in results]) for m in models
+            for mode in modes]
     todo = [t for t in todo if t[2]] if not a.report_only else []
     t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
 
@@ -371,7 +452,7 @@ def main(argv=None) -> int:
             for r in recs:
                 f.write(json.dumps(r) + "\n")
         for r in recs:
-            results[(r["model"], r["tp"], r["mode"])] = r
+            results[_key(r)] = r
             print(f"  {m:22} tp={r['tp']} {mode:8} {r['verdict']:17} {r.get('op') or '-'} "
                   f"({r.get('seconds', 0):.0f} s)", flush=True)
     if (a.ray or a.ray_address) and todo:
@@ -393,7 +474,9 @@ def main(argv=None) -> int:
     if todo:
         print(f"ran {len(todo)} model runs in {time.perf_counter() - t0:.0f} s wall, "
               f"{ch.ru_utime + ch.ru_stime - c0.ru_utime - c0.ru_stime:.0f} s CPU (children)")
-    report(models, tps, modes, results, classes)
+    report(models, tps, modes, results, classes, variant)
+    if a.layers or a.repeat:
+        repeat_report(models, tps, modes, results, a.layers, path.with_suffix(".txt"))
     return 0
 
 

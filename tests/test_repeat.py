@@ -52,10 +52,24 @@ STACK = textwrap.dedent('''
         def backward(ctx, g):
             return g
 
+    class S(torch.autograd.Function):  # identity forward; its backward scales by k (read only by the backward)
+        @staticmethod
+        def forward(ctx, x, k):
+            ctx.k = k
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.k, None
+
     class Block(torch.nn.Module):
         def __init__(self, world, i):
             super().__init__()
             self.world = world
+            if BUG in ("idx", "cap", "bwscale"):  # layer_idx: bookkeeping the computation never reads
+                self.layer_idx = i
+                self.cap = 0.5 if BUG == "cap" and i == 3 else 100.0  # a clamp bound: layer 3's cuts values
+                self.k = 2.0 if BUG == "bwscale" and i == 3 else 1.0  # layer 3's backward doubles its gradient
             self.fc1 = torch.nn.Linear(8, 16 // world, bias=False)
             self.fc2 = torch.nn.Linear(16 // world, 8, bias=False)
             self.reduce = not (BUG == "skip" and i == 3 and world > 1)  # layer 3 forgets its all-reduce
@@ -66,6 +80,10 @@ STACK = textwrap.dedent('''
             h = torch.relu(self.fc1(F.apply(x) if self.world > 1 else x))
             if BUG == "leak":
                 self.kept.append(h)
+            if BUG == "cap":
+                h = torch.clamp(h, max=self.cap)
+            if BUG == "bwscale":
+                h = S.apply(h, self.k)
             h = self.fc2(h) * scale
             if self.world > 1 and self.reduce:
                 h = G.apply(h)
@@ -347,3 +365,133 @@ def test_capture_leaves_the_model_as_it_was(plugins):
     capture(lambda r: model, (x, cos, sin), plugins=plugins, repeat="layers")
     assert not any("forward" in m.__dict__ for m in model.layers)
     torch.testing.assert_close(model(x, cos, sin), want)
+
+
+def test_bookkeeping_attribute_allowed_by_comparing_graphs(tmp_path, monkeypatch, plugins):
+    """Layers that differ in an attribute their computation never reads (``layer_idx``) are copies: each is
+    traced alone beside the template and the graphs compared; the certificate names the attribute. Forward
+    and forward+backward (the backward graphs compared too)."""
+    monkeypatch.setenv("GG_T_BUG", "idx")
+    files = capture_model_file(_stack(tmp_path), tmp_path / "out", 2, plugins=plugins)
+    r = _verify(files, plugins)
+    assert r.verdict == "refines", r.render()
+    assert json.loads(Path(files["impl"]).read_text())["repeat"] == {
+        "path": "layers", "layers": 4, "compared": ["layer_idx (layers 1-3)"]}
+    assert ("attributes that differ from layer 0's: layer_idx (layers 1-3) -- each such layer traced alone and its "
+            "graph compared with layer 0's, operator by operator: equal") in r.render()
+    assert r.to_dict()["repeat"]["impl"]["compared"] == ["layer_idx (layers 1-3)"]
+    files = capture_model_file(_stack(tmp_path), tmp_path / "bw", 2, backward=True, plugins=plugins)
+    assert json.loads(Path(files["spec"]).read_text())["repeat"]["compared"] == ["layer_idx (layers 2-3)"]
+    assert _verify(files, plugins).verdict == "refines"
+
+
+@pytest.mark.parametrize("bug, backward, says", [
+    # a clamp bound of layer 3's: its graph has another constant
+    ("cap", False, "layer 3 is not a copy of layer 0: the layer.layer_idx is 3, not 0; the layer.cap is 0.5, not "
+                   "100.0 and its traced graph differs from layer 0's (node|(aten.clamp.default): arguments "
+                   "(relu, None, 0.5), not (relu, None, 100.0))"),
+    # an attribute only the backward reads (an autograd.Function's ctx): the forward graphs are equal, the
+    # backward ones are not
+    ("bwscale", True, "layer 3 is not a copy of layer 1: the layer.layer_idx is 3, not 1; the layer.k is 2.0, "
+                      "not 1.0 and its traced graph differs from layer 1's (node"),
+])
+def test_attribute_that_changes_the_computation_is_refused(tmp_path, monkeypatch, plugins, bug, backward, says):
+    """Must not prove: an attribute the computation reads differs in layer 3 -- refused at capture, naming it."""
+    monkeypatch.setenv("GG_T_BUG", bug)
+    with pytest.raises(InputError) as e:
+        capture_model_file(_stack(tmp_path), tmp_path / "out", 2, backward=backward, plugins=plugins)
+    for part in says.split("|"):
+        assert part in str(e.value)
+
+
+def test_backward_only_attribute_is_a_copy_in_forward(tmp_path, monkeypatch, plugins):
+    """An attribute only the backward reads does not change the forward: forward alone, the layers are copies
+    (and the copy computes what the layer does: refines)."""
+    monkeypatch.setenv("GG_T_BUG", "bwscale")
+    files = capture_model_file(_stack(tmp_path), tmp_path / "out", 2, plugins=plugins)
+    assert json.loads(Path(files["spec"]).read_text())["repeat"]["compared"] == ["k (layers 3)",
+                                                                                 "layer_idx (layers 1-3)"] or \
+        json.loads(Path(files["spec"]).read_text())["repeat"]["compared"] == ["layer_idx (layers 1-3)", "k (layers 3)"]
+    assert _verify(files, plugins).verdict == "refines"
+
+
+def test_same_graph_compares_operators_constants_and_inputs():
+    """Graphs compared node for node: other operators, another constant, other wiring -- different."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from graphguard.frontends.fx.repeat import same_graph
+    g = lambda f: make_fx(f, tracing_mode="fake")(torch.randn(2, 3), torch.randn(2, 3))  # noqa: E731
+    base = g(lambda a, b: torch.relu(a * 2.0) + b)
+    assert same_graph(base, g(lambda a, b: torch.relu(a * 2.0) + b)) is None
+    assert "arguments" in same_graph(base, g(lambda a, b: torch.relu(a * 3.0) + b))
+    assert "arguments" in same_graph(base, g(lambda a, b: torch.relu(b * 2.0) + a))
+    assert same_graph(base, g(lambda a, b: torch.sigmoid(a * 2.0) + b)) is not None
+    assert same_graph(base, g(lambda a, b: torch.relu(a * 2.0) - b)) is not None
+    assert same_graph(base, g(lambda a, b: torch.relu(a * 2.0) + b + torch.tensor(1.0))) is not None
+
+
+def _hf(monkeypatch, layers: int):
+    pytest.importorskip("transformers")
+    Z = load_module(ROOT / "examples" / "hf-zoo" / "model.py")
+    monkeypatch.setitem(Z.TINY, "num_hidden_layers", layers)
+    return Z
+
+
+@pytest.mark.slow  # (~33 s: both captures and verifications; the default suite refuses a per-layer scaling of HF Llama
+# below and allows layer_idx on the 4-layer stack)
+def test_hf_llama_with_repeat_verifies_as_without(monkeypatch, plugins):
+    """HF Llama (tiny config, 3 layers) under HF's own TP plan at TP 2, forward: with repeat = the decoder stack
+    the layers differ in ``self_attn.layer_idx`` (HF's cache bookkeeping) and in the ``tp_forward`` HF's plan sets
+    on each projection (a closure over its own module) -- allowed by comparing the traced graphs (DTensor weights,
+    HF's in-place all-reduce) -- and the verdict and R_o are those of the fully traced model."""
+    import graphguard.torch as ggt
+    Z = _hf(monkeypatch, 3)
+    got = {}
+    for rep in (None, "lm.model.layers"):
+        s = ggt.capture(lambda r: Z.spec("llama").requires_grad_(False), lambda r: Z.inputs(None, 1, "llama"),
+                        plugins=plugins, name="s", repeat=rep)
+        d = ggt.capture(lambda r: Z.impl(r, 2, mt="llama").requires_grad_(False), lambda r: Z.inputs(r, 2, "llama"),
+                        world_size=2, plugins=plugins, name="d", repeat=rep)
+        user = Z.relation(2, False, mt="llama")
+        names = {i["name"] for i in s.doc["inputs"]}
+        rel = ggt.input_relation(s, d, dict(user, inputs={k: v for k, v in user["inputs"].items() if k in names}),
+                                 plugins)
+        got[rep] = (graphguard.verify(s.graph(plugins), d.graph(plugins), rel, plugins=plugins), s.doc, d.doc)
+    (a, _, _), (b, s_doc, d_doc) = got[None], got["lm.model.layers"]
+    assert a.verdict == b.verdict == "refines", b.render()
+    assert a.r_o_lines() == b.r_o_lines()
+    assert s_doc["repeat"]["compared"] == ["self_attn.layer_idx (layers 1-2)"]
+    assert "self_attn.layer_idx (layers 1-2)" in d_doc["repeat"]["compared"]
+    assert "lm.model.layers.2.mlp.down_proj.weight" in {i["name"].rsplit("@", 1)[0] for i in d_doc["inputs"]}
+
+
+def test_hf_llama_layer_with_its_own_scaling_is_refused(monkeypatch, plugins):
+    """Must not prove: HF Llama whose layer 2 scales its attention scores by 0.5 (a per-layer ``scaling``, as
+    a model with per-layer query scaling has) -- the traced graphs differ: refused, naming the attribute."""
+    import graphguard.torch as ggt
+    Z = _hf(monkeypatch, 3)
+
+    def build(r):
+        m = Z.spec("llama").requires_grad_(False)
+        m.lm.model.layers[2].self_attn.scaling = 0.5
+        return m
+    with pytest.raises(InputError) as e:
+        ggt.capture(build, lambda r: Z.inputs(None, 1, "llama"), plugins=plugins, name="s", repeat="lm.model.layers")
+    assert ("layer 2 is not a copy of layer 0: 'self_attn'.layer_idx is 2, not 0; 'self_attn'.scaling is 0.5, not "
+            "0.25 and its traced graph differs from layer 0's") in str(e.value)
+    assert "arguments (_unsafe_view_5, 0.5), not (_unsafe_view_5, 0.25)" in str(e.value)
+
+
+def test_compared_attributes_round_trip_in_the_graph_file(plugins):
+    """The graph file's record of the attributes allowed by comparing graphs: read, written back, and a bad
+    one is one clear error."""
+    from graphguard.ir.scalar import Constraints
+    from graphguard.ir.serde import graph_from_dict, graph_to_dict
+    doc = {"graphguard": 1, "inputs": [{"name": "x", "shape": [2]}], "outputs": ["x"], "nodes": [],
+           "repeat": {"path": "layers", "layers": 3, "compared": ["self_attn.layer_idx (layers 1-2)"]}}
+    g = graph_from_dict(doc, "<t>", plugins.registry, Constraints())
+    assert g.repeat == ("layers", 3, 0, ("self_attn.layer_idx (layers 1-2)",))
+    assert graph_to_dict(g)["repeat"] == doc["repeat"]
+    for bad in ("self_attn.layer_idx", [3]):
+        with pytest.raises(InputError, match="'repeat'.compared must be a list of strings"):
+            graph_from_dict(dict(doc, repeat=dict(doc["repeat"], compared=bad)), "<t>", plugins.registry,
+                            Constraints())

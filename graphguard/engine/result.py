@@ -92,11 +92,15 @@ class VerifyResult:
                 f"({', '.join(per)})")
 
     def repeat_line(self, which: str) -> str:
-        path, n, tpl = self.repeat[which]
+        path, n, tpl, *compared = self.repeat[which]
         what = {"spec": "G_s", "impl": "G_d"}.get(which, which)
         before = f"layers 0-{tpl} of '{path}' traced" if tpl else f"layer 0 of '{path}' traced"
-        return (f"{what}: {before}; layers {tpl + 1}-{n - 1} are copies of layer {tpl}'s graph over their own "
+        line = (f"{what}: {before}; layers {tpl + 1}-{n - 1} are copies of layer {tpl}'s graph over their own "
                 f"weights (capture checked each a copy of layer {tpl} and called like it)")
+        if compared:
+            line += (f"; attributes that differ from layer {tpl}'s: {', '.join(compared[0])} -- each such layer "
+                     f"traced alone and its graph compared with layer {tpl}'s, operator by operator: equal")
+        return line
 
     def checked_lines(self) -> list[str]:
         """The independent checker's lines of the text report (graphguard/check.py)."""
@@ -129,7 +133,8 @@ class VerifyResult:
         if self.layers:
             d["layers"] = self.layers
         if self.repeat:
-            d["repeat"] = {k: {"path": p, "layers": n, "template": t} for k, (p, n, t) in self.repeat.items()}
+            d["repeat"] = {k: {"path": r[0], "layers": r[1], "template": r[2],
+                               **({"compared": list(r[3])} if len(r) > 3 else {})} for k, r in self.repeat.items()}
         if self.replay is not None:
             d["replay"] = self.replay
         if self.checked is not None:

@@ -85,7 +85,8 @@ class Graph:
         self.consumers: dict[str, list[Node]] = {}
         self.sources: list[Node] = []
         self.world_size: int | None = None
-        self.repeat: tuple[str, int, int] | None = None  # (layers' module path, count, the layer traced): copied (fx repeat)
+        # (layers' module path, count, the layer traced[, attributes allowed to differ]): copied (fx repeat)
+        self.repeat: tuple | None = None
         self._terms: dict[str, Term] = {}
         self._edited: dict[int, tuple[Node, list[str]]] = {}  # rewritten in place: id -> (node, inputs before)
         self._inserts: dict[int, list[Node]] = {}  # id of a node (0: the end) -> nodes to place after it

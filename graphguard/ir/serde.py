@@ -77,7 +77,10 @@ def graph_from_dict(doc: Any, source: str, reg: Registry, cx: Constraints) -> Gr
                 and type(tpl) is int and 0 <= tpl and rep["layers"] >= tpl + 2):
             raise InputError(f"{source}: 'repeat' must be {{\"path\": the layers' module path, \"layers\": their "
                              f"number, \"template\": the layer traced (optional, 0; layers - 2 at most)}}")
-        g.repeat = (rep["path"], rep["layers"], tpl)
+        cmp = rep.get("compared", [])  # the attributes layers differ in, allowed by comparing traced graphs
+        if not (isinstance(cmp, list) and all(isinstance(c, str) for c in cmp)):
+            raise InputError(f"{source}: 'repeat'.compared must be a list of strings (the attributes that differ)")
+        g.repeat = (rep["path"], rep["layers"], tpl) + ((tuple(cmp),) if cmp else ())
     for key in ("inputs", "nodes", "outputs"):
         if not isinstance(doc.get(key), list):
             raise InputError(f"{source}: missing or non-list field '{key}'")
@@ -154,6 +157,8 @@ def graph_to_dict(g: Graph) -> dict:
         doc["repeat"] = {"path": g.repeat[0], "layers": g.repeat[1]}
         if g.repeat[2]:
             doc["repeat"]["template"] = g.repeat[2]
+        if len(g.repeat) > 3:
+            doc["repeat"]["compared"] = list(g.repeat[3])
     return doc
 
 

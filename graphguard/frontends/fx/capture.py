@@ -34,7 +34,8 @@ from .convert import (DATA_DEPENDENT, Ref, TGraph, TNode, data_dependent, dtype_
 from .dtensor import grad_layouts, graph_layouts
 from .failure import capture_failure, missing_group, quiet_torch_logs
 from .hooks import refuse_tensor_hooks, translate_backward_hooks
-from .repeat import expand as expand_repeat, expand_joint as expand_repeat_joint, install as install_repeat
+from .repeat import (copy_layouts, expand as expand_repeat, expand_joint as expand_repeat_joint,
+                     install as install_repeat)
 from ..stitch import stitch
 from .symints import Symbols, merge_symbols
 
@@ -514,6 +515,7 @@ def _join(seen: dict, backward: bool, source: str) -> TGraph:
     rep = seen.get("repeat")
     if rep is not None and not (backward and rep.backward):
         fw_nodes = expand_repeat(fw_nodes, input_names, rep, source)
+        copy_layouts(rep, seen["layouts"][0])
     out_node = next(n for n in seen["fw"].graph.nodes if n.op == "output")
     fw_out = next(t for t in fw_nodes if t.op == "output")
     user: dict[int, Any] = {}
@@ -569,6 +571,7 @@ def _join(seen: dict, backward: bool, source: str) -> TGraph:
             out_names.append(f"grad.{names[base.grad_of.idx]}")
     if rep is not None and rep.backward:  # (layers whose backward is a stand-in's: copies of the template's)
         joined, outs = expand_repeat_joint(joined, len(body), outs, out_names, input_names, rep, source)
+        copy_layouts(rep, seen["layouts"][0])
     if "post" in seen:
         _join_after_backward(seen, sym, joined, outs, out_names, source)
     joined.append(TNode("output", "output", "output", (tuple(outs),), {}))
@@ -669,7 +672,8 @@ def _repeat_doc(rep) -> dict:
     """What a graph file records of a stack traced once (the certificate states it)."""
     if rep is None:
         return {}
-    return {"repeat": {"path": rep.path, "layers": rep.layers, **({"template": rep.template} if rep.template else {})}}
+    return {"repeat": {"path": rep.path, "layers": rep.layers, **({"template": rep.template} if rep.template else {}),
+                       **({"compared": list(rep.compared)} if rep.compared else {})}}
 
 
 def assemble(parts: list[tuple], name: str, source: str, backward: bool) -> Captured:

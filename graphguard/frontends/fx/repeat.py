@@ -6,11 +6,17 @@ layer 0 and stands in for layers 1..L-1 with one opaque call each; the converted
 operators again for every later layer, over that layer's own parameters and the previous layer's output.
 What makes that copy the layer's graph, and what is checked:
 
-* **the layer's state** (:func:`differs`): layer *i* and layer 0 have the same class, the same submodules
-  (names and classes), parameters and buffers of the same names, shapes, dtypes and ``requires_grad``, and
-  equal other attributes (plain values compared by value, anything else -- configs, functions, tensors kept
-  as attributes, hooks -- must be the very same object); a layer that differs (a ``layer_idx``, a sliding
-  window on every other layer) is refused, naming the attribute;
+* **the layer's state** (:func:`differences`): layer *i* and layer 0 have the same class, the same submodules
+  (names and classes), parameters and buffers of the same names, shapes, dtypes and ``requires_grad`` (DTensors:
+  the same mesh and placements), and equal other attributes (plain values compared by value; a tensor kept as
+  an attribute must be the very same object); otherwise it is refused, naming what differs;
+* **attributes that differ, checked by the graphs** (:func:`compare_graphs`): where a layer differs only in
+  attributes that hold no tensor or module (HF's ``layer_idx``, kept for its cache; the ``tp_forward`` closure
+  HF's TP plan sets on each projection; a per-layer ``scaling``), that layer is traced alone beside the template
+  (``make_fx`` over fake tensors shaped as the template's call received them; with backward, its gradients too)
+  and the two graphs compared operator by operator, constants and wiring included, inputs by position: equal,
+  the layer is a copy and the certificate names the attributes; different, it is refused, naming them and the
+  first operator that differs;
 * **its call**: the same non-tensor arguments (values, positions, keyword names) and tensors of the same
   shapes and dtypes as layer 0's call; its output a single tensor shaped like its first tensor argument;
 * **layer 0's trace is self-contained**: nothing inside it is read outside it but its output;
@@ -19,8 +25,9 @@ What makes that copy the layer's graph, and what is checked:
 
 What is not checked: a layer's ``forward`` reading state outside the module and its arguments (a global
 counter, ``id(self)``) -- the same assumption TorchDynamo's reuse of a traced region makes for what its
-guards do not cover. The certificate lists the layers taken from layer 0's trace. Plain tensors only (a
-DTensor argument is refused).
+guards do not cover. The certificate lists the layers taken from layer 0's trace. A layer's arguments are plain
+tensors (a DTensor argument is refused); its parameters may be DTensors (HF's TP plan), a copy's laid out as the
+template's (:func:`copy_layouts`).
 
 **With backward** (:func:`expand_joint`) the template is layer 1, layer 0 traced as it is: the template's
 backward must make the gradient of its input, which the model's input may not need. Markers and stand-ins
@@ -59,6 +66,13 @@ class Repeat:
     template: int = 0  # the layer traced and copied (layers before it are traced as they are)
     backward: bool = False  # stand-ins with a backward (see install)
     params: tuple = ()  # the template's parameters, in the order a stand-in receives a layer's
+    # layers that differ from the template in plain attribute values only: layer -> [(attribute, its value, the
+    # template's)]; each is traced beside the template after capture (compare_graphs) or refused
+    pending: dict = None
+    ref: object = None  # (with pending) the template layer
+    calls: list = None  # the template's calls as traced: (args, kwargs) with _SLOT for each tensor, [(shape, dtype)]
+    compared: tuple = ()  # after compare_graphs: the attributes that differed, 'self_attn.layer_idx (layers 1-3)'
+    copied: dict = None  # after expand: a copy's parameter (public name) -> the template's it is laid out like
 
     def restore(self) -> None:
         """The layers' own forwards again (the model is the user's after capture)."""
@@ -172,39 +186,93 @@ def _same(a, b) -> bool:
 
 def differs(ref, other) -> str | None:
     """Why ``other`` is not ``ref``'s twin (None: it is): see the module docstring."""
+    hard, soft = differences(ref, other)
+    return hard if hard is not None else (_says(soft[0]) if soft else None)
+
+
+def _says(d) -> str:
+    at, k, b, a = d
+    return f"{at}.{k} is {_short(b)}, not {_short(a)}"
+
+
+def differences(ref, other) -> tuple[str | None, list]:
+    """Why ``other`` is not ``ref``'s twin in structure (None: it is), and the attributes whose plain values
+    (numbers, strings, tuples of them...) differ: ``[(module, attribute, other's value, ref's)]`` -- a
+    ``layer_idx`` HF keeps for its cache, a ``scaling``, a sliding window. Those the traced graphs decide
+    (:func:`compare_graphs`); any other difference is a refusal."""
     import torch
     mods_a, mods_b = dict(ref.named_modules()), dict(other.named_modules())
     if list(mods_a) != list(mods_b):
-        return f"its submodules are {sorted(set(mods_b) ^ set(mods_a))[:3]} apart"
+        return f"its submodules are {sorted(set(mods_b) ^ set(mods_a))[:3]} apart", []
+    soft = []
     for name, a in mods_a.items():
         b = mods_b[name]
         at = f"'{name}'" if name else "the layer"
         if type(a) is not type(b):
-            return f"{at} is a {type(b).__name__}, not a {type(a).__name__}"
+            return f"{at} is a {type(b).__name__}, not a {type(a).__name__}", []
         for kind in ("_parameters", "_buffers"):
             ta, tb = a.__dict__[kind], b.__dict__[kind]
             if list(ta) != list(tb):
-                return f"{at} has {kind[1:]} {list(tb)}, not {list(ta)}"
+                return f"{at} has {kind[1:]} {list(tb)}, not {list(ta)}", []
             for k, x in ta.items():
                 y = tb[k]
                 if (x is None) != (y is None):
-                    return f"{at}.{k} is {'None' if y is None else 'set'} here only"
+                    return f"{at}.{k} is {'None' if y is None else 'set'} here only", []
                 if x is None:
                     continue
-                if type(x) is not type(y) or not (type(x) in (torch.Tensor, torch.nn.Parameter)
-                                                   or isinstance(x, torch.nn.Buffer)):
-                    return f"{at}.{k} is a {type(y).__name__} (plain tensors only)"
-                if (tuple(x.shape), x.dtype, x.requires_grad) != (tuple(y.shape), y.dtype, y.requires_grad):
-                    return (f"{at}.{k} is {y.dtype} {list(y.shape)} (requires_grad {y.requires_grad}), not "
-                            f"{x.dtype} {list(x.shape)}")
+                why = _tensor_differs(x, y)
+                if why:
+                    return f"{at}.{k} is {why}", []
         da = {k: v for k, v in a.__dict__.items() if k not in ("_parameters", "_buffers", "_modules")}
         db = {k: v for k, v in b.__dict__.items() if k not in ("_parameters", "_buffers", "_modules")}
         if list(da) != list(db):
-            return f"{at} has attributes {sorted(set(da) ^ set(db))[:3]} that the other has not"
+            return f"{at} has attributes {sorted(set(da) ^ set(db))[:3]} that the other has not", []
         for k in da:
-            if not _same(da[k], db[k]):
-                return f"{at}.{k} is {_short(db[k])}, not {_short(da[k])}"
+            if _same(da[k], db[k]):
+                continue
+            if _plain(da[k]) and _plain(db[k]):
+                soft.append((at, k, db[k], da[k]))
+                continue
+            return _says((at, k, db[k], da[k])), []
+    return None, soft
+
+
+def _tensor_differs(x, y) -> str | None:
+    """A parameter or buffer of another kind, shape, dtype or ``requires_grad`` (None: alike). Plain tensors,
+    or DTensors of the same mesh and placements (HF's plan shards each layer alike)."""
+    import torch
+    dt = _dtensor_type()
+    if type(x) is not type(y) or not (type(x) in (torch.Tensor, torch.nn.Parameter)
+                                       or isinstance(x, torch.nn.Buffer) or (dt is not None and type(x) is dt)):
+        return f"a {type(y).__name__} (plain tensors or DTensors only)"
+    if (tuple(x.shape), x.dtype, x.requires_grad) != (tuple(y.shape), y.dtype, y.requires_grad):
+        return (f"{y.dtype} {list(y.shape)} (requires_grad {y.requires_grad}), not "
+                f"{x.dtype} {list(x.shape)}")
+    if dt is not None and type(x) is dt and (x.device_mesh != y.device_mesh or x.placements != y.placements):
+        return f"a DTensor placed {y.placements} on {y.device_mesh}, not {x.placements} on {x.device_mesh}"
     return None
+
+
+def _dtensor_type():
+    try:
+        from torch.distributed.tensor import DTensor
+        return DTensor
+    except Exception:  # (a torch without torch.distributed)
+        return None
+
+
+def _plain(v) -> bool:
+    """Not a tensor, nor a module, nor a container of one: a number, a string, a function set on the instance
+    (HF's tensor-parallel ``tp_forward``, a closure over its own module)... -- what the traced graphs of the
+    two layers decide (a tensor held as an attribute must be the very same object in every layer)."""
+    import torch
+    if isinstance(v, (torch.Tensor, torch.nn.Module)):
+        return False
+    if isinstance(v, (tuple, list, set, frozenset)):
+        return all(_plain(x) for x in v)
+    if isinstance(v, dict):
+        return all(_plain(k) and _plain(x) for k, x in v.items())
+    return True
 
 
 def _short(v) -> str:
@@ -245,13 +313,17 @@ def install(module, path: str, where: str, backward: bool = False) -> Repeat | N
                                  f"traced as they are: leave repeat out)")
     if any("forward" in m.__dict__ for m in layers):
         raise InputError(f"{where}: repeat = '{path}': a layer's forward is set on the instance; leave repeat out")
+    pending = {}
     for i in range(first_i + 1, len(layers)):
-        why = differs(ref, layers[i])
+        why, soft = differences(ref, layers[i])
         if why is not None:
             raise InputError(f"{where}: repeat = '{path}': layer {i} is not a copy of layer {first_i}: {why} (each "
                              f"layer is then traced: leave repeat out)")
+        if soft:  # (plain values: the graphs traced after capture decide, compare_graphs)
+            pending[i] = soft
     mark, stub = _ops()
     orig = ref.forward
+    calls: list = []  # the template's calls, recorded while TorchDynamo traces (a side effect it replays)
 
     def split(args, kwargs):
         leaves, spec = pytree.tree_flatten((args, kwargs))
@@ -263,6 +335,9 @@ def install(module, path: str, where: str, backward: bool = False) -> Repeat | N
 
     def first(*args, **kwargs):
         leaves, spec, tensors, key = split(args, kwargs)
+        if pending:  # how it is called, for tracing the differing layers like it (tensors by shape and dtype)
+            calls.append((pytree.tree_map(lambda x: _SLOT if isinstance(x, torch.Tensor) else x, (args, kwargs)),
+                          [(tuple(x.shape), x.dtype) for x in tensors]))
         it = iter(mark(tensors, 1, key))
         a, k = pytree.tree_unflatten([next(it) if isinstance(x, torch.Tensor) else x for x in leaves], spec)
         out = orig(*a, **k)
@@ -289,7 +364,178 @@ def install(module, path: str, where: str, backward: bool = False) -> Repeat | N
     for i in range(first_i + 1, len(layers)):
         layers[i].forward = functools.partial(later, i)
     return Repeat(path, len(layers), tuple(layers), first_i, backward,
-                  tuple(n for n, _ in ref.named_parameters()))
+                  tuple(n for n, _ in ref.named_parameters()),
+                  {i: (layers[i], soft) for i, soft in pending.items()} if pending else None, ref if pending else None,
+                  calls)
+
+
+_SLOT = "graphguard_repeat.tensor"  # (where the template's call passed a tensor: a constant TorchDynamo keeps)
+
+
+def compare_graphs(rep: Repeat, where: str) -> None:
+    """Each layer that differs from the template only in plain attribute values (:func:`differences`) is
+    traced beside the template -- ``make_fx`` over fake tensors shaped as the template's call received them,
+    its parameters and buffers as the traced function's inputs, forward (and with backward, the gradients of
+    its inputs and parameters) -- and the two graphs compared (:func:`same_graph`): equal, the attributes are
+    bookkeeping the computation does not read (HF's ``layer_idx``) and ``rep.compared`` says which; otherwise
+    the layer is refused as before, naming the attribute and the first operator that differs."""
+    from torch.utils import _pytree as pytree
+    pending, calls, ref = rep.pending, rep.calls, rep.ref
+    rep.pending, rep.calls, rep.ref = None, None, None  # (plain data from here on: it travels between processes)
+    if not pending:
+        return
+    tpl = rep.template
+    call = calls[0] if calls else None
+    if call is None or any(repr(c) != repr(call) for c in calls[1:]) or \
+            sum(isinstance(x, str) and x == _SLOT for x in pytree.tree_leaves(call[0])) != len(call[1]):
+        i, (_, soft) = next(iter(pending.items()))
+        raise InputError(f"{where}: repeat = '{rep.path}': layer {i} is not a copy of layer {tpl}: "
+                         f"{_says(soft[0])} and layer {tpl}'s call was not recorded once to compare their "
+                         f"graphs (each layer is then traced: leave repeat out)")
+    base = _trace_layer(ref, call, rep.backward, where, rep.path, tpl)
+    seen: dict = {}
+    for i, (layer, soft) in sorted(pending.items()):
+        got = _trace_layer(layer, call, rep.backward, where, rep.path, i, soft)
+        diff = same_graph(base, got)
+        if diff is not None:
+            raise InputError(f"{where}: repeat = '{rep.path}': layer {i} is not a copy of layer {tpl}: "
+                             f"{'; '.join(_says(d) for d in soft)} and its traced graph differs from layer {tpl}'s "
+                             f"({diff}) (each layer is then traced: leave repeat out)")
+        for at, k, _, _ in soft:
+            seen.setdefault(k if at == "the layer" else f"{at[1:-1]}.{k}", []).append(i)
+    rep.compared = tuple(f"{name} ({_spans(idx)})" for name, idx in seen.items())
+
+
+def _spans(idx: list[int]) -> str:
+    out, start = [], idx[0]
+    for a, b in zip(idx, idx[1:] + [None]):
+        if b != a + 1:
+            out.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return "layers " + ", ".join(out)
+
+
+def _trace_layer(layer, call, backward: bool, where: str, path: str, i: int, soft=()):
+    """``layer``'s graph (torch.fx, ATen operators) called as ``call`` records over fake tensors."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils import _pytree as pytree
+    structure, shapes = call
+    state = {**dict(layer.named_parameters()), **dict(layer.named_buffers())}
+    names = list(state)
+    n_params = len(dict(layer.named_parameters()))
+
+    dt = _dtensor_type()
+    # a DTensor parameter enters as its local tensor, made a DTensor again inside (its mesh and placements are
+    # the template's, differences() checked): so its operators read the input, not a constant of this layer
+    wrap = [(v.device_mesh, v.placements, v.shape, v.stride()) if dt is not None and isinstance(v, dt) else None
+            for v in state.values()]
+
+    def run(values, tensors):
+        it = iter(tensors)
+        args, kwargs = pytree.tree_map(lambda x: next(it) if isinstance(x, str) and x == _SLOT else x, structure)
+        full = [v if w is None else dt.from_local(v, w[0], w[1], run_check=False, shape=w[2], stride=w[3])
+                for v, w in zip(values, wrap)]
+        out = torch.func.functional_call(layer, dict(zip(names, full)), args, kwargs)
+        if not backward:
+            return out
+        wrt = [t for t in list(tensors) + list(values[:n_params]) if t.requires_grad]
+        grads = torch.autograd.grad(out, wrt, torch.ones_like(out), allow_unused=True)
+        return out, [g for g in grads if g is not None]
+
+    tensors = [torch.empty(s, dtype=d) for s, d in shapes]
+    if backward:
+        tensors = [t.requires_grad_() if t.is_floating_point() else t for t in tensors]
+    values = [(v.to_local() if w is not None else v).detach() for v, w in zip(state.values(), wrap)]
+    if backward:
+        values = [x.requires_grad_(v.requires_grad) for x, v in zip(values, state.values())]
+    try:
+        with torch.no_grad() if not backward else torch.enable_grad():
+            return make_fx(run, tracing_mode="fake")(values, tensors)
+    except Exception as e:
+        what = f"{_says(soft[0])}; " if soft else ""
+        raise InputError(f"{where}: repeat = '{path}': layer {i}: {what}tracing it alone to compare its graph with "
+                         f"the template's failed ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]})"
+                         f" (each layer is then traced: leave repeat out)") from None
+
+
+def same_graph(a, b) -> str | None:
+    """Where two traced graphs differ (None: the same operators with the same constant arguments over the same
+    inputs, node for node; inputs matched by position, so parameter names do not matter); a tensor constant
+    compares by value, a fake one never equal."""
+    import torch
+    na, nb = list(a.graph.nodes), list(b.graph.nodes)
+    if len(na) != len(nb):
+        return f"{len(nb)} nodes, not {len(na)}"
+    pos = {}
+    for k, (x, y) in enumerate(zip(na, nb)):
+        pos[x] = pos[y] = k
+        if (x.op, x.target if x.op != "placeholder" else None) != (y.op, y.target if y.op != "placeholder" else None):
+            return f"node {k}: {y.op} {y.target}, not {x.op} {x.target}"
+        if x.op == "get_attr":
+            ta, tb = getattr(a, x.target, None), getattr(b, y.target, None)
+            if isinstance(ta, torch.ScriptObject) or isinstance(tb, torch.ScriptObject):
+                if not _same_script(ta, tb):
+                    return f"node {k}: the object {y.target} is not the template's"
+                continue
+            if not (isinstance(ta, torch.Tensor) and isinstance(tb, torch.Tensor) and not _is_fake(ta)
+                    and not _is_fake(tb) and ta.dtype == tb.dtype and ta.shape == tb.shape and torch.equal(ta, tb)):
+                return f"node {k}: the constant {y.target} is not the template's"
+            continue
+        va, vb = x.meta.get("val"), y.meta.get("val")
+        if x.op == "placeholder" and _meta(va) != _meta(vb):
+            return f"input {k}: {_meta(vb)}, not {_meta(va)}"
+        if not _same_arg((x.args, x.kwargs), (y.args, y.kwargs), pos):
+            return f"node {k} ({x.target}): arguments {_short(y.args)}, not {_short(x.args)}"
+    return None
+
+
+def _same_script(a, b) -> bool:
+    """A process group (the very same) or a reduction (the same kind; not a pre-multiplied sum, whose factor
+    is not readable) that an in-place collective of torch.distributed passes (HF's row-wise all-reduce)."""
+    import torch
+    if not (isinstance(a, torch.ScriptObject) and isinstance(b, torch.ScriptObject)):
+        return False
+    kind = a._type().qualified_name()
+    if kind != b._type().qualified_name():
+        return False
+    if kind.endswith("c10d.ProcessGroup"):
+        from torch.distributed import ProcessGroup
+        return ProcessGroup.unbox(a) is ProcessGroup.unbox(b)
+    if kind.endswith("c10d.ReduceOp"):
+        from torch.distributed import ReduceOp
+        return a.op() == b.op() and a.op() != int(ReduceOp.RedOpType.PREMUL_SUM)
+    return False
+
+
+def _meta(v):
+    import torch
+    if isinstance(v, torch.Tensor):
+        return (tuple(v.shape), v.dtype, v.requires_grad)
+    return repr(v)
+
+
+def _is_fake(t) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(t, FakeTensor)
+
+
+def _same_arg(x, y, pos) -> bool:
+    import torch
+    if isinstance(x, torch.fx.Node) or isinstance(y, torch.fx.Node):
+        return isinstance(x, torch.fx.Node) and isinstance(y, torch.fx.Node) and pos.get(x) == pos.get(y) \
+            and pos.get(x) is not None
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, (tuple, list)):
+        return len(x) == len(y) and all(_same_arg(p, q, pos) for p, q in zip(x, y))
+    if isinstance(x, dict):
+        return list(x) == list(y) and all(_same_arg(x[k], y[k], pos) for k in x)
+    if isinstance(x, float) and x != x:
+        return y != y
+    if isinstance(x, torch.Tensor):
+        return False  # (a tensor in the arguments, not a node: not compared, so not the same)
+    return x == y
 
 
 def _layer_module(module: str | None, path: str, i: int, template: int = 0) -> str | None:
@@ -313,6 +559,7 @@ def expand(nodes: list[TNode], input_names: dict[str, str], rep: Repeat, source:
     """``nodes`` (one rank's forward) with layer 0's markers removed and each stand-in replaced by a copy
     of layer 0's operators: over layer *i*'s parameters (new inputs, named like layer 0's with its index)
     and the stand-in's tensor arguments. ``input_names`` gains the new inputs."""
+    compare_graphs(rep, source)
     where = f"{source}: repeat = '{rep.path}'"
     by = {t.name: t for t in nodes}
     marks = [t for t in nodes if t.target == MARK]
@@ -398,6 +645,7 @@ def expand_joint(nodes: list[TNode], n_fw: int, outs: list, out_names: list, inp
     gradient markers -- over the stand-in's incoming gradient and the copy's forward tensors. Each of the
     stand-in's gradients becomes the copy of the template's: of an input (the template's input marker's
     gradient) or of a parameter (the template's gradient output of the same parameter)."""
+    compare_graphs(rep, source)
     where = f"{source}: repeat = '{rep.path}'"
     tpl = rep.template
     by = {t.name: t for t in nodes}
@@ -577,7 +825,18 @@ def _layer_params(rep: Repeat, i: int, params: dict[str, str], by: dict, m: dict
         m[ph_name] = f"{rep.path}.{i}.{ph_name}"
         out.append(TNode(m[ph_name], "placeholder", ph.target, (), {}, ph.shape, ph.dtype, ph.loc))
         input_names[m[ph_name]] = f"{rep.path}.{i}.{p}"
+        if rep.copied is None:
+            rep.copied = {}
+        rep.copied[input_names[m[ph_name]]] = input_names.get(ph_name, f"{rep.path}.{rep.template}.{p}")
     return out
+
+
+def copy_layouts(rep: Repeat | None, layouts: dict) -> None:
+    """A copy's parameter laid out (a DTensor's mesh and placements) as the template's -- :func:`differences`
+    checked each layer's parameters against the template's: same shape, dtype, mesh and placements."""
+    for new, old in ((rep.copied or {}).items() if rep is not None else ()):
+        if old in layouts and new not in layouts:
+            layouts[new] = layouts[old]
 
 
 def _copy(b: TNode, m: dict, rep: Repeat, i: int) -> TNode:

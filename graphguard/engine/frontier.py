@@ -88,6 +88,14 @@ def derived_bound(ctx: Context, op: str | None) -> int:
     return MAX_DERIVED if o is not None and o.shift_invariant else 0
 
 
+def computes_terms(ctx: Context, n: Node) -> bool:
+    """Whether ``n``'s outputs count as computed from its inputs for :func:`derived_bound`: an elementwise op, a
+    reduction or a collective (a shift's max, mean or sum, all-reduced; a written-out softmax's exp, row sum and
+    quotient) -- not data movement, indexing or scattering, whose readers Listing 3 relates by its own rules."""
+    o = ctx.egraph.reg.get(n.op)
+    return o is not None and bool(o.elementwise or o.reduction is not None or o.collective)
+
+
 def _shift(ctx: Context, n: Node, hops: dict[str, int], derived: dict[str, int], const: frozenset) -> str:
     """The related operand x of ``n`` where n is ``x - c`` or ``x + c`` (an op computing sub or add) of a c
     derived from related tensors (or related, or constant) and broadcast along x -- fewer entries, x's shape after

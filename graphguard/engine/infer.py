@@ -22,7 +22,7 @@ from .context import Context, Relation
 from .deferral import Carried, definitions
 from .egraph import Budget, BudgetExceeded, EGraph
 from .snapshot import Snapshot
-from .frontier import derived_bound, invertible_terms, relate
+from .frontier import computes_terms, derived_bound, invertible_terms, relate
 from .gd_facts import broadcast_definitions, constant_term, constants_for, index_constant, structure
 from .labels.provers import (ELEMENTWISE, ELEMENTWISE_FIRST, MOVED, MOVEMENT_FIRST, POLY, PRODUCTS_FIRST, RELAYOUTS,
                              ROWS)
@@ -537,7 +537,8 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
         eg.union_all(facts)
         if bound:
             for n in r_d:
-                derived.update((o, max(1, _depth(n, hops, derived))) for o in n.outputs if o not in hops)
+                if computes_terms(ctx, n):
+                    derived.update((o, max(1, _depth(n, hops, derived))) for o in n.outputs if o not in hops)
         relate(ctx, explored, hops, inside, const, op, derived if bound else None)
         snap = partial_search(ctx, eg, ctx.budget, deadline, v, roots)
         if ctx.ran_out is not None:  # (no further: what it found is what there is)

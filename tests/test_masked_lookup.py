@@ -3,7 +3,9 @@
 ``index_put``, its ``masked_fill`` and ``torch.where`` forms, vLLM's ``get_masked_input_and_mask``, torchtitan's
 multiplication by the mask), the lemmas are written once on it (core:300, aten:470, aten:1622), the fusion pass
 collapses a spelling into it, and a spelling that is not the lookup -- a wrong offset, a mask with ``>`` where
-``>=`` was needed, a fill that is not zero -- proves nothing."""
+``>=`` was needed, a fill that is not zero -- proves nothing. The same for the target's logit and its one-hot update
+(core.masked_pick, core.masked_one_hot_update), the lookup's backward (core.masked_embedding_backward) and nll_loss's
+one-hot written into zeros (core.masked_neg_one_hot: into a non-zero table it is not)."""
 from __future__ import annotations
 
 import dataclasses
@@ -146,8 +148,8 @@ _spec.loader.exec_module(M)
 
 @pytest.mark.parametrize("form", ["index_put", "masked_fill", "where"])
 def test_the_ranks_spelt_out_lookups_fuse_into_the_canonical_op(monkeypatch, plugins, form):
-    """Captured forward and backward: each rank's lookup becomes one core.masked_lookup of its shard; the mask
-    the backward reads again is kept."""
+    """Captured forward and backward: each rank's lookup becomes one core.masked_lookup of its shard, and its
+    backward one core.masked_embedding_backward (the mask and masked ids the backward reads kept until then)."""
     from graphguard.ir import scalar as S
     from graphguard.passes import fuse_expressions
     for name, value in (("LAYERS", 0), ("VOCAB", 4), ("MASK_FORM", form), ("BUG", "")):
@@ -159,7 +161,10 @@ def test_the_ranks_spelt_out_lookups_fuse_into_the_canonical_op(monkeypatch, plu
     assert sorted((dict(n.attrs)["start"], dict(n.attrs)["end"]) for n in fused) == [(0, 2), (2, 4)]
     assert all(n.inputs[0].startswith("embed.weight@") for n in fused)
     assert not any(n.op == "aten.embedding" for n in g.nodes)
-    assert any(n.op == "aten.embedding_dense_backward" for n in g.nodes)  # (its masks kept)
+    fused = [n for n in g.nodes if n.op == "core.masked_embedding_backward"]
+    assert sorted((dict(n.attrs)["start"], dict(n.attrs)["end"]) for n in fused) == [(0, 2), (2, 4)]
+    assert all(n.inputs[1].startswith("ids@") for n in fused)
+    assert not any(n.op == "aten.embedding_dense_backward" for n in g.nodes)
 
 
 def test_a_wrong_offset_is_not_fused(monkeypatch, plugins):
@@ -312,3 +317,216 @@ def test_megatron_gpt_cross_entropy_bugs_must_not_prove(megatron_gpt, bug):
     for rel_ in (rel, {k: v for k, v in rel.items() if k != "ranges"}):
         r = _gpt_verify(spec, impl, rel_)
         assert r.verdict != "refines", bug
+
+
+# -- the embedding's backward: core.masked_embedding_backward ----------------------------------------------------
+# (lemma_packs/core/lookups.py: each spelling the backward of a core.masked_lookup spelling; core:303 splits it
+# where a rank's ends; aten:472 makes the whole table's embedding_dense_backward the masked one over [0, V))
+
+from lemma_packs.core.lookups import (BACKWARD, BACKWARD_MASK_MULTIPLIED, BACKWARD_MASKED_FILL,  # noqa: E402
+                                      BACKWARD_SPELLINGS, BACKWARD_WHERE, LOCAL, LOCAL_MF, NEG_ONE_HOT)
+
+BW_SHAPES = {"G": [2, 3, 5], "ids": [2, 3]}
+BW_FORMS = {"megatron": BACKWARD, "masked_fill": BACKWARD_MASKED_FILL, "where": BACKWARD_WHERE,
+            "titan": BACKWARD_MASK_MULTIPLIED}
+DENSE_BW = "aten.embedding_dense_backward(G, ids, num_weights=16, padding_idx=-1, scale_grad_by_freq=false)"
+
+
+def bw_spell(form: str, s: int, e: int, g: str = "G") -> str:
+    """A rank's backward of its lookup of rows [s, e) for gradient ``g``, in one framework's spelling."""
+    t = form.replace("?x0", g).replace("?x1", "ids").replace("?p_start", str(s)).replace("?p_end", str(e))
+    return t.replace("?n", str(e - s)).replace("?u", U).replace("?t", "float32").replace("?c", str(e - s - 1))
+
+
+def bw(s, e, g="G"):
+    return f"core.masked_embedding_backward({g}, ids, start={s}, end={e})"
+
+
+def test_every_backward_spelling_is_declared():
+    assert [f for f, *_ in BACKWARD_SPELLINGS] == list(BW_FORMS.values())
+
+
+@pytest.mark.parametrize("form", list(BW_FORMS))
+def test_each_backward_spelling_is_the_masked_backward(form):
+    assert proves(bw_spell(BW_FORMS[form], 4, 8), bw(4, 8), BW_SHAPES, dtypes=DTYPES)
+    assert not proves(bw_spell(BW_FORMS[form], 4, 8), bw(3, 7), BW_SHAPES, dtypes=DTYPES)
+    # ``>`` where ``>=`` was needed: the gradient of id 8 lands on row 8 - 4, past the shard
+    bad = _wrong_bound(BW_FORMS[form]).replace("aten.lt.Scalar(?x1, other=?p_end)", "aten.le.Scalar(?x1, other=?p_end)")
+    assert bad != BW_FORMS[form]
+    assert not proves(bw_spell(bad, 4, 8), bw(4, 8), BW_SHAPES, dtypes=DTYPES)
+
+
+@pytest.mark.parametrize("form", ["megatron", "masked_fill", "where"])
+def test_a_backward_at_ids_shifted_off_by_one_must_not_prove(form):
+    bad = bw_spell(_wrong_offset(BW_FORMS[form]), 4, 8).replace("s=4 + 1", "s=5")
+    assert "s=5" in bad
+    assert not proves(bad, bw(4, 8), BW_SHAPES, dtypes=DTYPES)
+
+
+@pytest.mark.parametrize("local", [LOCAL, LOCAL_MF])
+def test_a_backward_that_does_not_zero_the_masked_rows_must_not_prove(local):
+    """The ids of other ranks' rows point at row 0: their gradient must be zeroed first."""
+    ids = local.replace("?x1", "ids").replace("?p_start", "4").replace("?p_end", "8")
+    unzeroed = f"aten.embedding_dense_backward(G, {ids}, num_weights=4, padding_idx=-1, scale_grad_by_freq=false)"
+    assert not proves(unzeroed, bw(4, 8), BW_SHAPES, dtypes=DTYPES)
+    parts = [bw_spell(BACKWARD, s, e) for s, e in SHARDS]
+    parts[1] = unzeroed
+    assert not proves(DENSE_BW, f"concat({', '.join(parts)}, dim=0)", BW_SHAPES, dtypes=DTYPES)
+
+
+@pytest.mark.parametrize("form", list(BW_FORMS))
+def test_the_whole_tables_backward_is_the_concat_of_the_ranks_in_any_spelling(form):
+    parts = ", ".join(bw_spell(BW_FORMS[form], s, e) for s, e in SHARDS)
+    assert proves(DENSE_BW, f"concat({parts}, dim=0)", BW_SHAPES, dtypes=DTYPES)
+
+
+def test_ranks_may_spell_their_backwards_differently():
+    parts = ", ".join(bw_spell(f, s, e) for f, (s, e) in zip(BW_FORMS.values(), SHARDS))
+    assert proves(DENSE_BW, f"concat({parts}, dim=0)", BW_SHAPES, dtypes=DTYPES)
+    two = f"concat({bw_spell(BACKWARD, 0, 8)}, {bw_spell(BACKWARD_MASK_MULTIPLIED, 8, 16)}, dim=0)"
+    assert proves(DENSE_BW, two, BW_SHAPES, dtypes=DTYPES)
+
+
+@pytest.mark.parametrize("shards", [
+    [(4, 8), (0, 4), (8, 12), (12, 16)],  # ranks 0 and 1 swapped their ranges
+    [(0, 4), (4, 8), (8, 12), (13, 17)],  # rank 3's shard offset off by one
+    [(0, 4), (5, 9), (8, 12), (12, 16)],  # rank 1's too (an id of 4 lands nowhere, one of 8 twice)
+    [(0, 4), (4, 8), (8, 12), (11, 15)],  # rank 3's range overlaps rank 2's
+])
+def test_wrong_backward_ranges_must_not_prove(shards):
+    assert not proves(DENSE_BW, f"concat({', '.join(bw(s, e) for s, e in shards)}, dim=0)", BW_SHAPES, dtypes=DTYPES)
+    parts = ", ".join(bw_spell(BACKWARD_MASKED_FILL, s, e) for s, e in shards)
+    assert not proves(DENSE_BW, f"concat({parts}, dim=0)", BW_SHAPES, dtypes=DTYPES)
+
+
+def test_another_ranks_gradient_must_not_prove():
+    shapes = {**BW_SHAPES, "H": [2, 3, 5]}
+    parts = [bw(s, e) for s, e in SHARDS]
+    parts[2] = bw(8, 12, g="H")
+    assert not proves(DENSE_BW, f"concat({', '.join(parts)}, dim=0)", shapes, dtypes=DTYPES)
+
+
+def test_a_split_backward_proves_and_its_twin_does_not():
+    """core:303 on its own: a masked backward of [4, 12) is that of [4, 8) then [8, 12), not [4, 7) then [7, 12)."""
+    assert proves(bw(4, 12), f"concat({bw(4, 8)}, {bw(8, 12)}, dim=0)", BW_SHAPES, dtypes=DTYPES)
+    assert not proves(bw(4, 12), f"concat({bw(8, 12)}, {bw(4, 8)}, dim=0)", BW_SHAPES, dtypes=DTYPES)
+    assert not proves(bw(4, 12), f"concat({bw(4, 8)}, {bw(9, 13)}, dim=0)", BW_SHAPES, dtypes=DTYPES)
+
+
+# -- nll_loss's one-hot written into zeros (torchtitan's loss parallel): core.masked_neg_one_hot ------------------
+
+OH_SHAPES, OH_DTYPES = {"T": [6], "X": [6, 4]}, {"T": "int64"}
+SCATTER = ("aten.scatter.value(aten.full(size=[6, 16], fill_value=0, dtype=float32), reshape(T, shape=[6, 1]), dim=1,"
+           " value=-1)")
+
+
+def oh_spell(s: int, e: int, form: str = NEG_ONE_HOT) -> str:
+    return (form.replace("?x0", "T").replace("?p_start", str(s)).replace("?p_end", str(e)).replace("?m", "6")
+            .replace("?z", f"[6, {e - s}]").replace("?p_dtype", "float32"))
+
+
+def oh(s, e):
+    return f"core.masked_neg_one_hot(T, start={s}, end={e}, dtype=float32)"
+
+
+def test_the_one_hot_spelling_is_the_masked_one_hot():
+    assert proves(oh_spell(4, 8), oh(4, 8), OH_SHAPES, dtypes=OH_DTYPES)
+    assert not proves(oh_spell(4, 8), oh(3, 7), OH_SHAPES, dtypes=OH_DTYPES)
+    on_x1 = NEG_ONE_HOT.replace("?x0", "?x1")  # (the targets named as the helpers above name the ids)
+    for wrong in (_wrong_bound, _wrong_offset):  # > where >= was needed; the targets shifted by s + 1
+        bad = oh_spell(4, 8, wrong(on_x1).replace("?x1", "?x0")).replace("s=4 + 1", "s=5")
+        assert bad != oh_spell(4, 8)
+        assert not proves(bad, oh(4, 8), OH_SHAPES, dtypes=OH_DTYPES)
+
+
+@pytest.mark.parametrize("table", [
+    "aten.full(size=[6, 4], fill_value=1, dtype=float32)",  # a table of ones
+    "X",  # any table (the index_put writes, it does not subtract)
+])
+def test_a_one_hot_into_a_non_zero_table_must_not_prove(table):
+    spelt = oh_spell(4, 8)
+    nonzero = spelt.replace("aten.full(size=[6, 4], fill_value=0, dtype=float32)", table, 1)
+    assert nonzero != spelt
+    assert not proves(nonzero, oh(4, 8), OH_SHAPES, dtypes=OH_DTYPES)
+    parts = [oh_spell(s, e) for s, e in SHARDS]
+    parts[1] = nonzero
+    assert not proves(SCATTER, f"concat({', '.join(parts)}, dim=1)", OH_SHAPES, dtypes=OH_DTYPES, ranges={"T": (0, 16)})
+    # nor a scatter into ones as the ranks' one-hots
+    ones = SCATTER.replace("fill_value=0", "fill_value=1")
+    assert not proves(ones, f"concat({', '.join(oh_spell(s, e) for s, e in SHARDS)}, dim=1)", OH_SHAPES,
+                      dtypes=OH_DTYPES, ranges={"T": (0, 16)})
+
+
+def test_nll_loss_one_hot_is_the_concat_of_the_ranks():
+    parts = ", ".join(oh_spell(s, e) for s, e in SHARDS)
+    assert proves(SCATTER, f"concat({parts}, dim=1)", OH_SHAPES, dtypes=OH_DTYPES, ranges={"T": (0, 16)})
+    assert proves(SCATTER, f"concat({oh(0, 4)}, {oh(4, 12)}, {oh(12, 16)}, dim=1)", OH_SHAPES, dtypes=OH_DTYPES)
+
+
+@pytest.mark.parametrize("shards", [
+    [(4, 8), (0, 4), (8, 12), (12, 16)],  # ranks 0 and 1 swapped their columns
+    [(0, 4), (4, 8), (8, 12), (13, 17)],  # rank 3's offset off by one
+    [(0, 4), (4, 8), (8, 12), (11, 15)],  # overlapping
+])
+def test_wrong_one_hot_ranges_must_not_prove(shards):
+    assert not proves(SCATTER, f"concat({', '.join(oh_spell(s, e) for s, e in shards)}, dim=1)", OH_SHAPES,
+                      dtypes=OH_DTYPES, ranges={"T": (0, 16)})
+
+
+def test_backward_and_one_hot_declarations_pass_the_fuzzer_and_wrong_ones_fail(plugins):
+    from graphguard.engine.fuzz import fuzz_rule
+    from graphguard.engine.lemma import build_rules
+    ops = ("core.masked_embedding_backward", "core.masked_neg_one_hot")
+    rules = [r for r in plugins.lemmas if any(op in r.lemma.rule for op in ops)]
+    assert len([r for r in rules if r.lemma.ref == 1218]) == len(BACKWARD_SPELLINGS) + 1
+    assert {r.lemma.label for r in rules} >= {"core:303", "core:304", "aten:472", "aten:1734"}
+    for r in rules:
+        assert fuzz_rule(r, plugins.registry).ok, r.lemma.label
+    # (> for >= on the end is no fuzzer twin: id e then lands on row/column e - s, past the table, where
+    # embedding_dense_backward and index_put are undefined; <= for < on the start, or the masked rows' gradient
+    # set to 1 rather than zeroed, is)
+    for name, wrong in (("core.masked_embedding_backward#0", lambda t: t.replace(
+                            "aten.zeros(size=[], dtype=float32)", "aten.full(size=[], fill_value=1, dtype=float32)")),
+                        ("core.masked_embedding_backward#3",  # torchtitan's mask with > for >=
+                         lambda t: t.replace("aten.ge.Scalar(?x1, other=?p_start)", "aten.gt.Scalar(?x1, other=?p_start)")),
+                        ("core.masked_neg_one_hot", lambda t: t.replace("aten.lt.Scalar(?x0, other=?p_start)",
+                                                                         "aten.le.Scalar(?x0, other=?p_start)")),
+                        ("core.masked_neg_one_hot", lambda t: t.replace("fill_value=0, dtype=?p_dtype",
+                                                                         "fill_value=1, dtype=?p_dtype", 1))):
+        lem = next(r.lemma for r in plugins.lemmas if r.lemma.name == f"fused-expression[{name}]")
+        rule = wrong(lem.rule)
+        assert rule != lem.rule, name
+        (r,) = build_rules(dataclasses.replace(lem, rule=rule, variant="wrong"), plugins.registry)
+        assert not fuzz_rule(r, plugins.registry).ok, name
+
+
+def _titan_impl():
+    import json
+    return json.loads((EXAMPLES / "torchtitan-llama" / "captured" / "tp2-loss" / "impl.gg.json").read_text())
+
+
+def _fused(impl, plugins):
+    from graphguard.ir import scalar as S
+    from graphguard.ir.serde import graph_from_dict
+    from graphguard.passes import fuse_expressions
+    g = graph_from_dict(impl, "<impl>", plugins.registry, S.Constraints())
+    fuse_expressions(g, plugins.registry, S.Constraints())
+    return {op: sorted((dict(n.attrs).get("start"), dict(n.attrs).get("end")) for n in g.nodes if n.op == op)
+            for op in ("core.masked_embedding_backward", "core.masked_neg_one_hot", "aten.embedding_dense_backward")}
+
+
+def test_torchtitans_captured_backward_and_one_hot_fuse(plugins):
+    """torchtitan TP 2 with loss parallel (kept capture): each rank's embedding backward (times its cast mask, at
+    the clamped ids) and its one-hot of the labels (mask - 1 written into zeros) become the canonical ops."""
+    ops = _fused(_titan_impl(), plugins)
+    assert ops["core.masked_embedding_backward"] == [(0, 32), (32, 64)]
+    assert ops["core.masked_neg_one_hot"] == [(0, 32), (32, 64)]
+    assert not ops["aten.embedding_dense_backward"]
+
+
+def test_a_one_hot_into_a_non_zero_table_is_not_fused(plugins):
+    impl = _titan_impl()
+    (zeros,) = [n for n in impl["nodes"] if n["name"] == "bw.zeros_like@1"]
+    assert zeros["op"] == "aten.full" and zeros["attrs"]["fill_value"] == "0"
+    zeros["attrs"]["fill_value"] = "1"
+    assert _fused(impl, plugins)["core.masked_neg_one_hot"] == [(0, 32)]  # rank 1's is not

@@ -5,8 +5,12 @@ embedding). The op is the one canonical form; each framework's way of writing it
 the op's ``fuses``: Megatron's ``index_put`` of shifted ids, its ``masked_fill`` form, vLLM's
 ``get_masked_input_and_mask``, torchtitan's multiplication by the mask), each a lemma of family 1218 that
 ``graphguard lemmas check`` fuzzes, collapsed into the op where a graph spells it out
-(``graphguard/passes/fusion.py``), and equal to it in the e-graph everywhere else. The lemma below is written
-once, on the op; the ATen pack's lemmas relate ``aten.embedding`` to it (``lemma_packs/aten/vocab_lookups.py``).
+(``graphguard/passes/fusion.py``), and equal to it in the e-graph everywhere else. The same for the target's
+logit (``core.masked_pick``), its one-hot update (``core.masked_one_hot_update``), the lookup's backward
+(``core.masked_embedding_backward``) and nll_loss's one-hot written into zeros (``core.masked_neg_one_hot``). Each
+op's split over ranks is written once below (core:300-304); the ATen pack's lemmas relate the sequential ops
+(``aten.embedding``, its backward, ``gather``, ``scatter_add``, ``scatter``) to them
+(``lemma_packs/aten/vocab_lookups.py``).
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ NUMBERS = range(300, 320)  # this file's lemma numbers (the plugin loader refuse
 MASKED_LOOKUP = "core.masked_lookup"
 MASKED_PICK = "core.masked_pick"
 MASKED_ONE_HOT_UPDATE = "core.masked_one_hot_update"
+MASKED_EMBEDDING_BACKWARD = "core.masked_embedding_backward"
+MASKED_NEG_ONE_HOT = "core.masked_neg_one_hot"
 
 # -- the spellings, over ?x0 (the table's rows a rank holds), ?x1 (the ids), ?p_start, ?p_end ----------------
 _W, _I, _S, _E = "?x0", "?x1", "?p_start", "?p_end"
@@ -90,6 +96,45 @@ SPELLINGS = (
 )
 
 
+# -- the embedding's backward: core.masked_embedding_backward(g, ids, start=s, end=e) -----------------------------
+# the gradient rows g[k] of the ids in [s, e) summed into row ids_k - s of an [e - s, D] table, the others dropped:
+# the backward of each spelling of core.masked_lookup above (its masked rows' gradient zeroed the way the forward
+# zeroed the rows, then embedding_dense_backward at the forward's shifted, masked ids). Over ?x0 (the gradient of
+# the lookup's output, ids' shape + [D]), ?x1 (the ids), ?p_start, ?p_end; ?n the rows e - s
+_DENSE_BW = "aten.embedding_dense_backward({g}, {ids}, num_weights=?n, padding_idx=-1, scale_grad_by_freq=false)"
+# Megatron: grad[mask] = 0 (index_put's backward), at the index_put-masked ids
+BACKWARD = _DENSE_BW.format(g=f"aten.index_put({_W}, {MASK}, aten.zeros(size=[], dtype=float32))", ids=LOCAL)
+# ... its masked_fill form (grad.masked_fill(mask.unsqueeze(-1), 0)) and torch.where form
+BACKWARD_MASKED_FILL = _DENSE_BW.format(g=f"aten.masked_fill.Scalar({_W}, reshape({MASK}, shape=?u), value=0)",
+                                        ids=LOCAL_MF)
+BACKWARD_WHERE = _DENSE_BW.format(
+    g=f"aten.where.self(reshape({MASK}, shape=?u), aten.scalar_tensor(s=0, dtype=?t), {_W})", ids=LOCAL_WHERE)
+# torchtitan: the gradient times the cast mask, at the clamped ids
+BACKWARD_MASK_MULTIPLIED = _DENSE_BW.format(g=f"aten.mul.Tensor({_W}, aten._to_copy(reshape({_ORG}, shape=?u), dtype=?t))",
+                                            ids=_TT_LOCAL)
+
+_BW_RANGE = (f"rank({_W}) == rank({_I}) + 1 and floating(dtype({_W})) and {_S} // 1 == {_S} and {_E} // 1 == {_E}"
+             f" and {_S} < {_E} and ?n == {_E} - {_S}")
+
+
+def _bw_examples(extra=lambda ids, s, e: {}):
+    return tuple({"x0": list(ids) + [d], "x1": ids, "p_start": s, "p_end": e, "n": e - s, "x1:dtype": "int64",
+                  **extra(ids, s, e)}
+                 for d, ids, s, e in ((4, [2, 3], 0, 3), (2, [4], 2, 6), (3, [1, 2, 2], 4, 8), (5, [3], 1, 2),
+                                      (1, [2, 2], 3, 9), (3, [6], 0, 1)))
+
+
+BACKWARD_SPELLINGS = (
+    (BACKWARD, _BW_RANGE, _bw_examples(), _IDX),
+    (BACKWARD_MASKED_FILL, f"{_BW_RANGE} and {_UNSQ}", _bw_examples(_U), _IDX),
+    (BACKWARD_WHERE, f"{_BW_RANGE} and {_UNSQ} and floating(?t)",
+     _bw_examples(lambda ids, s, e: {"u": list(ids) + [1], "t": "float32"}), _IDX),
+    # times the mask: the gradient's values finite (0 * inf is nan)
+    (BACKWARD_MASK_MULTIPLIED, f"{_BW_RANGE} and {_UNSQ} and ?c == {_E} - {_S} - 1 and ?t == dtype({_W})",
+     _bw_examples(lambda ids, s, e: {"u": list(ids) + [1], "c": e - s - 1, "t": "float32"}), _IDX),
+)
+
+
 
 # -- the target's logit: core.masked_pick(x, t, start=s, end=e) -------------------------------------------------
 # rank r's pick of the target's logit from its columns [s, e) of logits x [m, cols] for m targets t (any shape):
@@ -151,6 +196,24 @@ UPDATE_SPELLINGS = (
 )
 
 
+# -- nll_loss's one-hot of the targets: core.masked_neg_one_hot(t, start=s, end=e, dtype=y) ----------------------
+# -1 at (k, t_k - s) where s <= t_k < e, zero elsewhere: [n, e - s] of dtype y for n targets t -- rank r's columns
+# of the gradient nll_loss scatters into zeros (the one-hot update above of a zero table). torchtitan's loss
+# parallel writes (mask - 1) into zeros at (row, masked local target): the zeros are named in the spelling (an
+# aten.full, as a zeros_like is captured), not an input. Over ?x0 (the targets), ?p_start, ?p_end, ?p_dtype
+_T, _Y = "?x0", "?p_dtype"
+NEG_ONE_HOT = (f"aten.index_put(aten.full(size=?z, fill_value=0, dtype={_Y}), aten.arange(end=?m, dtype=None),"
+               f" {LOCAL.replace(_I, _T)}, aten.sub.Tensor(aten._to_copy({MASK.replace(_I, _T)}, dtype={_Y}),"
+               f" aten.scalar_tensor(s=1, dtype={_Y}), alpha=1))")
+NEG_ONE_HOT_SPELLINGS = (
+    (NEG_ONE_HOT, f"rank({_T}) == 1 and ?m == size({_T}, 0) and ?z == [size({_T}, 0), {_E} - {_S}]"
+     f" and {_S} // 1 == {_S} and {_E} // 1 == {_E} and {_S} < {_E} and floating({_Y})",
+     tuple({"x0": [n], "p_start": s, "p_end": e, "p_dtype": "float32", "m": n, "z": [n, e - s], "x0:dtype": "int64"}
+           for n in (1, 2, 3, 4, 6) for s, e in ((0, 3), (2, 6), (4, 8), (1, 2), (3, 9))),  # (?m is no size: seeds)
+     {"x0": f"{_E} + 2"}),
+)
+
+
 def _shape(shapes, attrs, cx):
     w, ids = shapes
     s, e = attrs["start"], attrs["end"]
@@ -205,6 +268,44 @@ def _update_ref(xs, attrs):
     return out
 
 
+def _backward_shape(shapes, attrs, cx):
+    g, ids = shapes
+    s, e = attrs["start"], attrs["end"]
+    if len(g) != len(ids) + 1 or not all(cx.prove("==", a, b) for a, b in zip(g, ids)):
+        fail(f"{MASKED_EMBEDDING_BACKWARD}: gradient {fmt_shape(g)} is not ids {fmt_shape(ids)} plus an embedding dim")
+    if not cx.prove("<", S.norm(s), S.norm(e)):
+        fail(f"{MASKED_EMBEDDING_BACKWARD}: rows [{S.text(s)}, {S.text(e)}) are empty")
+    return (S.norm(S.sym(e) - S.sym(s)), g[-1])
+
+
+def _backward_ref(xs, attrs):
+    g, ids = np.asarray(xs[0]), np.asarray(xs[1]).astype(np.int64)
+    s, e = int(attrs["start"]), int(attrs["end"])
+    inside = (ids >= s) & (ids < e)
+    out = np.zeros((e - s, g.shape[-1]), dtype=g.dtype)
+    np.add.at(out, ids[inside] - s, g[inside])
+    return out
+
+
+def _neg_one_hot_shape(shapes, attrs, cx):
+    (t,) = shapes
+    s, e = attrs["start"], attrs["end"]
+    if len(t) != 1:
+        fail(f"{MASKED_NEG_ONE_HOT}: targets must be rank 1, got {fmt_shape(t)}")
+    if not cx.prove("<", S.norm(s), S.norm(e)):
+        fail(f"{MASKED_NEG_ONE_HOT}: columns [{S.text(s)}, {S.text(e)}) are empty")
+    return (t[0], S.norm(S.sym(e) - S.sym(s)))
+
+
+def _neg_one_hot_ref(xs, attrs):
+    t = np.asarray(xs[0]).astype(np.int64)
+    s, e = int(attrs["start"]), int(attrs["end"])
+    inside = (t >= s) & (t < e)
+    out = np.zeros((t.shape[0], e - s), dtype=np.float64)  # (floats: references compute in float64)
+    out[np.arange(t.shape[0])[inside], t[inside] - s] = -1
+    return out
+
+
 OPS = [
     OpDef(MASKED_LOOKUP, 2, _shape, _ref, (AttrSpec("start", "scalar"), AttrSpec("end", "scalar")),
           doc="Rank r's lookup of rows [start, end) of a table it holds: table[ids - start] where "
@@ -217,6 +318,15 @@ OPS = [
           (AttrSpec("start", "scalar"), AttrSpec("end", "scalar")),
           doc="x [m, cols] less the one-hot of the targets in [start, end): x[k, t_k - start] -= 1 where "
               "start <= t_k < end.", fuses=UPDATE_SPELLINGS),
+    OpDef(MASKED_EMBEDDING_BACKWARD, 2, _backward_shape, _backward_ref,
+          (AttrSpec("start", "scalar"), AttrSpec("end", "scalar")),
+          doc="The gradient of core.masked_lookup's table: rows g[k] of the ids in [start, end) summed into row "
+              "ids_k - start of an [end - start, D] table, the others dropped.", fuses=BACKWARD_SPELLINGS),
+    OpDef(MASKED_NEG_ONE_HOT, 1, _neg_one_hot_shape, _neg_one_hot_ref,
+          (AttrSpec("start", "scalar"), AttrSpec("end", "scalar"), AttrSpec("dtype", "str")),
+          doc="-1 at (k, t_k - start) where start <= t_k < end, zero elsewhere: [n, end - start] of dtype for "
+              "n targets (nll_loss's gradient, the columns [start, end)).",
+          dtype=lambda ds, a: a["dtype"], fuses=NEG_ONE_HOT_SPELLINGS),
 ]
 
 _A, _AB = "size(?a, 0)", "size(?a, 0) + size(?b, 0)"
@@ -249,4 +359,25 @@ LEMMAS = [
       f" {MASKED_ONE_HOT_UPDATE}(?b, ?t, start=?s + {_C}, end=?e), dim=1)",
       f"{_SPLIT_COND} and floating(dtype(?a)) and floating(dtype(?b))", index={"t": "?e + 2"},
       examples=_SPLIT_EXAMPLES),
+    # the backward of a masked lookup of rows [s, e) splits where a rank's masked backward of the same gradient
+    # and ids ends (more ranks; the whole table's backward over [0, V): aten:472): constrained (§4.3) to such a
+    # rank's, ?m its end
+    L(303, "masked-embedding-backward-of-row-shards",
+      f"{MASKED_EMBEDDING_BACKWARD}(?g, ?i, start=?s, end=?e)"
+      f" => concat({MASKED_EMBEDDING_BACKWARD}(?g, ?i, start=?s, end=?m), {MASKED_EMBEDDING_BACKWARD}(?g, ?i, start=?m,"
+      " end=?e), dim=0)",
+      "rank(?g) == rank(?i) + 1 and ?s // 1 == ?s and ?m // 1 == ?m and ?s < ?m and ?m < ?e",
+      when=f"{MASKED_EMBEDDING_BACKWARD}(?g, ?i, start=?s, end=?m)", index={"i": "?e + 2"},
+      examples=[{"g": list(i) + [3], "i": i, "s": s, "m": m, "e": e}
+                for i, s, m, e in (([2, 3], 1, 3, 6), ([4], 0, 2, 4), ([3, 4], 4, 8, 16), ([5], 2, 3, 4),
+                                   ([2, 2, 2], 0, 1, 5))]),
+    # ... and nll_loss's one-hot of columns [s, e), where a rank's one-hot of the same targets ends
+    L(304, "masked-neg-one-hot-of-column-shards",
+      f"{MASKED_NEG_ONE_HOT}(?t, start=?s, end=?e, dtype=?y)"
+      f" => concat({MASKED_NEG_ONE_HOT}(?t, start=?s, end=?m, dtype=?y), {MASKED_NEG_ONE_HOT}(?t, start=?m, end=?e,"
+      " dtype=?y), dim=1)",
+      "rank(?t) == 1 and ?s // 1 == ?s and ?m // 1 == ?m and ?s < ?m and ?m < ?e",
+      when=f"{MASKED_NEG_ONE_HOT}(?t, start=?s, end=?m, dtype=?y)", index={"t": "?e + 2"},
+      examples=[{"t": [n], "s": s, "m": m, "e": e, "y": "float32"}
+                for n, s, m, e in ((3, 1, 3, 6), (2, 0, 2, 4), (4, 4, 8, 16), (1, 2, 3, 4), (5, 0, 1, 5))]),
 ]

@@ -326,7 +326,7 @@ def test_attention_of_batch_shards():
     assert not proves(_bwd(1, *c), _cat(parts[1], parts[0], 0), shapes)
 
 
-# -- lemmas 1710-1713: torchtitan's vocabulary-parallel embedding --------------------------------------------
+# -- torchtitan's vocabulary-parallel embedding (core.masked_lookup, core.masked_embedding_backward: its spellings) ----
 
 def _lookup(w, s, e, mask=True, rows=None):
     """torchtitan's Embedding.forward on a rank owning rows [s, e) of the table."""
@@ -424,7 +424,7 @@ def test_a_dropped_collective_from_the_cli(tmp_path):
     assert "stopped at G_s operator aten.pow.Tensor_Scalar (node 'pow_1'" in p.stdout
 
 
-# -- lemmas 1730-1735: loss parallel ---------------------------------------------------------------------------
+# -- loss parallel (lemmas 1730-1734; core.masked_neg_one_hot) -------------------------------------------------------
 
 _MX = "max(aten.amax(A, dim=[1], keepdim=true), aten.amax(B, dim=[1], keepdim=true))"
 
@@ -493,7 +493,7 @@ def _oh(s_, e, n=4):
 
 
 def test_one_hot_of_vocab_shards():
-    """1734/1735: nll_loss's one-hot over a vocabulary of 8 split at the ranks' shard ends (where their masks
+    """1734 (core:304): nll_loss's one-hot over a vocabulary of 8 split at the ranks' shard ends (where their masks
     compare the ids) is each rank's one-hot of its own targets; the shards' offsets swapped must not prove."""
     s = {"I": [4]}
     d = {"I": "int64"}

@@ -54,7 +54,8 @@ R_O = {"megatron-gpt": ["out0 = out0@0", "out0 = out0@1",  # the loss per token,
 SLOW = {"torchtitan-llama": "tests/test_torchtitan.py verifies the graphs it kept (torchtitan is not a test dependency)",
         "hf-zoo": "tests/test_hf_zoo.py verifies its default, Qwen3 with HF's plan, forward and backward",
         # the project's own imitations of bugs that are planted in real megatron-core and run by default
-        "layernorm-grad-sp": "examples/bugs/megatron-sp-layernorm-grad: the same bug in megatron-core",
+        # (suite time: the same bug in the project's model runs by default, examples/bugs/layernorm-grad-sp)
+        "megatron-sp-layernorm-grad": "examples/bugs/layernorm-grad-sp: the same bug, the project's model",
         "mlp-dtensor": "examples/gpt-tp-dtensor: DTensor capture of a whole block",
         # (suite time: real megatron-core bugs whose capture costs ~25 s each; one runs by default, its
         # imitation runs for the gradient-accumulation scale, the others' operators are checked by

@@ -14,7 +14,7 @@ from graphguard.ir.lemma import L
 
 from lemma_packs.core.lookups import (LOCAL, LOCAL_MF, MASKED_EMBEDDING_BACKWARD, MASKED_FILL, MASKED_LOOKUP,
                                       MASKED_NEG_ONE_HOT, MASKED_ONE_HOT_UPDATE, MASKED_PICK, MEGATRON, NEG_ONE_HOT,
-                                      PICK_FLAT, PICK_MASKED_FILL)
+                                      PICK_FLAT, PICK_MASKED_FILL, VLLM)
 
 # the canonical ops' spellings as format templates ({w}/{x} the table or logits, {i} the ids, {s}, {e}, {m} the
 # rows), for the tests that spell a rank's program out
@@ -51,16 +51,11 @@ _FALSE = 'aten.full(size={z}, fill_value=0, dtype="bool")'
 
 def lookup(w, i, s, e, a, o, u):
     """Rank r's masked lookup as vLLM writes it: shard [s, e), empty added range [a, a), added offset o; u the
-    shape of the unsqueezed mask."""
-    org = f"aten.bitwise_and.Tensor(aten.ge.Scalar({i}, other={s}), aten.lt.Scalar({i}, other={e}))"
-    added = f"aten.bitwise_and.Tensor(aten.ge.Scalar({i}, other={a}), aten.lt.Scalar({i}, other={a}))"
-    offset = (f"aten.add.Tensor(aten.mul.Tensor({org}, aten.scalar_tensor(s={s}, dtype=int64)),"
-              f" aten.mul.Tensor({added}, aten.scalar_tensor(s={o}, dtype=int64)), alpha=1)")
-    mask = f"aten.bitwise_or.Tensor({org}, {added})"
-    ids = f"aten.mul.Tensor({mask}, aten.sub.Tensor({i}, {offset}, alpha=1))"
-    return (f"aten.masked_fill.Scalar(aten.embedding({w}, {ids}, padding_idx=?p, scale_grad_by_freq=?f, sparse=?q),"
-            f" reshape(aten.bitwise_not({mask}), shape={u}), value=0)")
-
+    shape of the unsqueezed mask -- core's spelling (lemma_packs/core/lookups.py VLLM) with these filled in."""
+    out = VLLM
+    for var, val in (("?x0", w), ("?x1", i), ("?p_start", s), ("?p_end", e), ("?n", a), ("?o", o), ("?u", u)):
+        out = out.replace(var, str(val))
+    return out
 
 LEMMAS = [
     # a lookup of the whole table is the sum of the ranks' masked lookups of their row shards (core.masked_lookup,

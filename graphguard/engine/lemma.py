@@ -740,13 +740,9 @@ _COMPARE = frozenset({"<", "<=", ">", ">=", "==", "!="})
 
 
 def _reads_range(e) -> bool:
-    if isinstance(e, ACall):
-        return e.fn in RANGE_FUNCTIONS or any(_reads_range(a) for a in e.args)
-    if isinstance(e, ABin):
-        return _reads_range(e.left) or _reads_range(e.right)
-    if isinstance(e, AList):
-        return any(_reads_range(a) for a in e.items)
-    return False
+    calls: set[str] = set()
+    _expr_calls(e, calls)
+    return bool(calls & RANGE_FUNCTIONS)
 
 
 def range_relaxed(cond):
@@ -763,16 +759,11 @@ def range_relaxed(cond):
 def range_vars(cond) -> set[str]:
     """The tensor variables whose value range ``cond`` reads."""
     out: set[str] = set()
-    if isinstance(cond, ACall):
-        if cond.fn in RANGE_FUNCTIONS:
-            out |= {a.name for a in cond.args if isinstance(a, PVar)}
-        for a in cond.args:
-            out |= range_vars(a)
-    elif isinstance(cond, ABin):
-        out |= range_vars(cond.left) | range_vars(cond.right)
-    elif isinstance(cond, AList):
-        for a in cond.items:
-            out |= range_vars(a)
+    if isinstance(cond, ACall) and cond.fn in RANGE_FUNCTIONS:
+        _expr_vars(cond, out)
+    for sub in (cond.args if isinstance(cond, ACall) else cond.items if isinstance(cond, AList)
+                else (cond.left, cond.right) if isinstance(cond, ABin) else ()):
+        out |= range_vars(sub)
     return out
 
 

@@ -530,3 +530,62 @@ def test_a_one_hot_into_a_non_zero_table_is_not_fused(plugins):
     assert zeros["op"] == "aten.full" and zeros["attrs"]["fill_value"] == "0"
     zeros["attrs"]["fill_value"] = "1"
     assert _fused(impl, plugins)["core.masked_neg_one_hot"] == [(0, 32)]  # rank 1's is not
+
+
+# -- a rank's mask reached however it is spelt (engine/frontier.py index_derived) ----------------------------------
+# torchtitan's loss parallel at TP 4: each rank gathers its masked targets' column and zeroes the masked rows, an
+# unfused spelling; the split lemmas (aten:476, core:301) name the outer ranks' masks, the frontier must reach the
+# inner ranks' (ids < 4 | ids >= 8) from the labels they are computed from. Twins: every range off by one, the
+# masked rows not zeroed, two ranks taking one range
+
+TP, V, T = 4, 16, 6
+
+
+class _Pick(__import__("torch").nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def forward(self, x, t):
+        return self.f(x, t)
+
+
+def _rank_pick(rank, shift=0, zero=True, starts=None):
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    s = (rank * (V // TP) if starts is None else starts[rank]) + shift
+    e = s + V // TP
+
+    def f(x, t):
+        mask = (t < s) | (t >= e)
+        local = t - s
+        local[mask] = 0
+        g = x.gather(1, local.unsqueeze(1))
+        if zero:
+            g[mask.unsqueeze(1)] = 0.0
+        return funcol.all_reduce(g.squeeze(1), "sum", dist.group.WORLD)
+    return f
+
+
+def _verify_pick(**kw):
+    import torch
+    import graphguard
+    torch.manual_seed(0)
+    x, t = torch.randn(T, V), torch.randint(0, V, (T,))
+    s = ggt.capture(lambda r: _Pick(lambda x, t: x.gather(1, t.unsqueeze(1)).squeeze(1)), lambda r: (x, t),
+                    world_size=1)
+    d = ggt.capture(lambda r: _Pick(_rank_pick(r, **kw)), lambda r: (x.chunk(TP, 1)[r].contiguous(), t),
+                    world_size=TP, distributed=True)
+    rel = {"inputs": {"x": "concat(x@0, x@1, x@2, x@3, dim=1)", "t": [f"t@{r}" for r in range(TP)]}}
+    return graphguard.verify(s.graph(), d.graph(), rel)
+
+
+@pytest.mark.parametrize("kw, refines", [
+    ({}, True),
+    ({"shift": 1}, False),  # every rank's range one column late
+    ({"zero": False}, False),  # the masked rows keep column 0's logit
+    ({"starts": [0, 4, 4, 12]}, False),  # rank 2 takes rank 1's range: [8, 12) uncounted, [4, 8) twice
+], ids=["torchtitan", "off-by-one", "not-zeroed", "range-taken-twice"])
+def test_unfused_masked_picks_at_four_ranks(kw, refines):
+    r = _verify_pick(**kw)
+    assert r.verdict == ("refines" if refines else "does-not-refine"), r.render()

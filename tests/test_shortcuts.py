@@ -45,7 +45,7 @@ GIVE_UPS = {  # module -> caps above which a prover claims nothing
     "graphguard.engine.labels.propagate": ("MAX_PROPAGATED",),
     "graphguard.engine.labels.sums": ("MAX_SUMMED",),
     "graphguard.engine.gd_facts": ("MAX_INDEX_ANCESTRY",),
-    "graphguard.engine.frontier": ("MAX_HOPS", "MAX_DERIVED"),
+    "graphguard.engine.frontier": ("MAX_HOPS", "MAX_DERIVED", "MAX_UNFOLDED", "MAX_INDEX_DERIVED"),
     "graphguard.engine.deferral": ("MAX_DEFERRED",),
     "graphguard.engine.infer": ("MAX_CONSTANT_TERM",),
     "graphguard.engine.memo": ("MAX_ENTRIES",),

@@ -372,6 +372,19 @@ def fused_expression(op, reg):  # the expression an op fuses (OpDef.fuses) -> op
                    op_examples(op) if examples is None else list(examples), index)
 
 
+@family(1228, "unfolded-definition")
+def unfolded_definition(op, reg):  # op(x0, x1, ...) -> the expression it is (OpDef.unfolds)
+    """An op declaring the expression it is (``unfolds``: a variance as the mean of the squared deviations from
+    the mean) is that expression, so the lemmas over its ops apply to it (a variance of a concatenation along its
+    dim is the parts' sums of squared deviations from the whole's mean, all-reduced)."""
+    for expr, cond, examples, index, fixed in op.unfoldings():
+        # (an op with optional inputs: as many as the expression reads, the others absent under ``fixed``)
+        n = _n_inputs(op) or 1 + max(int(i) for i in re.findall(r"\?x(\d+)", expr))
+        if all(name in reg for name in re.findall(r"([A-Za-z_][\w]*\.[\w.]+)\(", expr)):
+            yield (f"{call(op, [f'?x{i}' for i in range(n)], fixed)} => {expr}", cond, "",
+                   op_examples(op) if examples is None else list(examples), index)
+
+
 def op_examples(op) -> list:
     """Fuzzer seeds an op may attach to its declarations (``OpDef.doc`` cannot: ``fuses_examples`` on the op's
     ``ref`` function, where a pack puts them)."""

@@ -11,6 +11,9 @@ from .context import Context
 
 MAX_HOPS = 4  # G_d operators the frontier follows from a related tensor on the observations alone
 MAX_DERIVED = 4  # G_d operators the frontier follows from related tensors where v's invariance reads their results
+MAX_UNFOLDED = 12  # ... where v unfolds into reductions the ranks compute (a layer norm: sum, all-reduce, / n, -,
+# ** 2, sum, all-reduce, / n, + eps, rsqrt: each reduction, collective and scalar op of its expression one operator)
+MAX_INDEX_DERIVED = 6  # G_d operators from related tensors to a mask or index a rank computes from them (index_derived)
 
 
 def relate(ctx: Context, explored: dict[str, Node], hops: dict[str, int], inside: set[str], const: frozenset,
@@ -79,13 +82,19 @@ def _broadcast(ctx: Context, n: Node, const: frozenset) -> bool:
 
 
 def derived_bound(ctx: Context, op: str | None) -> int:
-    """How many G_d operators the frontier follows from related tensors when they read no other (:data:`MAX_DERIVED`)
-    for G_s operator ``op`` -- where ``op`` declares an invariance under a term the ranks may compute any way
+    """How many G_d operators the frontier follows from related tensors when they read no other (:data:`MAX_DERIVED`;
+    :data:`MAX_UNFOLDED` for an op that unfolds) for G_s operator ``op`` -- where ``op`` declares an invariance under a term the ranks may compute any way
     from what they hold (``shift_invariant``: softmax(x - c) = softmax(x) for any row term c, a mean, a max
-    all-reduced with sum, none), whose G_d form has no G_s counterpart to relate it by; 0 elsewhere (the search
-    stays local: every other operator's frontier is as Listing 3 has it)."""
-    o = ctx.egraph.reg.get(op) if op else None
-    return MAX_DERIVED if o is not None and o.shift_invariant else 0
+    all-reduced with sum, none), whose G_d form has no G_s counterpart to relate it by, or where ``op`` (one of
+    its outputs) ``unfolds`` into an expression of such terms (a variance, a layer norm: the ranks' sums,
+    all-reduced); 0 elsewhere (the search stays local: every other operator's frontier is as Listing 3 has it)."""
+    reg = ctx.egraph.reg
+    ops = [o for o in [reg.get(op)] if o is not None] if op else []
+    while ops and reg.get(f"{op}#{len(ops) - 1}") is not None:  # (a multi-output op's outputs: op#0, op#1...)
+        ops.append(reg.get(f"{op}#{len(ops) - 1}"))
+    if any(o.unfolds for o in ops):
+        return MAX_UNFOLDED
+    return MAX_DERIVED if any(o.shift_invariant for o in ops) else 0
 
 
 def computes_terms(ctx: Context, n: Node) -> bool:
@@ -121,3 +130,17 @@ def _row_term(xs: tuple, cs: tuple) -> bool:
     """c (shape ``cs``) broadcasts to x's shape ``xs`` and is 1 on a dim where x is not: a term constant along it."""
     cs = (1,) * (len(xs) - len(cs)) + cs
     return all(c == 1 or c == x for c, x in zip(cs, xs)) and any(c == 1 and x != 1 for c, x in zip(cs, xs))
+
+
+def index_derived(ctx: Context, n: Node, ok) -> bool:
+    """Whether ``n`` computes index tensors only (integer or boolean: masks, shifted ids, positions) from
+    tensors ``ok`` accepts (related, constant, or index tensors derived so before: the caller's). A rank derives such masks
+    from the data it holds (a vocabulary shard's ``ids < s | ids >= e``) and reads them beside the data; the
+    frontier follows them within :data:`MAX_INDEX_DERIVED` operators, and treats them as it treats constants
+    (operands that do not make a reader's output unrelated), so the rank's masked pick of a shard a split lemma
+    names (core.masked_pick(x@r, t, start=s, end=e)) is reached however its mask is spelt. Exploration only
+    adds G_d definitions to the e-graph: what it relates is still proven by the lemmas."""
+    from .gd_facts import is_index_dtype
+    info = ctx.g_d.tensors
+    return (bool(n.outputs) and all(is_index_dtype(info[o].dtype) for o in n.outputs)
+            and all(ok(i) for i in n.inputs))

@@ -482,7 +482,8 @@ def _declaration_rngs(seed: int, k: int, name: str) -> tuple[random.Random, np.r
 
 def check_identity(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS) -> list[tuple[str, int, str | None]]:
     """Each ``identity`` declaration of ``op`` (:mod:`graphguard.passes.identities` drops the op where it holds)
-    fuzzed: ``op`` of x and a constant of the identity value -- of x's shape or 0-dim, in x's dtype or another
+    fuzzed: ``op`` of x and a constant of the identity value -- of x's shape, 0-dim or broadcast to x's shape, in
+    x's dtype or another
     -- equals x wherever the result keeps x's shape and dtype, over every dtype, empty and size-1 dims, and
     0, -0.0, inf, NaN mixed into x. Returns ``(name, instances, failure or None)`` per declaration."""
     from ..ir.ops import normalize_attrs
@@ -497,7 +498,9 @@ def check_identity(op, reg: Registry, seed: int = 0, trials: int = CHECK_TRIALS)
             shape = tuple(_size(rng) for _ in range(rng.randint(0, 3)))
             dt = rng.choice(DTYPES)
             cdt = dt if rng.random() < 0.7 else rng.choice(DTYPES)
-            cshape = shape if rng.random() < 0.7 else ()
+            r = rng.random()  # x's shape, 0-dim, or one broadcast to x's (fewer dims, size-1 dims)
+            cshape = shape if r < 0.5 else () if r < 0.7 else tuple(
+                1 if rng.random() < 0.5 else d for d in shape[rng.randint(0, len(shape)):])
             attrs = dict(normalize_attrs(op, dict(fixed), op.name))
             out_dtype = op.dtype([dt, cdt] if pos == 1 else [cdt, dt], attrs) if op.dtype else dt
             if out_dtype != dt:

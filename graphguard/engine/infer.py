@@ -22,7 +22,8 @@ from .context import Context, Relation
 from .deferral import Carried, definitions
 from .egraph import Budget, BudgetExceeded, EGraph
 from .snapshot import Snapshot
-from .frontier import computes_terms, derived_bound, invertible_terms, relate
+from . import frontier
+from .frontier import computes_terms, derived_bound, index_derived, invertible_terms, relate
 from .gd_facts import broadcast_definitions, constant_term, constants_for, index_constant, structure
 from .labels.provers import (ELEMENTWISE, ELEMENTWISE_FIRST, MOVED, MOVEMENT_FIRST, POLY, PRODUCTS_FIRST, RELAYOUTS,
                              ROWS)
@@ -512,7 +513,9 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
     identical operators is not walked to its end (frontier.py). For an operator declaring an invariance under a
     term the ranks compute from what they hold (a softmax's shift), the operators computing from related tensors
     only are followed too, within ``frontier.MAX_DERIVED`` of them (frontier.derived_bound; elsewhere none:
-    Listing 3 as it is). With ``v`` (the operator's first search) a
+    Listing 3 as it is). Masks and shifted ids a rank computes from related tensors are followed for every
+    operator, within ``frontier.MAX_INDEX_DERIVED`` operators, and count as constants do for their readers
+    (frontier.index_derived). With ``v`` (the operator's first search) a
     saturation cut short ends the exploration (:func:`partial_search`)."""
     g_d, eg = ctx.g_d, ctx.egraph
     const, watch, _, _ = structure(ctx)
@@ -521,10 +524,22 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
     explored: dict[str, Node] = {}
     bound = derived_bound(ctx, op)  # (0: Listing 3 as it is)
     derived: dict[str, int] = {}  # G_d tensor computed from related ones only -> operators since them
+    masks: dict[str, int] = {}  # index tensor (mask, shifted ids) computed from related ones -> operators since
     while True:
-        r_d = [n for t in [*hops, *derived] for n in watch.get(t, ()) if n.name not in explored
-               and all(i in hops or i in derived or i in const or index_constant(ctx, i) is not None for i in n.inputs)
-               and _depth(n, hops, derived) <= bound]
+        known = const | frozenset(masks)
+        r_d, seen = [], set()
+        for n in (n for t in [*hops, *derived, *masks] for n in watch.get(t, ())):
+            if n.name in explored or n.name in seen or not all(
+                    i in hops or i in derived or i in known or index_constant(ctx, i) is not None for i in n.inputs):
+                continue
+            depth = _depth(n, hops, derived)
+            d = 1 + max((masks.get(i, 0) for i in n.inputs), default=0)
+            if depth == 0 and d <= frontier.MAX_INDEX_DERIVED and index_derived(ctx, n, lambda i: i not in derived):
+                masks.update((o, d) for o in n.outputs if o not in hops)  # (frontier.index_derived)
+            elif depth > bound:
+                continue
+            r_d.append(n)
+            seen.add(n.name)
         if not r_d:
             break
         facts = []
@@ -533,13 +548,13 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
                 explored[m.name] = m
                 facts.extend((Leaf(out), term) for out, term in zip(m.outputs, g_d.node_terms(m)))
             facts.extend((Leaf(i), index_constant(ctx, i)) for i in n.inputs
-                         if i not in hops and i not in const and i not in derived)
+                         if i not in hops and i not in const and i not in derived and i not in masks)
         eg.union_all(facts)
         if bound:
             for n in r_d:
                 if computes_terms(ctx, n):
                     derived.update((o, max(1, _depth(n, hops, derived))) for o in n.outputs if o not in hops)
-        relate(ctx, explored, hops, inside, const, op, derived if bound else None)
+        relate(ctx, explored, hops, inside, const | frozenset(masks), op, derived if bound else None)
         snap = partial_search(ctx, eg, ctx.budget, deadline, v, roots)
         if ctx.ran_out is not None:  # (no further: what it found is what there is)
             break
@@ -549,7 +564,7 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
         found |= snap.leaves_below([snap.find(r) for r in roots], invertible_terms(ctx))
         if any(hops.get(t) != 0 for t in found):
             hops.update(dict.fromkeys(found, 0))
-            relate(ctx, explored, hops, inside, const, op, derived if bound else None)
+            relate(ctx, explored, hops, inside, const | frozenset(masks), op, derived if bound else None)
     t_rel.update(hops)
     return snap, {t for n in explored.values() for t in n.outputs}
 

@@ -7,8 +7,8 @@
 - ``homogeneous`` with ``positive`` (1225): relu(x / w) * w = relu(x) for w > 0, (x / w) ** 2 * w ** 2 = x ** 2;
   the positivity of w comes from the op that computed it (``positive``) or from a constant factor.
 - ``tiles`` (1226): ``repeat`` is an expand of x with unit dims inserted before the repeated dims, reshaped.
-- ``identity`` (1227): x + 0, x - 0, x * 1, x / 1 with the constant a fill of x's shape and dtype are x -- in the
-  e-graph, whatever the shapes (a symbolic batch: ``x + torch.zeros(x.shape[0], 8)``), where the identities pass
+- ``identity`` (1227): x + 0, x - 0, x * 1, x / 1 with the constant a fill of x's dtype, of x's shape or
+  broadcast to it, are x -- in the e-graph, whatever the shapes (a symbolic batch: ``x + torch.zeros(x.shape[0], 8)``), where the identities pass
   (passes/identities.py) drops only fills it reads a value from.
 """
 from __future__ import annotations
@@ -211,8 +211,9 @@ def tile(op, reg):  # repeat(x, r) -> reshape(expand(reshape(x, unit dims before
 @family(1227, "identity-element")
 def identity_element(op, reg):  # f(x, fill(v)) -> x where v is f's identity element (OpDef.identity), the fill x's shape and dtype
     """x + 0 = x, x * 1 = x (and each op's other declared identities, on either side where declared): with the
-    constant a fill of the dialect's fill op, of exactly x's shape and dtype (no broadcast widens x, no
-    promotion changes its dtype) -- e.g. x + torch.zeros(s) where s is x's symbolic shape."""
+    constant a fill of the dialect's fill op of x's dtype (no promotion changes it), of x's shape or one that
+    broadcasts to it (no broadcast widens x) -- e.g. x + torch.zeros(s) where s is x's symbolic shape, or
+    x + torch.zeros(1, n)."""
     full = _fill_of(_dialect(op), reg) if op.arity == 2 else None
     if full is None or not op.identity or ", dtype=?t" not in full:
         return
@@ -220,8 +221,10 @@ def identity_element(op, reg):  # f(x, fill(v)) -> x where v is f's identity ele
         args = ["?x", "?x"]
         args[pos] = full.format(s="?s")
         # (floating only: an integer x / 1 is a float -- the fuzzer found it)
-        cond = f"?v == {value} and ?s == shape(?x) and ?t == dtype(?x) and {_FLOAT.format(x='?x')}"
+        cond = f"?v == {value} and broadcasts_to(?s, ?x) and ?t == dtype(?x) and {_FLOAT.format(x='?x')}"
         free = {f"p_{a.name}": a.default for a in op.attrs if a.name not in fixed}
-        ex = [{"x": x, "s": x, "v": value, "t": t, **free}
-              for x in ([2, 3], [4], [1, 2, 2], [3, 1], [2, 2, 3], [5]) for t in ("float32", "float64", "float16")]
+        ex = [{"x": x, "s": s, "v": value, "t": t, **free}
+              for x, s in (([2, 3], [2, 3]), ([4], [4]), ([1, 2, 2], [1, 2, 2]), ([3, 1], [3, 1]), ([2, 2, 3], [1, 3]),
+                           ([5], [1]), ([2, 3], [3]), ([2, 3], [1, 1]), ([4, 2], []))
+              for t in ("float32", "float64", "float16")]
         yield f"{call(op, args, fixed)} => ?x", cond, "", ex

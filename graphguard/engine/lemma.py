@@ -529,6 +529,10 @@ FUNCTIONS: dict[str, Callable] = {
     # the dtypes given agree, booleans aside (a select's condition beside its values)
     "is_dtype": lambda ctx, t: isinstance(t, str),
     "same_values": lambda ctx, *ds: len({d for d in ds if d != "bool"}) <= 1,
+    # number v as a tensor of floating dtype d holds it (a kernel's eps, a fill): v rounded to nearest, exact
+    "rounded": lambda ctx, v, d: _rounded(v, d),
+    # shape s broadcast against tensor t's shape gives t's shape (s has no more dims; each is 1 or t's there)
+    "broadcasts_to": lambda ctx, s, t: _broadcasts_to(ctx, tuple(s), tuple(ctx.shape_of(t))),
     "vmin": lambda ctx, t: ctx.vrange(t)[0],
     "vend": lambda ctx, t: ctx.vrange(t)[1],
 }
@@ -548,6 +552,25 @@ def _repeat_size(x: tuple, r: tuple) -> tuple:
     if len(r) != len(x) or any(S.norm(k) != 1 and S.norm(d) != 1 for d, k in zip(x, r)):
         return ()
     return tuple(S.norm(S.sym(d) * S.sym(k)) for d, k in zip(x, r))
+
+
+def _rounded(v, dtype: str) -> Fraction:
+    """``v`` rounded to nearest (ties to even) in floating dtype ``dtype``, as an exact fraction; ValueError (the
+    condition or instantiation fails) for another dtype or a value that is not a finite number."""
+    import numpy as np
+    if not isinstance(v, (int, Fraction)) or not isinstance(dtype, str):
+        raise ValueError(f"rounded({v!r}, {dtype!r})")
+    if dtype == "bfloat16":  # float32, then its 16 high bits, rounded to nearest even
+        bits = int(np.array(float(v), dtype=np.float32).view(np.uint32))
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        out = float(np.array(bits, dtype=np.uint32).view(np.float32))
+    elif dtype in ("float16", "float32", "float64"):
+        out = float(np.array(float(v), dtype=dtype))
+    else:
+        raise ValueError(f"rounded(): {dtype} is not a floating dtype")
+    if not np.isfinite(out):
+        raise ValueError(f"rounded({v}, {dtype}) is not finite")
+    return Fraction(out)
 
 
 def _prod(xs) -> S.Scalar:
@@ -592,6 +615,11 @@ def _reshape_src_index(ctx, x: tuple, s: tuple, d: int, i) -> S.Scalar:
     if not ctx.cx.integral(j):
         raise ValueError("the slice bound falls inside a merged block")
     return j
+
+
+def _broadcasts_to(ctx, s: tuple, x: tuple) -> bool:
+    return len(s) <= len(x) and all(d == 1 or d == w or ctx.cx.prove("==", d, w)
+                                    for d, w in zip(s, x[len(x) - len(s):]))
 
 
 def _narrower_dim(ctx, s: tuple, t: tuple) -> int:

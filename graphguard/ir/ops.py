@@ -252,6 +252,11 @@ class OpDef:
     # Several spellings of one op (each framework's way of writing one masked vocabulary lookup): a tuple of
     # ``(expr, cond[, examples[, index[, fixed]]])``, each its own lemma of family 1218 (:meth:`spellings`)
     fuses: tuple[str, str] | tuple = ()
+    # the expression the op *is*, spelt out over ``?x0``... and ``?p_<attr>`` in other ops, in the same format as
+    # ``fuses``: family 1228 rewrites the op into it in the e-graph (the reverse of 1218), so the lemmas over the
+    # spelled ops apply to the op -- a variance over a concatenation splits into the parts' sums as a mean does.
+    # No pass collapses it (a program computing it op by op is left as it is); ``lemmas check`` fuzzes it
+    unfolds: tuple[str, str] | tuple = ()
     # the elementwise function the op computes, by a name every dialect shares ("where", "le", "and", "exp"...):
     # a name, or {name: attribute values under which the op computes it} (``hlo.compare``'s directions). Two ops
     # of different dialects computing the same function are the same op up to their broadcasting: family 1220
@@ -299,19 +304,27 @@ class OpDef:
         """``fuses`` as ``(expr, cond, examples, index, fixed)`` spellings (examples None: the op's own, index: the
         fuzzer's bounds of index variables, fixed: the op's attribute values the spelling computes it under --
         ``((a - y) ** 2).sum()`` is ``mse_loss`` at reduction 2 -- where the expression binds no variable of theirs)."""
-        f = self.fuses
-        if not f:
-            return []
-        if isinstance(f[0], str):
-            return [(f[0], f[1], None, {}, {})]
-        return [(x[0], x[1], x[2] if len(x) > 2 else None, dict(x[3]) if len(x) > 3 else {},
-                 dict(x[4]) if len(x) > 4 else {}) for x in f]
+        return _spellings(self.fuses)
+
+    def unfoldings(self) -> list[tuple[str, str, tuple | None, dict, dict]]:
+        """``unfolds`` in the format of :meth:`spellings`."""
+        return _spellings(self.unfolds)
 
     def attr_spec(self, name: str) -> AttrSpec | None:
         for a in self.attrs:
             if a.name == name:
                 return a
         return None
+
+
+def _spellings(f: tuple) -> list[tuple[str, str, tuple | None, dict, dict]]:
+    """``fuses`` / ``unfolds`` as ``(expr, cond, examples, index, fixed)`` (:meth:`OpDef.spellings`)."""
+    if not f:
+        return []
+    if isinstance(f[0], str):
+        return [(f[0], f[1], None, {}, {})]
+    return [(x[0], x[1], x[2] if len(x) > 2 else None, dict(x[3]) if len(x) > 3 else {},
+             dict(x[4]) if len(x) > 4 else {}) for x in f]
 
 
 def float_to_int(x, dtype) -> "np.ndarray":

@@ -145,5 +145,30 @@ NORM_OPS = (
                        "only says which torch returns). Optional weight/bias via absent.")
 )
 
+# layer norm over the last dim as the ops compute it (family 1228 unfolds it, the variance then too: a layer norm
+# of a hidden dim the ranks shard is their deviations from the all-reduced mean over the all-reduced variance):
+# the output (without weight and bias, with weight, with both), the mean and 1/std
+_LAST = "[rank(?x0) - 1]"
+_MEAN = f"aten.mean.dim(?x0, dim={_LAST}, keepdim=true, dtype=None)"
+# (eps as the kernel adds it: rounded to float32, the accumulation type of float32 and narrower inputs; float64's own)
+_EPS_T = "float32"
+_RSTD = (f"aten.rsqrt(aten.add.Tensor(aten.var.correction(?x0, dim={_LAST}, correction=0, keepdim=true),"
+         f" aten.scalar_tensor(s=rounded(?p_eps, \"{_EPS_T}\"), dtype={_EPS_T}), alpha=1))")
+_NORMED = f"aten.mul.Tensor(aten.sub.Tensor(?x0, {_MEAN}, alpha=1), {_RSTD})"
+_LN_COND = ("len(?p_normalized_shape) == 1 and at(?p_normalized_shape, 0) == size(?x0, rank(?x0) - 1)"
+            " and size(?x0, rank(?x0) - 1) >= 1 and ?p_eps > 0 and dtype(?x0) == \"float32\"")
+_LN_EXAMPLES = [{"x0": x, "x1": x[-1:], "x2": x[-1:], "p_normalized_shape": x[-1:], "p_eps": e}
+                for x, e in (([3, 4], 1e-5), ([2, 3, 5], 0.1), ([4, 1], 1e-3), ([1, 6], 1.0))]
+_LN_UNFOLDS = {
+    "aten.native_layer_norm#0": (
+        (_NORMED, _LN_COND, _LN_EXAMPLES, {}, {"absent": [1, 2]}),
+        (f"aten.mul.Tensor({_NORMED}, ?x1)", _LN_COND, _LN_EXAMPLES, {}, {"absent": [2]}),
+        (f"aten.add.Tensor(aten.mul.Tensor({_NORMED}, ?x1), ?x2, alpha=1)", _LN_COND, _LN_EXAMPLES, {}, {"absent": []})),
+    "aten.native_layer_norm#1": ((_MEAN, _LN_COND, _LN_EXAMPLES, {}, {"absent": [1, 2]}),),
+    "aten.native_layer_norm#2": ((_RSTD, _LN_COND, _LN_EXAMPLES, {}, {"absent": [1, 2]}),),
+}
+for _op in NORM_OPS:
+    _op.unfolds = _LN_UNFOLDS.get(_op.name, ())
+
 
 OPS = SOFTMAX_OPS + NORM_OPS

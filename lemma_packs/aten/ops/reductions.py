@@ -176,6 +176,18 @@ _MAX_VALUES = next(o for o in REDUCTION_OPS if o.name == "aten.max.dim#0")
 _MAX_VALUES.reduction = Reduction("dim", "keepdim", "max")  # (the indices of two halves do not combine)
 
 
+# the variance over one dim as the ops compute it in two passes: the sum of the squared deviations from the mean,
+# divided by n - correction (family 1228 unfolds it, so a variance over a sharded dim is the ranks' sums of
+# squared deviations from the all-reduced mean, all-reduced). The one-pass form, mean(x ** 2) - mean(x) ** 2, is
+# equal over the reals only: it cancels catastrophically (negative where the variance is tiny), so no lemma states it
+_DEV = "aten.sub.Tensor(?x0, aten.mean.dim(?x0, dim=?p_dim, keepdim=true, dtype=None), alpha=1)"
+VAR_UNFOLDS = ((f"aten.div.Scalar(aten.sum.dim_IntList(aten.pow.Tensor_Scalar({_DEV}, exponent=2), dim=?p_dim,"
+                " keepdim=?p_keepdim, dtype=None), other=size(?x0, at(?p_dim, 0)) - ?p_correction)",
+                "len(?p_dim) == 1 and size(?x0, at(?p_dim, 0)) - ?p_correction >= 1 and floating(dtype(?x0))",
+                [{"x0": x, "p_dim": [d], "p_correction": c, "p_keepdim": k}
+                 for x, d, c, k in (([3, 4], 1, 0, True), ([3, 4], 0, 1, False), ([2, 3, 5], 2, 1, True),
+                                    ([5], 0, 0, False), ([4, 2], 1, 1, True))]),)
+
 OPS = REDUCTION_OPS + [
     _reduce_op("amin", lambda x, axes, keep, a: np.min(x, axis=axes, keepdims=keep),
                (AttrSpec("dim", "ints", (), dim_of=0), KEEPDIM), "Minimum over dims ([] = all).",
@@ -187,7 +199,7 @@ OPS = REDUCTION_OPS + [
                reduction=Reduction("dim", "keepdim")),
     _reduce_op("var.correction", _var, (DIMS_OPT, AttrSpec("correction", "number", optional=True), KEEPDIM),
                "Variance over dims (None or [] = all), dividing by n - correction (None: 1).",
-               _float_in("var.correction"), reduction=Reduction("dim", "keepdim")),
+               _float_in("var.correction"), reduction=Reduction("dim", "keepdim"), unfolds=VAR_UNFOLDS),
     _reduce_op("linalg_vector_norm", _vector_norm, (AttrSpec("ord", "number", 2), DIMS_OPT, KEEPDIM, DTYPE),
                "Vector ord-norm over dims (None = all): (sum |x|^ord)^(1/ord); inf: max |x|, -inf: min, 0: count "
                "of nonzeros.", _float_in("linalg_vector_norm"), reduction=Reduction("dim", "keepdim")),

@@ -9,8 +9,9 @@ Every program is a small PyTorch module captured on the fake process group (the 
 tests/test_framework_constructs.py), or a JAX shard_map (as tests/test_jax.py), verified with the independent
 checker on; each twin's comment says why its numbers differ.
 
-Not proved yet (known): an all-gather written through ``z[:, arange(...)] = h`` (index_put with an arange index);
-JAX's ``all_gather(h).sum(0)`` (the reduction over the stacked dim of an HLO all-gather).
+An all-gather written through ``z[:, arange(...)] = h`` (index_put with an arange index) is proved as terms (aten
+2400-2407: a slice write into a fill); as a whole program not yet: the frontier does not relate an index_put's
+output to the shard it writes (Listing 3 follows data movement, and index_put declares none).
 """
 from __future__ import annotations
 
@@ -361,6 +362,12 @@ _PADS = {k: v.format(z2=_z(2), z4=_z(4)) for k, v in _P.items()}
 _SHAPES = {"A": [2, 2], "B": [2, 2], "C": [2, 2]}
 
 
+def _ip(v, s, n=6, fill=0, dim=1):  # v written at columns (dim 1) or rows (dim 0) [s, s + 2) of a fill [2, n] / [n, 2]
+    size = [2, n] if dim == 1 else [n, 2]
+    return (f"aten.index_put(aten.full(size={size}, fill_value={fill}, dtype=float32), aten.arange.start(start={s},"
+            f" end={s + 2}, dtype=None), {v}, accumulate=false, absent={[1] if dim == 1 else []})")
+
+
 def _sum3(a, b, c):
     return f"sum(sum({a}, {b}), {c})"
 
@@ -378,6 +385,14 @@ LEMMA_CASES = [
      "concat(concat(A, B, dim=1), C, dim=1)", False),
     # must not: a padding of ones is no padding of zeros
     (_sum3(f"concat(A, {_z(4, 1)}, dim=1)", _PADS["B"], _PADS["C"]), "concat(concat(A, B, dim=1), C, dim=1)", False),
+    # z[:, arange(2r, 2r + 2)] = shard into zeros (aten 2400-2407: a slice write), summed: the concatenation
+    (_sum3(_ip("A", 0), _ip("B", 2), _ip("C", 4)), "concat(concat(A, B, dim=1), C, dim=1)", True),
+    (f"sum({_ip('A', 0, 4)}, {_ip('B', 2, 4)})", "concat(A, B, dim=1)", True),
+    # must not: two shards written at one offset; a write into ones; the rows (dim 0) for the columns
+    (_sum3(_ip("A", 0), _ip("B", 4), _ip("C", 4)), "concat(concat(A, B, dim=1), C, dim=1)", False),
+    (_sum3(_ip("A", 0, fill=1), _ip("B", 2), _ip("C", 4)), "concat(concat(A, B, dim=1), C, dim=1)", False),
+    (f"sum({_ip('A', 0, 4, dim=0)}, {_ip('B', 2, 4, dim=0)})", "concat(A, B, dim=0)", True),
+    (f"sum({_ip('A', 0, 4, dim=0)}, {_ip('B', 2, 4, dim=0)})", "concat(A, B, dim=1)", False),
 ]
 
 
@@ -408,7 +423,13 @@ JAX_FORMS = {
     "psum": (lambda h, a: __import__("jax").lax.psum(h, a), True),
     "psum-scatter-all-gather-rows": (_psum_scatter_gather(0), True),
     "psum-scatter-all-gather-cols": (_psum_scatter_gather(1), True),
+    # the shards stacked on a new dim and summed over it (hlo-ops:866: a sum over a unit dim is a reshape), tiled or not
+    "all-gather-sum": (lambda h, a: __import__("jax").lax.all_gather(h, a).sum(0), True),
+    "all-gather-tiled-sum": (lambda h, a: __import__("jax").lax.all_gather(h[None], a, axis=0, tiled=True).sum(0), True),
+    # twins: the mean (1/W of the sum), the first rank's alone, the stacked sum of an already all-reduced value (W x)
     "all-gather-mean": (lambda h, a: __import__("jax").lax.all_gather(h, a).mean(0), False),
+    "psum-then-all-gather-sum": (lambda h, a: __import__("jax").lax.all_gather(__import__("jax").lax.psum(h, a), a).sum(0),
+                                 False),
     "all-gather-first": (lambda h, a: __import__("jax").lax.all_gather(h, a)[0], False),
 }
 

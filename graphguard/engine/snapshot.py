@@ -191,6 +191,8 @@ class Snapshot:
             memo[c] = self.eg.leaf_dtype(leaf) if self.eg.leaf_dtype is not None else None
             return memo[c]
         busy = set() if _busy is None else _busy
+        if ("unknown", c) in busy:  # (undecided earlier in this walk: not walked again -- walks stay linear)
+            return None
         busy.add(c)
         found = set()
         for nd in nodes:
@@ -213,6 +215,8 @@ class Snapshot:
         out = found.pop() if len(found) == 1 else None
         if _busy is None or out is not None:
             memo[c] = out
+        else:
+            busy.add(("unknown", c))
         return out
 
     def vrange(self, c, _busy: set | None = None) -> tuple[int, int] | None:

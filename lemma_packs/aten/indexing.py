@@ -95,7 +95,37 @@ def _into_zeros_of_sum(ref: int, name: str, zeros: str):
              "dtype(?a) == ?t and dtype(?b) == ?t", index=_AT_Z, examples=_SUM_SEEDS)
 
 
-LEMMAS = [
+# fill[..., arange(s, e)] = v (index_put of a contiguous arange on dim 0, or dim 1 after a full slice, into a
+# constant fill) is v between fills of the columns before and after [s, e) -- a slice write, as z[:, s:e] = v is (a
+# rank's shard written into zeros and all-reduced: an all-gather). The four cases of an empty before / after part.
+# (Into a fill only: over any z, the slices of z the right side names grew the e-graph without end)
+def _slice_write(ref: int, d: int, before: bool, after: bool):
+    n = "at(?sz, %d)" % d
+    fill = "aten.full(size=set_at(?sz, %d, {w}), fill_value=?f, dtype=?t)" % d
+    parts = ([fill.format(w="?s")] if before else []) + ["?v"] + ([fill.format(w=f"{n} - ?e")] if after else [])
+    rhs = parts[0]
+    for p in parts[1:]:
+        rhs = f"concat({rhs}, {p}, dim={d})"
+    cond = (f"len(?sz) >= {d + 1} and shape(?v) == set_at(?sz, {d}, ?e - ?s) and dtype(?v) == ?t"
+            f" and (?i == None or ?i == \"int64\") and ?s // 1 == ?s and ?e // 1 == ?e"
+            f" and {'0 < ?s' if before else '?s == 0'} and ?s < ?e and {f'?e < {n}' if after else f'?e == {n}'}")
+    absent = "[1]" if d == 1 else "[]"
+    name = f"index-put-of-an-arange-on-dim-{d}-is-a-slice-write" + ("" if before and after else
+                                                                     "-at-the-start" if after else
+                                                                     "-at-the-end" if before else "-whole")
+    ex = [{"sz": z, "v": z[:d] + [e - s] + z[d + 1:], "s": s, "e": e, "i": None, "t": "float32", "f": f}
+          for z in ([3, 6], [2, 5, 2], [4, 4], [2, 3], [3, 2, 2], [1, 4], [2, 2], [3, 1], [1, 3], [2, 4, 1], [5, 3],
+                    [2, 6], [4, 1, 2], [1, 1])
+          for e in range(1, z[d] + 1) for s in range(e) for f in (0, 1.5, -2)]
+    return L(ref, name, f"aten.index_put(aten.full(size=?sz, fill_value=?f, dtype=?t), aten.arange.start(start=?s,"
+             f" end=?e, dtype=?i), ?v, accumulate=false, absent={absent}) => {rhs}", cond, examples=ex)
+
+
+SLICE_WRITES = [_slice_write(2400 + 4 * (d == 1) + k, d, before, after)
+                for d in (0, 1) for k, (before, after) in enumerate(((True, True), (False, True), (True, False),
+                                                                     (False, False)))]
+
+LEMMAS = SLICE_WRITES + [
     # one_hot as captured: eq(indices[..., None], arange(E))
     L(503, "eq-of-concat-and-broadcast",
       "aten.eq.Tensor(concat(?a, ?b, dim=?d), ?c) => concat(aten.eq.Tensor(?a, ?c), aten.eq.Tensor(?b, ?c), dim=?d)",

@@ -172,6 +172,12 @@ REDUCE = [
     L(863, "reduce-add-of-partial-sum",
       "hlo.reduce(sum(?a, ?b), dims=?k, reducer=sum, init=0)"
       " => sum(hlo.reduce(?a, dims=?k, reducer=sum, init=0), hlo.reduce(?b, dims=?k, reducer=sum, init=0))"),
+    # a sum over one dim of size 1 adds each entry to the init 0 once: a reshape dropping that dim (JAX's
+    # all_gather(h).sum(0), the ranks' shards stacked on a new unit dim each, then summed: a psum)
+    L(866, "reduce-add-of-a-unit-dim",
+      "hlo.reduce(?y, dims=?k, reducer=sum, init=0) => reshape(?y, shape=drop_at(shape(?y), at(?k, 0)))",
+      "len(?k) == 1 and size(?y, at(?k, 0)) == 1",
+      examples=({"y": [1, 3], "k": [0]}, {"y": [2, 1, 4], "k": [1]}, {"y": [3, 1], "k": [1]}, {"y": [1], "k": [0]})),
     L(864, "broadcast-of-partial-sum",
       "hlo.broadcast(sum(?a, ?b), shape=?s, dimensions=?m)"
       " => sum(hlo.broadcast(?a, shape=?s, dimensions=?m), hlo.broadcast(?b, shape=?s, dimensions=?m))",

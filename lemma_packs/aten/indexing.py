@@ -11,7 +11,7 @@ from graphguard.ir.lemma import L
 # the numbers its lemmas have, then 2400-2449 for new ones
 NUMBERS = (range(503, 504), range(560, 563), range(564, 567), range(1314, 1315), range(1326, 1328),
            range(1350, 1355), range(1356, 1368), range(1403, 1407), range(1630, 1632), range(1714, 1716),
-           range(1731, 1733), range(1904, 1905), range(2400, 2450))
+           range(1731, 1733), range(1904, 1905), range(2400, 2450), range(2850, 2860))
 
 
 # Dropless (sparse) dispatch: each expert's rows are added into the output (index_add); with experts spread

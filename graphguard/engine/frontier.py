@@ -132,15 +132,13 @@ def _row_term(xs: tuple, cs: tuple) -> bool:
     return all(c == 1 or c == x for c, x in zip(cs, xs)) and any(c == 1 and x != 1 for c, x in zip(cs, xs))
 
 
-def index_derived(ctx: Context, n: Node, ok) -> bool:
-    """Whether ``n`` computes index tensors only (integer or boolean: masks, shifted ids, positions) from
-    tensors ``ok`` accepts (related, constant, or index tensors derived so before: the caller's). A rank derives such masks
-    from the data it holds (a vocabulary shard's ``ids < s | ids >= e``) and reads them beside the data; the
-    frontier follows them within :data:`MAX_INDEX_DERIVED` operators, and treats them as it treats constants
-    (operands that do not make a reader's output unrelated), so the rank's masked pick of a shard a split lemma
-    names (core.masked_pick(x@r, t, start=s, end=e)) is reached however its mask is spelt. Exploration only
-    adds G_d definitions to the e-graph: what it relates is still proven by the lemmas."""
+def index_derived(ctx: Context, n: Node) -> bool:
+    """Whether ``n`` computes index tensors only (integer or boolean: masks, shifted ids, positions). A rank
+    derives such masks from the data it holds (a vocabulary shard's ``ids < s | ids >= e``) and reads them beside
+    the data; the frontier follows those computed from related tensors within :data:`MAX_INDEX_DERIVED` operators,
+    and treats them as it treats constants (operands that do not make a reader's output unrelated), so the rank's
+    masked pick of a shard a split lemma names (core.masked_pick(x@r, t, start=s, end=e)) is reached however its
+    mask is spelt. Exploration only adds G_d definitions to the e-graph: what it relates is still proven by the
+    lemmas."""
     from .gd_facts import is_index_dtype
-    info = ctx.g_d.tensors
-    return (bool(n.outputs) and all(is_index_dtype(info[o].dtype) for o in n.outputs)
-            and all(ok(i) for i in n.inputs))
+    return bool(n.outputs) and all(is_index_dtype(ctx.g_d.tensors[o].dtype) for o in n.outputs)

@@ -534,7 +534,7 @@ def explore_frontier(ctx: Context, snap: Snapshot, roots: list[Term], t_rel: set
                 continue
             depth = _depth(n, hops, derived)
             d = 1 + max((masks.get(i, 0) for i in n.inputs), default=0)
-            if depth == 0 and d <= frontier.MAX_INDEX_DERIVED and index_derived(ctx, n, lambda i: i not in derived):
+            if depth == 0 and d <= frontier.MAX_INDEX_DERIVED and index_derived(ctx, n):  # (inputs related, constant, masks)
                 masks.update((o, d) for o in n.outputs if o not in hops)  # (frontier.index_derived)
             elif depth > bound:
                 continue

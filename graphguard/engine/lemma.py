@@ -33,6 +33,7 @@ import sympy as sp
 
 from ..errors import GraphGuardError, ShapeError
 from ..ir import scalar as S
+from ..ir.dtypes import rounded
 from ..ir.expr import VARIADIC, ABin, ACall, AConst, AExpr, AList, App, AVar, Leaf, PVar, Term, attr_text
 from ..ir.lemma import Lemma
 from ..ir.ops import OpDef, Registry, coerce_attr, normalize_dims
@@ -555,22 +556,12 @@ def _repeat_size(x: tuple, r: tuple) -> tuple:
 
 
 def _rounded(v, dtype: str) -> Fraction:
-    """``v`` rounded to nearest (ties to even) in floating dtype ``dtype``, as an exact fraction; ValueError (the
-    condition or instantiation fails) for another dtype or a value that is not a finite number."""
-    import numpy as np
-    if not isinstance(v, (int, Fraction)) or not isinstance(dtype, str):
+    """``v`` as a ``dtype`` tensor holds it (:func:`graphguard.ir.dtypes.rounded`); ValueError (the condition or
+    instantiation fails) where that is no finite number."""
+    out = rounded(v, dtype)
+    if out is None:
         raise ValueError(f"rounded({v!r}, {dtype!r})")
-    if dtype == "bfloat16":  # float32, then its 16 high bits, rounded to nearest even
-        bits = int(np.array(float(v), dtype=np.float32).view(np.uint32))
-        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-        out = float(np.array(bits, dtype=np.uint32).view(np.float32))
-    elif dtype in ("float16", "float32", "float64"):
-        out = float(np.array(float(v), dtype=dtype))
-    else:
-        raise ValueError(f"rounded(): {dtype} is not a floating dtype")
-    if not np.isfinite(out):
-        raise ValueError(f"rounded({v}, {dtype}) is not finite")
-    return Fraction(out)
+    return out
 
 
 def _prod(xs) -> S.Scalar:

@@ -41,3 +41,21 @@ def exact_conversion(src: str, dst: str) -> bool:
     if src in _FLOAT8:
         return dst in ("float32", "float64")
     return dst in _FLOAT_WIDENS.get(src, ())
+
+
+ROUNDED = ("float32", "float16", "float64")  # the float dtypes NumPy holds (bfloat16: none)
+
+
+def rounded(v, dtype: str):
+    """Number ``v`` (an int or Fraction) as a ``dtype`` tensor holds it -- rounded to nearest, as an exact
+    Fraction; None for another dtype, another value (inf, nan) or a result that is not finite."""
+    import numpy as np
+    from fractions import Fraction
+    if dtype not in ROUNDED or not isinstance(v, (int, Fraction)) or isinstance(v, bool):
+        return None
+    try:
+        with np.errstate(over="ignore"):
+            r = np.asarray(float(v), dtype=dtype)
+    except OverflowError:  # (beyond float64)
+        return None
+    return Fraction(float(r)) if np.isfinite(r) else None

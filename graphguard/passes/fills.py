@@ -5,10 +5,9 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..ir import scalar as S
+from ..ir.dtypes import rounded
 from ..ir.graph import Graph
 from ..ir.ops import Registry
-
-ROUNDED = ("float32", "float16", "float64")  # (NumPy's float dtypes; bfloat16: left as written)
 
 
 def round_fills(g: Graph, reg: Registry, cx: S.Constraints) -> int:
@@ -16,22 +15,14 @@ def round_fills(g: Graph, reg: Registry, cx: S.Constraints) -> int:
     attribute becomes that rounded value (``1e-6`` in float32 is 8796093/8796093022208 whether the program wrote
     the decimal or the float32), so two programs' constants of one value are one term. The number of nodes
     changed."""
-    import numpy as np
     changed = 0
     for n in g.nodes:
         op = reg.get(n.op)
         if op is None or not op.fill or n.inputs or len(n.outputs) != 1:
             continue
-        dtype = g.tensors[n.outputs[0]].dtype
         v = n.attrs.get(op.fill)
-        if dtype not in ROUNDED or not isinstance(v, Fraction):
-            continue
-        with np.errstate(over="ignore"):
-            r = np.asarray(float(v), dtype=dtype)
-        if not np.isfinite(r):
-            continue
-        exact = Fraction(float(r))
-        if exact != v:
+        exact = rounded(v, g.tensors[n.outputs[0]].dtype) if isinstance(v, Fraction) else None
+        if exact is not None and exact != v:
             g.rewrite(n, attrs=dict(n.attrs, **{op.fill: exact}))
             changed += 1
     g.revalidate(reg, cx)

@@ -24,7 +24,7 @@ from graphguard.ir.graph import Graph, Node
 from graphguard.ir.ops import Registry, normalize_attrs, number_text
 from graphguard.ir.values import filled_with, number, value_ranges
 from graphguard.passes import Pass
-from graphguard.passes.fills import ROUNDED
+from graphguard.ir.dtypes import ROUNDED
 from graphguard.passes.names import fresh_node_name, fresh_tensor, suffixed
 
 FOLD_MAX = 64  # the HLO frontend's LITERAL_MAX: folded values up to this size are written as hlo.literal

@@ -43,9 +43,31 @@ def load_module(path: Path, **env):
                 os.environ[k] = v
 
 
-def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "graphguard", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd)
+def run_cli(*args, cwd=None, process: bool = False):
+    """``graphguard ARGS``: its exit code, stdout and stderr (a ``subprocess.CompletedProcess``). In this process
+    (``graphguard.cli.main``; the plugins loaded once per worker, not once a command: 3 s each) unless
+    ``process``: a test of what only a real process shows (start-up, a terminal, signals) asks for one; the
+    in-process run is checked against real processes in tests/test_bad_input.py and tests/test_suite_budget.py."""
+    argv = [str(a) for a in args]
+    if process:
+        return subprocess.run([sys.executable, "-m", "graphguard", *argv], capture_output=True, text=True, cwd=cwd)
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from graphguard.cli import main
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                main(argv)
+                rc = 0
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(["graphguard", *argv], rc, out.getvalue(), err.getvalue())
 
 
 def write_example(tmp_path: Path, world: int = 2, variant: str = "ok") -> Path:

@@ -21,6 +21,7 @@ the offsets' values).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -78,6 +79,11 @@ OTHERS = {"gpt2": ("GPT2LMHeadModel", {"transformer.wte": "embedding_rowwise", "
 def causal_lm_classes() -> dict[str, type]:
     """Every ``transformers.*ForCausalLM`` whose config class carries a ``base_model_tp_plan``, by model
     type (the denominator of the zoo)."""
+    return dict(_causal_lm_classes())
+
+
+@functools.lru_cache(maxsize=1)  # (dir(transformers) takes 0.2 s; the classes do not change while it runs)
+def _causal_lm_classes() -> dict[str, type]:
     out = {}
     for name in dir(transformers):
         if not name.endswith("ForCausalLM"):

@@ -195,16 +195,25 @@ def _constant(gm, n, prefix: str):
 
 
 def _decompositions(reg) -> dict:
+    """The core-ATen decompositions of the ops no loaded pack defines. Computed once per registry and set of
+    registered torch operators (torch's table walks every CompositeImplicitAutograd op of every namespace, 0.1 s a
+    capture): an op registered since (a custom op a model file defines) gives a new table."""
+    import torch
     from torch._decomp import core_aten_decompositions
 
     from .convert import IDENTITY, RESHAPE, _DATA_MOVEMENT, ir_op_name
+    key = (len(reg.ops), hash(frozenset(torch._C._dispatch_get_all_op_names())))
+    cached = getattr(reg, "_fx_decompositions", None)
+    if cached is not None and cached[0] == key:
+        return dict(cached[1])
     handled = set(_DATA_MOVEMENT) | IDENTITY | RESHAPE
     out = {}
     for op, fn in core_aten_decompositions().items():
         target = str(op)
         if target not in handled and ir_op_name(target) not in reg:
             out[op] = fn
-    return out
+    reg._fx_decompositions = (key, out)
+    return dict(out)
 
 
 def _named_args(module, args) -> dict:
@@ -642,6 +651,28 @@ def capture(build: Callable, example_inputs, world_size: int = 1, backward: bool
     return assemble(parts, name, source, backward)
 
 
+_RULES_SET = False  # (whether a process group was made in this process since TorchDynamo's trace rules loaded)
+
+
+def _init_fake_group(rank: int, world_size: int) -> None:
+    """A fake process group for one rank. ``init_process_group`` clears TorchDynamo's trace-rule caches (rules
+    evaluated while torch.distributed was half imported may lack its entries) and rebuilds them at the next
+    compile, 50 ms a rank; once cleared after torch.distributed loaded they hold its rules, so later groups
+    keep them."""
+    global _RULES_SET
+    import torch._dynamo.trace_rules as rules
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    clear = rules.clear_lru_cache
+    if _RULES_SET:
+        rules.clear_lru_cache = lambda: None
+    try:
+        dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
+    finally:
+        rules.clear_lru_cache = clear
+    _RULES_SET = True
+
+
 def capture_one_rank(build: Callable, example_inputs, rank: int, world_size: int, backward: bool, reg,
                      dynamic=None, group_ranks=None, after_backward=None, repeat: str | None = None,
                      source: str = "<capture>") -> tuple:
@@ -655,7 +686,7 @@ def capture_one_rank(build: Callable, example_inputs, rank: int, world_size: int
     try:
         if dist.is_initialized():
             dist.destroy_process_group()
-        dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
+        _init_fake_group(rank, world_size)
         _clear_sharding_prop_cache()  # DTensor caches output specs holding the previous rank's mesh
         seen = _capture_rank(build, example_inputs, rank, backward, groups, reg, dynamic, group_ranks,
                              after_backward, repeat)

@@ -79,7 +79,7 @@ def _q(s: str) -> str:
 # one is gone (nothing holds it), its scopes are popped back to the compiled state -- the terms of a finished
 # verification are not kept -- and the next user takes it.
 _COMPILED: dict[str, tuple[Any, list]] = {}  # program -> (egglog e-graph, [weak ref. to its user, scopes open])
-_COMPILED_MAX = 8
+_COMPILED_MAX = 2  # (each may hold 250 MB and more: with 8, a test session held 2 GB of them; a sweep reuses one)
 
 
 def _run_program(eg, text: str):

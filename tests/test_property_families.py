@@ -330,11 +330,14 @@ MSE = [  # (name, spec, impl, backward too, equivalent)
     ("mean-pow", mse, lambda a, y: (a - y).pow(2).mean(), True, True),
     ("sum-divided", mse, lambda a, y: ((a - y) ** 2).sum() / 16, True, True),
     ("mean-of-products", mse, lambda a, y: ((a - y) * (a - y)).mean(), False, True),
-    ("sum", lambda a, y: mse(a, y, reduction="sum"), lambda a, y: ((a - y) ** 2).sum(), False, True),
+    ("sum", lambda a, y: mse(a, y, reduction="sum"), lambda a, y: ((a - y) ** 2).sum(), True, True),
+    ("sum-pow", lambda a, y: mse(a, y, reduction="sum"), lambda a, y: (a - y).pow(2).sum(), True, True),
     ("sum-of-products", lambda a, y: mse(a, y, reduction="sum"), lambda a, y: ((a - y) * (a - y)).sum(), False, True),
     # twins: divided by the rows twice; the mean where the sum was meant; the cube
     ("mean-divided-by-rows-again", mse, lambda a, y: ((a - y) ** 2).mean() / 4, True, False),
-    ("mean-for-sum", lambda a, y: mse(a, y, reduction="sum"), lambda a, y: ((a - y) ** 2).mean(), False, False),
+    ("mean-for-sum", lambda a, y: mse(a, y, reduction="sum"), lambda a, y: ((a - y) ** 2).mean(), True, False),
+    ("sum-for-mean", mse, lambda a, y: ((a - y) ** 2).sum(), True, False),
+    ("sum-reversed", lambda a, y: mse(a, y, reduction="sum"), lambda a, y: ((y - a) ** 2).sum() * -1, True, False),
     ("cubed", mse, lambda a, y: ((a - y) ** 3).mean(), False, False),
 ]
 
@@ -509,3 +512,55 @@ def test_layer_norm_with_weight_and_bias_of_a_sharded_dim_one_line():
                 f" {w}), {b}, alpha=1)")
     assert proves(ln, f"concat({part('a', 'wa', 'ba')}, {part('b', 'wb', 'bb')}, dim=1)", sh)
     assert not proves(ln, f"concat({part('a', 'wb', 'ba')}, {part('b', 'wa', 'bb')}, dim=1)", sh)
+
+
+# =================================================================================================
+# (f) a reduction of a reduction (family 1229, from Reduction.combine; the frontier takes a G_d reduction of the
+# same combine as a partial result of G_s's, frontier.partial_reduction): x.sum(1).sum() is x.sum(), amax alike.
+# Twins: a mean inside (no combine), another combine inside or outside.
+# =================================================================================================
+
+class _Red(torch.nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def forward(self, x):
+        return self.f(x)
+
+
+NESTED = [  # (name, spec, impl, equivalent)
+    ("sum-of-row-sums", lambda x: x.sum(), lambda x: x.sum(1).sum(), True),
+    ("sum-of-column-sums", lambda x: x.sum(), lambda x: x.sum(0).sum(), True),
+    ("sum-of-squares-by-rows", lambda x: (x * x).sum(), lambda x: (x * x).sum(1).sum(), True),
+    ("max-of-row-maxes", lambda x: x.amax(), lambda x: x.amax(1).amax(), True),
+    ("min-of-column-mins", lambda x: x.amin(), lambda x: x.amin(0).amin(), True),
+    ("sum-of-row-means", lambda x: x.sum(), lambda x: x.mean(1).sum(), False),
+    ("max-of-row-sums", lambda x: x.sum(), lambda x: x.sum(1).amax(), False),
+    ("sum-of-row-maxes", lambda x: x.amax(), lambda x: x.amax(1).sum(), False),
+]
+
+
+@pytest.mark.parametrize("name, spec, impl, equivalent", NESTED, ids=[p[0] for p in NESTED])
+def test_reduction_of_a_reduction(name, spec, impl, equivalent):
+    x = torch.randn(4, 6, dtype=torch.float64)
+    assert torch.allclose(spec(x), impl(x)) == equivalent  # the ground truth, in float64
+    try:
+        assert_refines(spec=lambda: _Red(spec), impl=lambda rank, world: _Red(impl),
+                       inputs=lambda rank, world: (torch.randn(4, 6),), world_size=2,
+                       relation={"inputs": {"x": ["x@0", "x@1"]}})
+        refines = True
+    except AssertionError:
+        refines = False
+    assert refines == equivalent
+
+
+def test_reduction_of_a_reduction_one_line(plugins):
+    from graphguard.testing import proves
+    shapes = {"x": [3, 4, 5]}
+    assert proves("aten.sum(aten.sum.dim_IntList(x, dim=[0, 2], keepdim=true, dtype=None), dtype=None)",
+                  "aten.sum(x, dtype=None)", shapes, plugins=plugins)
+    assert not proves("aten.sum(aten.mean.dim(x, dim=[1], keepdim=false, dtype=None), dtype=None)",
+                      "aten.sum(x, dtype=None)", shapes, plugins=plugins)
+    assert not proves("aten.amax(aten.sum.dim_IntList(x, dim=[1], keepdim=false, dtype=None), dim=[], keepdim=false)",
+                      "aten.amax(x, dim=[], keepdim=false)", shapes, plugins=plugins)

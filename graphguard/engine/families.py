@@ -385,6 +385,51 @@ def unfolded_definition(op, reg):  # op(x0, x1, ...) -> the expression it is (Op
                    op_examples(op) if examples is None else list(examples), index)
 
 
+def _call_as(op: OpDef, args, prefix: str, fixed: dict | None = None) -> str:
+    """:func:`call` with the attribute variables named ``prefix + attr`` (two ops of one pattern)."""
+    fixed = fixed or {}
+    attrs = [f"{s.name}={_attr(fixed[s.name]) if s.name in fixed else prefix + s.name}" for s in op.attrs]
+    return f"{op.name}({', '.join(list(args) + attrs)})"
+
+
+def _combines_as(op: OpDef, reg):
+    r = op.reduction
+    comb = reg.get(r.combine) if r is not None and r.combine is not None else None
+    return comb.name if comb is not None else None
+
+
+@family(1229, "reduction-of-a-reduction")
+def reduction_of_a_reduction(op, reg):  # r(r'(x, some dims)) -> r(x), r over every dim, r and r' of one combine
+    """A reduction whose parts combine (sum, max, min: associative and commutative), taken over every dim, of a
+    reduction of the same kind over some dims is the first over every dim of x: ``x.sum(1).sum()`` is
+    ``x.sum()``, ``x.amax(0).amax()`` is ``x.amax()``. Of one dialect, the inner one's result dtype its input's."""
+    r, comb = op.reduction, _combines_as(op, reg)
+    if comb is None:
+        return
+    _need_attr(op, r.dims, "reduction")
+    conds = []
+    if r.dims is not None:  # (an op of a dims attribute reduces every dim where it is absent or empty)
+        if op.attr_spec(r.dims).kind != "ints":
+            return
+        d = f"?p_{r.dims}"
+        conds.append(f"({d} == None or len({d}) == 0)")
+    fixed = {r.keepdim: False} if r.keepdim else {}
+    dialect = op.name.split(".")[0]
+    for inner in reg:
+        ri = inner.reduction
+        if (inner.name.split(".")[0] != dialect or ri is None or ri.dims is None
+                or _combines_as(inner, reg) != comb):
+            continue
+        kind = inner.attr_spec(ri.dims).kind
+        ifixed = {s.name: None for s in inner.attrs if s.kind == "str" and s.name.endswith("dtype")}
+        lhs = call(op, [_call_as(inner, ["?x0"], "?q_", ifixed)], fixed)
+        cond = conds + [_over_reals(op, "?x0", fixed)] + ([] if comb == "core.sum" else ["numel(?x0) > 0"])
+        dims = ([[1], [0, 2], [0]] if kind == "ints" else [1, 2, 0])
+        ex = [{"x0": x, "q_" + ri.dims: dd, **({"q_" + ri.keepdim: k} if ri.keepdim else {})}
+              for x, dd, k in (([2, 3], dims[0], False), ([2, 3, 4], dims[1], True), ([3, 1, 2], dims[2], False))]
+        yield f"{lhs} => {call(op, ['?x0'], fixed)}", " and ".join(cond), "", ex
+
+
 def op_examples(op) -> list:
     """Fuzzer seeds an op may attach to its declarations (``OpDef.doc`` cannot: ``fuses_examples`` on the op's
     ``ref`` function, where a pack puts them)."""

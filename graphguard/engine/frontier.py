@@ -32,7 +32,7 @@ def relate(ctx: Context, explored: dict[str, Node], hops: dict[str, int], inside
                 ins = [shifted]
             if not ins or not all(i in hops for i in ins):
                 continue
-            own = n.op == op and all(i in inside for i in ins)
+            own = (n.op == op or partial_reduction(ctx, n.op, op)) and all(i in inside for i in ins)
             if not (own or shifted or n.op in INVERTIBLE or _scaling(ctx, n, const) or _broadcast(ctx, n, const)):
                 continue
             h = 1 + max(hops[i] for i in ins)
@@ -48,6 +48,18 @@ def relate(ctx: Context, explored: dict[str, Node], hops: dict[str, int], inside
                 if keep_inside and o not in inside:
                     inside.add(o)
                     changed = True
+
+
+def partial_reduction(ctx: Context, n_op: str, op: str | None) -> bool:
+    """Whether G_d op ``n_op`` reduces as G_s op ``op`` does, over some dims (one dialect, parts combined by one
+    op: ``x.sum(1)`` for ``x.sum()``): its output is a partial result of v's, as v's own operator's is (family 1229
+    takes the rest of the reduction)."""
+    reg = ctx.egraph.reg
+    a, b = reg.get(n_op), reg.get(op) if op else None
+    if a is None or b is None or a.reduction is None or b.reduction is None or a.name.split(".")[0] != b.name.split(".")[0]:
+        return False
+    ca, cb = (reg.get(o.reduction.combine) if o.reduction.combine else None for o in (a, b))
+    return ca is not None and ca is cb
 
 
 INVERTIBLE = frozenset({"core.reshape", "core.permute", "core.identity", "core.concat", "core.all_gather",

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from graphguard.ir.lemma import L
 
-# the numbers its lemmas have, then 2600-2649 for new ones
+# the numbers its lemmas have, then 2600-2649 and 2860-2869 for new ones
 NUMBERS = (range(411, 413), range(440, 442), range(1507, 1508), range(1730, 1731), range(1733, 1734),
-           range(1853, 1854), range(2600, 2650))
+           range(1853, 1854), range(2600, 2650), range(2860, 2870))
 
 
 # torchtitan's loss parallel (``components/loss.py: _LossParallelCrossEntropy``) on vocabulary-sharded logits: the
@@ -78,6 +78,15 @@ LEMMAS = [
       " => aten.mul.Scalar(aten.mul.Tensor(aten.expand(?g, size=shape(?a), implicit=false), aten.sub.Tensor(?a, ?b, alpha=1)),"
       " other=2.0 / numel(?a))",
       "rank(?g) == 0 and shape(?a) == shape(?b) and numel(?a) > 0 and finite(2.0 / numel(?a)) and floating(dtype(?a))"
+      " and dtype(?g) == dtype(?a) and dtype(?b) == dtype(?a)",
+      examples=[{"g": [], "a": [2, 3], "b": [2, 3]}, {"g": [], "a": [4, 1], "b": [4, 1]}]),
+    # the sum's (reduction 2): 2 * g * (a - y), no 1 / n -- autograd's expand(g) * (2 * (a - y) ** 1) of a loss
+    # written ((a - y) ** 2).sum()
+    L(2600, "mse-sum-backward-written-out",
+      "aten.mse_loss_backward(?g, ?a, ?b, reduction=2)"
+      " => aten.mul.Scalar(aten.mul.Tensor(aten.expand(?g, size=shape(?a), implicit=false), aten.sub.Tensor(?a, ?b, alpha=1)),"
+      " other=2.0)",
+      "rank(?g) == 0 and shape(?a) == shape(?b) and numel(?a) > 0 and floating(dtype(?a))"
       " and dtype(?g) == dtype(?a) and dtype(?b) == dtype(?a)",
       examples=[{"g": [], "a": [2, 3], "b": [2, 3]}, {"g": [], "a": [4, 1], "b": [4, 1]}]),
 ]

@@ -557,6 +557,7 @@ def test_compiled_rules_are_reused_only_by_one_verification_at_a_time(tmp_path, 
     compiled state, nested ones left open included); an e-graph something still holds is never handed to another."""
     from graphguard.engine import egraph as E
     from graphguard.engine.lemma import relevant_rules
+    E._COMPILED.clear()  # (from a known state: earlier tests' results may hold the _COMPILED_MAX kept ones)
     d = write_example(tmp_path, 4)
     first = graphguard.verify(*files(d), plugins=plugins)
     assert first.verdict == "refines"

@@ -1199,8 +1199,18 @@ def _on_alarm(signum, frame):
     raise CaseTimeout()
 
 
-def run_case(c: Case, d: Path, timed: bool = True) -> dict:
+def main_exit_code(argv: list[str]) -> int:
+    """``graphguard ARGV`` in this process (``graphguard.cli.main``): its exit code; the caller redirects its
+    output."""
     from graphguard.cli import main
+    try:
+        main(argv)
+        return 0
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+
+
+def run_case(c: Case, d: Path, timed: bool = True) -> dict:
     d.mkdir(parents=True, exist_ok=True)
     b0 = time.monotonic()
     argv, needles = c.build(d)
@@ -1211,11 +1221,7 @@ def run_case(c: Case, d: Path, timed: bool = True) -> dict:
     signal.setitimer(signal.ITIMER_PROF, CASE_SECONDS if timed else 0)
     try:
         with redirect_stdout(out), redirect_stderr(err):
-            try:
-                main(argv)
-                rc = 0
-            except SystemExit as e:
-                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            rc = main_exit_code(argv)
     except CaseTimeout:
         rc = "timeout"
     except BaseException as e:  # noqa: BLE001 - recorded, the worker goes on

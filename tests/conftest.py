@@ -54,17 +54,13 @@ def run_cli(*args, cwd=None, process: bool = False):
     import io
     from contextlib import redirect_stderr, redirect_stdout
 
-    from graphguard.cli import main
+    from bad_input_corpus import main_exit_code
     out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
     try:
         if cwd is not None:
             os.chdir(cwd)
         with redirect_stdout(out), redirect_stderr(err):
-            try:
-                main(argv)
-                rc = 0
-            except SystemExit as e:
-                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            rc = main_exit_code(argv)
     finally:
         os.chdir(here)
     return subprocess.CompletedProcess(["graphguard", *argv], rc, out.getvalue(), err.getvalue())

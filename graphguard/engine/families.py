@@ -51,10 +51,11 @@ def _attr(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def call(op: OpDef, args, fixed: dict | None = None) -> str:
-    """``op(args..., attr=?p_attr...)``, attributes in ``fixed`` as those constants."""
+def call(op: OpDef, args, fixed: dict | None = None, prefix: str = "?p_") -> str:
+    """``op(args..., attr=?p_attr...)``, attributes in ``fixed`` as those constants (``prefix``: another name for
+    the attribute variables, for a second op of one pattern)."""
     fixed = fixed or {}
-    attrs = [f"{s.name}={_attr(fixed[s.name]) if s.name in fixed else '?p_' + s.name}" for s in op.attrs]
+    attrs = [f"{s.name}={_attr(fixed[s.name]) if s.name in fixed else prefix + s.name}" for s in op.attrs]
     return f"{op.name}({', '.join(list(args) + attrs)})"
 
 
@@ -385,14 +386,9 @@ def unfolded_definition(op, reg):  # op(x0, x1, ...) -> the expression it is (Op
                    op_examples(op) if examples is None else list(examples), index)
 
 
-def _call_as(op: OpDef, args, prefix: str, fixed: dict | None = None) -> str:
-    """:func:`call` with the attribute variables named ``prefix + attr`` (two ops of one pattern)."""
-    fixed = fixed or {}
-    attrs = [f"{s.name}={_attr(fixed[s.name]) if s.name in fixed else prefix + s.name}" for s in op.attrs]
-    return f"{op.name}({', '.join(list(args) + attrs)})"
-
-
-def _combines_as(op: OpDef, reg):
+def combined_by(op: OpDef, reg) -> str | None:
+    """The op that combines ``op``'s reductions of two parts (``Reduction.combine``, resolved), None where there
+    is none (not a reduction, a mean)."""
     r = op.reduction
     comb = reg.get(r.combine) if r is not None and r.combine is not None else None
     return comb.name if comb is not None else None
@@ -403,7 +399,7 @@ def reduction_of_a_reduction(op, reg):  # r(r'(x, some dims)) -> r(x), r over ev
     """A reduction whose parts combine (sum, max, min: associative and commutative), taken over every dim, of a
     reduction of the same kind over some dims is the first over every dim of x: ``x.sum(1).sum()`` is
     ``x.sum()``, ``x.amax(0).amax()`` is ``x.amax()``. Of one dialect, the inner one's result dtype its input's."""
-    r, comb = op.reduction, _combines_as(op, reg)
+    r, comb = op.reduction, combined_by(op, reg)
     if comb is None:
         return
     _need_attr(op, r.dims, "reduction")
@@ -418,11 +414,11 @@ def reduction_of_a_reduction(op, reg):  # r(r'(x, some dims)) -> r(x), r over ev
     for inner in reg:
         ri = inner.reduction
         if (inner.name.split(".")[0] != dialect or ri is None or ri.dims is None
-                or _combines_as(inner, reg) != comb):
+                or combined_by(inner, reg) != comb):
             continue
         kind = inner.attr_spec(ri.dims).kind
         ifixed = {s.name: None for s in inner.attrs if s.kind == "str" and s.name.endswith("dtype")}
-        lhs = call(op, [_call_as(inner, ["?x0"], "?q_", ifixed)], fixed)
+        lhs = call(op, [call(inner, ["?x0"], ifixed, "?q_")], fixed)
         cond = conds + [_over_reals(op, "?x0", fixed)] + ([] if comb == "core.sum" else ["numel(?x0) > 0"])
         dims = ([[1], [0, 2], [0]] if kind == "ints" else [1, 2, 0])
         ex = [{"x0": x, "q_" + ri.dims: dd, **({"q_" + ri.keepdim: k} if ri.keepdim else {})}

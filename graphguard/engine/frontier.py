@@ -54,12 +54,13 @@ def partial_reduction(ctx: Context, n_op: str, op: str | None) -> bool:
     """Whether G_d op ``n_op`` reduces as G_s op ``op`` does, over some dims (one dialect, parts combined by one
     op: ``x.sum(1)`` for ``x.sum()``): its output is a partial result of v's, as v's own operator's is (family 1229
     takes the rest of the reduction)."""
+    from .families import combined_by
     reg = ctx.egraph.reg
     a, b = reg.get(n_op), reg.get(op) if op else None
-    if a is None or b is None or a.reduction is None or b.reduction is None or a.name.split(".")[0] != b.name.split(".")[0]:
+    if a is None or b is None or a.name.split(".")[0] != b.name.split(".")[0]:
         return False
-    ca, cb = (reg.get(o.reduction.combine) if o.reduction.combine else None for o in (a, b))
-    return ca is not None and ca is cb
+    comb = combined_by(a, reg)
+    return comb is not None and comb == combined_by(b, reg)
 
 
 INVERTIBLE = frozenset({"core.reshape", "core.permute", "core.identity", "core.concat", "core.all_gather",

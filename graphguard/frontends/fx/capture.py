@@ -662,7 +662,7 @@ def _init_fake_group(rank: int, world_size: int) -> None:
     global _RULES_SET
     import torch._dynamo.trace_rules as rules
     import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torch.testing._internal.distributed.fake_pg import FakeStore  # (registers "fake")
     clear = rules.clear_lru_cache
     if _RULES_SET:
         rules.clear_lru_cache = lambda: None
@@ -681,7 +681,6 @@ def capture_one_rank(build: Callable, example_inputs, rank: int, world_size: int
     captured in other processes (``graphguard capture --workers``)."""
     import torch.distributed as dist
     from torch.distributed.tensor.debug import _clear_sharding_prop_cache
-    from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: F401  (registers "fake")
     groups: dict[str, tuple[int, ...]] = {}
     try:
         if dist.is_initialized():
